@@ -1,0 +1,134 @@
+# scalednn — Makefile in Darknet's style.
+#
+#   make                 libscalednn.a, libscalednn.so and ./darknet
+#   make test            the CMocka suite (no GPU needed)
+#   make asan            the suite under AddressSanitizer + UBSan (build-asan/)
+#   make clean
+#
+# Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
+#           MPI=0|1, GPU=0|1 (later issues), DEBUG=1
+# Paths:    DARKNET_HOME (Debian's darknet), CUDA_HOME, MPI_HOME
+
+DARKNET_HOME ?= /usr/lib/darknet
+CUDA_HOME    ?= /usr/local/cuda
+MPI_HOME     ?= /usr/lib/x86_64-linux-gnu/openmpi
+BUILD        ?= build
+SAN          ?= 0
+DEBUG        ?= 0
+GPU          ?= 0
+MPI          ?= 0
+
+CC ?= cc
+
+# ---- what is on this machine -------------------------------------------
+HAVE_DARKNET := $(shell test -f $(DARKNET_HOME)/libdarknet.so && test -f $(DARKNET_HOME)/include/darknet.h && echo 1)
+HAVE_OPENBLAS := $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo 1)
+HAVE_CMOCKA := $(shell printf '\#include <stdarg.h>\n\#include <stddef.h>\n\#include <setjmp.h>\n\#include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -lcmocka -o /dev/null 2>/dev/null && echo 1)
+HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
+HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+
+ifeq ($(HAVE_OPENBLAS),1)
+BLAS ?= 1
+else
+BLAS ?= 0
+endif
+
+ifneq ($(HAVE_DARKNET),1)
+$(error Debian's darknet is not installed under $(DARKNET_HOME): run scripts/setup.sh (apt-get install darknet))
+endif
+
+define found
+$(if $(filter 1,$(1)),✓ $(2),✗ $(2) $(3))
+endef
+$(info ---------------------------------------------------------------)
+$(info $(call found,$(HAVE_DARKNET),darknet,) ($(DARKNET_HOME)))
+$(info $(call found,$(HAVE_OPENBLAS),OpenBLAS,(BLAS=0: Darknet's own gemm)) BLAS=$(BLAS))
+$(info $(call found,$(HAVE_CMOCKA),CMocka,(make test needs libcmocka-dev)))
+$(info $(call found,$(HAVE_MPI),OpenMPI,) MPI=$(MPI) (MPI backend: not in this build yet))
+$(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU) (GPU engine: not in this build yet))
+$(info ---------------------------------------------------------------)
+
+# ---- flags ---------------------------------------------------------------
+# Never add -DGPU: Debian's libdarknet is a CPU build and darknet.h changes
+# the layout of its structs under GPU.
+CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
+               -Iinclude -Iplugin -Idarknet -I$(DARKNET_HOME)/include
+ifeq ($(DEBUG),1)
+OPT := -O0 -g
+else
+OPT := -O2 -g
+endif
+SANFLAGS :=
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+CFLAGS += $(CFLAGS_BASE) $(OPT) $(SANFLAGS)
+ifeq ($(BLAS),1)
+CFLAGS += -DSDNN_BLAS=1
+BLASLIB := -lopenblas
+else
+BLASLIB :=
+endif
+LDFLAGS += $(SANFLAGS) -pthread
+# Our gemm (in libscalednn) must come before -ldarknet.
+LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
+
+# ---- sources ---------------------------------------------------------------
+LIB_SRC  := $(wildcard plugin/*.c)
+APP_SRC  := $(wildcard darknet/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
+APP_LIB_OBJ := $(filter-out $(BUILD)/darknet/main.o,$(APP_OBJ))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(BUILD),build)
+DARKNET_BIN := darknet
+LIBA := libscalednn.a
+LIBSO := libscalednn.so
+else
+DARKNET_BIN := $(BUILD)/darknet
+LIBA := $(BUILD)/libscalednn.a
+LIBSO := $(BUILD)/libscalednn.so
+endif
+
+.PHONY: all test asan clean tests
+all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h darknet/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/pic/%.o: %.c $(wildcard include/*.h plugin/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(LIBA): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBSO): $(PIC_OBJ)
+	$(CC) -shared $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# The front-end's commands (all but main) also go into an archive the tests link.
+$(BUILD)/libsdnnapp.a: $(APP_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(DARKNET_BIN): $(APP_OBJ) $(LIBA)
+	$(CC) $(LDFLAGS) $(APP_OBJ) $(LIBA) -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libsdnnapp.a $(LIBA) -o $@ $(LDFLAGS) -lcmocka $(LDLIBS)
+
+tests: $(TEST_BIN) $(DARKNET_BIN)
+
+test: tests
+	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build-asan SAN=1 test
+
+clean:
+	rm -rf build build-asan build-noblas darknet libscalednn.a libscalednn.so

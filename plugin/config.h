@@ -1,0 +1,60 @@
+/*
+ * config: the [scalednn] section of a Darknet cfg.
+ *
+ * Darknet crashes on sections it does not know, so the section is parsed here
+ * and removed before Darknet sees the file: the rest of the cfg is written
+ * unchanged to an anonymous memory file (memfd) whose /proc/self/fd path is
+ * handed to parse_network_cfg().
+ */
+#ifndef SDNN_CONFIG_H
+#define SDNN_CONFIG_H
+
+#include "scalednn.h"
+#include <stddef.h>
+
+typedef enum { SDNN_MODE_SCALEDNN = 0, SDNN_MODE_STOCK = 1 } sdnn_mode;
+
+typedef struct sdnn_config {
+    int present;        /* 1 when the cfg had a [scalednn] section */
+    sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
+    char backend[16];   /* backend=local (mpi, nccl: later builds) */
+    double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB */
+    int overlap;        /* overlap=0|1 */
+    int interval;       /* interval=<int >= 1>: stock-mode sync period */
+    char compress[16];  /* compress=none (codecs: later builds) */
+    char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
+} sdnn_config;
+
+/* Defaults: the values a [scalednn] section without keys gets. */
+#define SDNN_CONFIG_INIT                                            \
+    { 0, SDNN_MODE_SCALEDNN, "local", 4.0, 1, 4, "none", "" }
+
+/* The cfg without its [scalednn] section, as a file Darknet can open. */
+typedef struct sdnn_stripped_cfg {
+    int fd;             /* memfd, -1 when closed */
+    char path[64];      /* "/proc/self/fd/N" */
+} sdnn_stripped_cfg;
+
+/*
+ * Parse cfg text.  `name` is the file name used in messages.  On success
+ * *cfg holds the section's values (defaults for absent keys; mode=stock and
+ * present=0 when there is no section) and, if stripped != NULL, *stripped is
+ * a malloc'd copy of the text with the [scalednn] section (header, keys,
+ * comments inside it) removed and every other line kept byte for byte.
+ * Errors (SDNN_ERR_INVALID / SDNN_ERR_UNSUPPORTED) name the file, the line,
+ * the key, the value and what is allowed, e.g.
+ *   cfg/x.cfg:12: [scalednn] overlap=2: expected 0 or 1
+ */
+sdnn_status sdnn_config_parse_text(const char *name, const char *text,
+                                   sdnn_config *cfg, char **stripped);
+
+/* Read `path`, parse it as above and write the stripped text to a memfd. */
+sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
+                             sdnn_stripped_cfg *out);
+
+void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
+
+/* One line describing the settings, for the start-of-training banner. */
+void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);
+
+#endif
