@@ -22,8 +22,8 @@ CC ?= cc
 
 # ---- what is on this machine -------------------------------------------
 HAVE_DARKNET := $(shell test -f $(DARKNET_HOME)/libdarknet.so && test -f $(DARKNET_HOME)/include/darknet.h && echo 1)
-HAVE_OPENBLAS := $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo 1)
-HAVE_CMOCKA := $(shell printf '\#include <stdarg.h>\n\#include <stddef.h>\n\#include <setjmp.h>\n\#include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -lcmocka -o /dev/null 2>/dev/null && echo 1)
+HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo 1)
+HAVE_CMOCKA := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lcmocka -o /dev/null 2>/dev/null && echo 1)
 HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
 

@@ -1,0 +1,452 @@
+/*
+ * config: the [scalednn] section of a Darknet cfg.  Owns reading the cfg
+ * text, validating the section's keys into an sdnn_config (defaults for
+ * absent keys), and producing the cfg without that section, both as text and
+ * as a memfd that Darknet's parse_network_cfg() can open by path.
+ *
+ * Lines are classified the way Darknet classifies them: every whitespace
+ * character is removed first; an empty line or one starting with '#' or ';'
+ * is ignored, one starting with '[' is a section header, any other line is
+ * key=value.  Lines outside our section are copied byte for byte.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SECTION_HEADER "[scalednn]"
+#define KNOWN_KEYS "mode, backend, bucket_mb, overlap, interval, compress, csv"
+#define BUCKET_MB_MAX 4096.0
+#define INTERVAL_MAX 1000000L
+#define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
+
+/* The key=value line being checked, for messages. */
+typedef struct line_ref {
+    const char *name;  /* file name */
+    int lineno;        /* 1-based */
+    const char *key;   /* whitespace-free */
+    const char *value; /* whitespace-free; NULL when the line has no '=' */
+} line_ref;
+
+typedef sdnn_status (*value_parser)(const line_ref *lr, sdnn_config *cfg);
+
+typedef struct key_spec {
+    const char *key;
+    value_parser parse;
+    const char *allowed; /* what the value may be, for messages */
+} key_spec;
+
+/* ---- messages ----------------------------------------------------------- */
+
+/* Record "NAME:LINE: [scalednn] key=value: what" and return st. */
+static sdnn_status line_error(const line_ref *lr, sdnn_status st,
+                              const char *what)
+{
+    const char *key = lr->key;
+    const char *val = lr->value;
+    int key_cut = strlen(key) > SHOWN_MAX;
+    if (val == NULL)
+        return SDNN_ERROR(st, "%s:%d: [scalednn] %.*s%s: %s", lr->name,
+                          lr->lineno, SHOWN_MAX, key, key_cut ? "..." : "",
+                          what);
+    int val_cut = strlen(val) > SHOWN_MAX;
+    return SDNN_ERROR(st, "%s:%d: [scalednn] %.*s%s=%.*s%s: %s", lr->name,
+                      lr->lineno, SHOWN_MAX, key, key_cut ? "..." : "",
+                      SHOWN_MAX, val, val_cut ? "..." : "", what);
+}
+
+/* "expected <allowed>" for a value that does not parse. */
+static sdnn_status expected(const line_ref *lr, const char *allowed)
+{
+    char what[256];
+    snprintf(what, sizeof what, "expected %s", allowed);
+    return line_error(lr, SDNN_ERR_INVALID, what);
+}
+
+/* ---- value parsers ----------------------------------------------------- */
+
+static int in_list(const char *s, const char *const *list)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(s, *list) == 0) return 1;
+    return 0;
+}
+
+static sdnn_status parse_mode(const line_ref *lr, sdnn_config *cfg)
+{
+    if (strcmp(lr->value, "scalednn") == 0)
+        cfg->mode = SDNN_MODE_SCALEDNN;
+    else if (strcmp(lr->value, "stock") == 0)
+        cfg->mode = SDNN_MODE_STOCK;
+    else
+        return line_error(lr, SDNN_ERR_INVALID,
+                          "unknown mode (scalednn, stock)");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_backend(const line_ref *lr, sdnn_config *cfg)
+{
+    static const char *const later[] = { "mpi", "nccl", "auto", NULL };
+    if (strcmp(lr->value, "local") == 0) {
+        snprintf(cfg->backend, sizeof cfg->backend, "%s", lr->value);
+        return SDNN_OK;
+    }
+    if (in_list(lr->value, later))
+        return line_error(lr, SDNN_ERR_UNSUPPORTED,
+                          "not available in this build (available: local)");
+    return line_error(lr, SDNN_ERR_INVALID,
+                      "unknown backend (local, mpi, nccl, auto)");
+}
+
+static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
+{
+    static const char *const later[] = { "fp16", "bf16", "int8", "topk",
+                                         "auto", NULL };
+    if (strcmp(lr->value, "none") == 0) {
+        snprintf(cfg->compress, sizeof cfg->compress, "%s", lr->value);
+        return SDNN_OK;
+    }
+    if (in_list(lr->value, later))
+        return line_error(lr, SDNN_ERR_UNSUPPORTED,
+                          "not available in this build (available: none)");
+    return line_error(lr, SDNN_ERR_INVALID,
+                      "unknown codec (none, fp16, bf16, int8, topk, auto)");
+}
+
+static sdnn_status parse_bucket_mb(const line_ref *lr, sdnn_config *cfg)
+{
+    static const char allowed[] = "a number of MiB > 0 and <= 4096";
+    if (strcmp(lr->value, "auto") == 0)
+        return line_error(lr, SDNN_ERR_UNSUPPORTED,
+                          "not available in this build (available: a number "
+                          "of MiB > 0 and <= 4096)");
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(lr->value, &end);
+    if (end == lr->value || *end != '\0' || errno == ERANGE || !isfinite(v) ||
+        !(v > 0.0) || v > BUCKET_MB_MAX)
+        return expected(lr, allowed);
+    cfg->bucket_mb = v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_overlap(const line_ref *lr, sdnn_config *cfg)
+{
+    if (strcmp(lr->value, "0") == 0)
+        cfg->overlap = 0;
+    else if (strcmp(lr->value, "1") == 0)
+        cfg->overlap = 1;
+    else
+        return expected(lr, "0 or 1");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_interval(const line_ref *lr, sdnn_config *cfg)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(lr->value, &end, 10);
+    if (end == lr->value || *end != '\0' || errno == ERANGE || v < 1 ||
+        v > INTERVAL_MAX)
+        return expected(lr, "an integer >= 1 and <= 1000000");
+    cfg->interval = (int)v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_csv(const line_ref *lr, sdnn_config *cfg)
+{
+    if (strlen(lr->value) >= sizeof cfg->csv) {
+        char what[96];
+        snprintf(what, sizeof what, "path too long (at most %zu characters)",
+                 sizeof cfg->csv - 1);
+        return line_error(lr, SDNN_ERR_INVALID, what);
+    }
+    snprintf(cfg->csv, sizeof cfg->csv, "%s", lr->value);
+    return SDNN_OK;
+}
+
+static const key_spec g_keys[] = {
+    { "mode", parse_mode, "scalednn or stock" },
+    { "backend", parse_backend, "a backend (available: local)" },
+    { "bucket_mb", parse_bucket_mb, "a number of MiB > 0 and <= 4096" },
+    { "overlap", parse_overlap, "0 or 1" },
+    { "interval", parse_interval, "an integer >= 1 and <= 1000000" },
+    { "compress", parse_compress, "a codec (available: none)" },
+    { "csv", parse_csv, "a file path" },
+};
+#define N_KEYS (sizeof g_keys / sizeof g_keys[0])
+
+/* ---- the line loop ------------------------------------------------------- */
+
+typedef struct parse_state {
+    const char *name;
+    sdnn_config *cfg;
+    char *line;             /* scratch: the current line without whitespace */
+    char *out;              /* stripped text being built, NULL if not wanted */
+    size_t out_len;
+    int in_section;         /* inside [scalednn] */
+    int section_line;       /* line of the [scalednn] header, 0 = not seen */
+    int key_line[N_KEYS];   /* line where each key was set, 0 = not set */
+} parse_state;
+
+/* Copy src[0..len) into dst without any whitespace.  Darknet's reader drops
+ * spaces, tabs and the line end; '\r' and the rest go too, for CRLF files. */
+static void strip_whitespace(const char *src, size_t len, char *dst)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isspace((unsigned char)src[i])) *dst++ = src[i];
+    *dst = '\0';
+}
+
+static sdnn_status on_header(parse_state *ps, int lineno)
+{
+    if (strcmp(ps->line, SECTION_HEADER) != 0) {
+        ps->in_section = 0;
+        return SDNN_OK;
+    }
+    if (ps->section_line != 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "%s:%d: [scalednn]: second [scalednn] section "
+                          "(first at line %d); only one is allowed",
+                          ps->name, lineno, ps->section_line);
+    ps->section_line = lineno;
+    ps->in_section = 1;
+    ps->cfg->present = 1;
+    return SDNN_OK;
+}
+
+static sdnn_status on_key_value(parse_state *ps, int lineno)
+{
+    line_ref lr = { ps->name, lineno, ps->line, NULL };
+    char *eq = strchr(ps->line, '=');
+    if (eq == NULL)
+        return line_error(&lr, SDNN_ERR_INVALID,
+                          "expected key=value (keys: " KNOWN_KEYS ")");
+    *eq = '\0';
+    lr.value = eq + 1;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        if (strcmp(lr.key, g_keys[k].key) != 0) continue;
+        if (ps->key_line[k] != 0) {
+            char what[128];
+            snprintf(what, sizeof what,
+                     "repeated key (first at line %d); "
+                     "each key may appear once",
+                     ps->key_line[k]);
+            return line_error(&lr, SDNN_ERR_INVALID, what);
+        }
+        ps->key_line[k] = lineno;
+        if (lr.value[0] == '\0') {
+            char what[160];
+            snprintf(what, sizeof what, "empty value; expected %s",
+                     g_keys[k].allowed);
+            return line_error(&lr, SDNN_ERR_INVALID, what);
+        }
+        return g_keys[k].parse(&lr, ps->cfg);
+    }
+    return line_error(&lr, SDNN_ERR_INVALID, "unknown key (" KNOWN_KEYS ")");
+}
+
+/* Handle one line; `text` has `len` bytes, `full` counting its newline. */
+static sdnn_status on_line(parse_state *ps, const char *text, size_t len,
+                           size_t full, int lineno)
+{
+    strip_whitespace(text, len, ps->line);
+    int drop = 0;
+    if (ps->line[0] == '[') {
+        SDNN_CHECK(on_header(ps, lineno));
+        drop = ps->in_section;
+    } else if (ps->in_section) {
+        drop = 1;
+        char c = ps->line[0];
+        if (c != '\0' && c != '#' && c != ';')
+            SDNN_CHECK(on_key_value(ps, lineno));
+    }
+    if (!drop && ps->out != NULL) {
+        memcpy(ps->out + ps->out_len, text, full);
+        ps->out_len += full;
+    }
+    return SDNN_OK;
+}
+
+static sdnn_status parse_lines(parse_state *ps, const char *text)
+{
+    int lineno = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        size_t full = nl ? len + 1 : len;
+        SDNN_CHECK(on_line(ps, p, len, full, ++lineno));
+        p += full;
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_config_parse_text(const char *name, const char *text,
+                                   sdnn_config *cfg, char **stripped)
+{
+    if (stripped != NULL) *stripped = NULL;
+    if (name == NULL || text == NULL || cfg == NULL)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "sdnn_config_parse_text: name, text and cfg "
+                          "are required");
+    const sdnn_config defaults = SDNN_CONFIG_INIT;
+    *cfg = defaults;
+
+    size_t size = strlen(text) + 1;
+    parse_state ps = { .name = name, .cfg = cfg };
+    ps.line = malloc(size);
+    if (stripped != NULL) ps.out = malloc(size);
+    if (ps.line == NULL || (stripped != NULL && ps.out == NULL)) {
+        free(ps.line);
+        free(ps.out);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory for a %zu-byte cfg",
+                          name, size - 1);
+    }
+    sdnn_status st = parse_lines(&ps, text);
+    free(ps.line);
+    if (st != SDNN_OK) {
+        free(ps.out);
+        return st;
+    }
+    if (!cfg->present) cfg->mode = SDNN_MODE_STOCK;
+    if (stripped != NULL) {
+        ps.out[ps.out_len] = '\0';
+        *stripped = ps.out;
+    }
+    return SDNN_OK;
+}
+
+/* ---- files --------------------------------------------------------------- */
+
+/* Read the whole of `path` into a malloc'd, NUL-terminated string. */
+static sdnn_status read_whole_file(const char *path, char **text)
+{
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open cfg: %s", path,
+                          strerror(errno));
+    sdnn_status st = SDNN_OK;
+    size_t cap = 0, len = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (cap - len < 2) {
+            size_t grown_cap = cap ? cap * 2 : 4096;
+            char *grown = realloc(buf, grown_cap);
+            if (grown == NULL) {
+                st = SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to read the cfg",
+                                path);
+                break;
+            }
+            buf = grown;
+            cap = grown_cap;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n > 0) continue;
+        if (ferror(f))
+            st = SDNN_ERROR(SDNN_ERR_IO, "%s: cannot read cfg: %s", path,
+                            strerror(errno));
+        break;
+    }
+    fclose(f);
+    if (st != SDNN_OK) {
+        free(buf);
+        return st;
+    }
+    buf[len] = '\0';
+    if (memchr(buf, '\0', len) != NULL) {
+        free(buf);
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "%s: contains a NUL byte; a cfg must be text", path);
+    }
+    *text = buf;
+    return SDNN_OK;
+}
+
+/* Write all of buf to fd, resuming after short writes and EINTR. */
+static sdnn_status write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return SDNN_ERROR(SDNN_ERR_SYSTEM,
+                              "writing the stripped cfg to a memfd: %s",
+                              n < 0 ? strerror(errno) : "wrote nothing");
+        buf += n;
+        len -= (size_t)n;
+    }
+    return SDNN_OK;
+}
+
+/* Put `text` in a fresh memfd positioned at 0; out->fd stays -1 on failure. */
+static sdnn_status make_memfd(const char *text, sdnn_stripped_cfg *out)
+{
+    int fd = memfd_create("sdnn-cfg", MFD_CLOEXEC);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_SYSTEM,
+                          "memfd_create for the stripped cfg: %s",
+                          strerror(errno));
+    sdnn_status st = write_all(fd, text, strlen(text));
+    if (st == SDNN_OK && lseek(fd, 0, SEEK_SET) != 0)
+        st = SDNN_ERROR(SDNN_ERR_SYSTEM, "lseek on the stripped cfg memfd: %s",
+                        strerror(errno));
+    if (st != SDNN_OK) {
+        close(fd);
+        return st;
+    }
+    out->fd = fd;
+    snprintf(out->path, sizeof out->path, "/proc/self/fd/%d", fd);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
+                             sdnn_stripped_cfg *out)
+{
+    if (out != NULL) {
+        out->fd = -1;
+        out->path[0] = '\0';
+    }
+    if (path == NULL || cfg == NULL || out == NULL)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "sdnn_config_load: path, cfg and out are required");
+    char *text = NULL;
+    SDNN_CHECK(read_whole_file(path, &text));
+    char *stripped = NULL;
+    sdnn_status st = sdnn_config_parse_text(path, text, cfg, &stripped);
+    free(text);
+    if (st != SDNN_OK) return st;
+    st = make_memfd(stripped, out);
+    free(stripped);
+    return st;
+}
+
+void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s)
+{
+    if (s == NULL || s->fd < 0) return;
+    close(s->fd);
+    s->fd = -1;
+}
+
+void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0) return;
+    if (cfg == NULL) {
+        buf[0] = '\0';
+        return;
+    }
+    snprintf(buf, len,
+             "mode=%s backend=%s bucket_mb=%g overlap=%d interval=%d "
+             "compress=%s csv=%s",
+             cfg->mode == SDNN_MODE_STOCK ? "stock" : "scalednn", cfg->backend,
+             cfg->bucket_mb, cfg->overlap, cfg->interval, cfg->compress,
+             cfg->csv[0] != '\0' ? cfg->csv : "-");
+}

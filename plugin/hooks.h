@@ -1,0 +1,33 @@
+/*
+ * hooks: wrappers around each layer's backward and update pointers.
+ *
+ * Darknet calls l.backward(l, net) with net.index = i and l.update(l, args)
+ * with no index.  The wrappers find the replica through a thread-local
+ * context (each replica trains in its own thread), the layer through
+ * net.index (backward) or its parameter pointers (update), tell the
+ * exchange, and call Darknet's own function.  Without a context (a thread
+ * that is not a replica) they are transparent.
+ */
+#ifndef SDNN_HOOKS_H
+#define SDNN_HOOKS_H
+
+#include "exchange.h"
+#include "scalednn.h"
+#include <darknet.h>
+
+typedef struct sdnn_hook_ctx {
+    sdnn_exchange *ex;
+    int replica;
+    network *net;
+    int cursor;          /* next layer index update_network will reach */
+} sdnn_hook_ctx;
+
+/* Wrap the backward and update pointers of every layer with parameters. */
+sdnn_status sdnn_hooks_install(network *net);
+/* Put Darknet's own pointers back. */
+void sdnn_hooks_uninstall(network *net);
+
+/* Context of the calling thread (NULL to clear). */
+void sdnn_hooks_set_context(sdnn_hook_ctx *ctx);
+
+#endif

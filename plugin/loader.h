@@ -1,0 +1,38 @@
+/*
+ * loader: CPU-centric batch building on top of Darknet's load_data.
+ *
+ * One host loader builds the whole step's batch (batch x subdivisions x
+ * replicas images) in Darknet's background loader thread, one step ahead of
+ * training, and each replica gets a view of its rows: no image is copied
+ * again to split the batch.
+ */
+#ifndef SDNN_LOADER_H
+#define SDNN_LOADER_H
+
+#include "scalednn.h"
+#include <darknet.h>
+#include <pthread.h>
+
+typedef struct sdnn_loader {
+    load_args args;
+    data buffer;        /* filled by Darknet's loader thread */
+    pthread_t thread;
+    int running;
+    double wait_s;      /* time the last next() waited for the batch */
+} sdnn_loader;
+
+/* Start loading the first batch.  args.d is set to &L->buffer. */
+sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args);
+/* Hand over the batch loaded in the background and start the next one.
+ * The caller frees *out with free_data(). */
+sdnn_status sdnn_loader_next(sdnn_loader *L, data *out);
+/* Drop the batch in flight and restart at a new input size. */
+sdnn_status sdnn_loader_resize(sdnn_loader *L, int w, int h);
+/* Wait for the batch in flight and free it. */
+void sdnn_loader_stop(sdnn_loader *L);
+
+/* Rows [part*rows/nparts, (part+1)*rows/nparts) of d, sharing d's memory
+ * (shallow: free only d). */
+data sdnn_data_slice(data d, int part, int nparts);
+
+#endif

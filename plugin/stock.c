@@ -1,0 +1,79 @@
+/*
+ * stock: see stock.h.  The arithmetic follows Darknet's sync_nets: the host
+ * buffer starts as replica 0's tensor, the others are added in replica
+ * order, the sum is scaled by (float)(1.0/n), and the result is copied to
+ * every replica.
+ */
+#include "stock.h"
+#include "replicas.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sdnn_stock_due(network **nets, int n, int interval)
+{
+    if (n < 2 || interval < 1) return 0;
+    return get_current_batch(nets[0]) % (size_t)interval == 0;
+}
+
+static int averaged_type(LAYER_TYPE t)
+{
+    return t == CONVOLUTIONAL || t == DECONVOLUTIONAL || t == CONNECTED;
+}
+
+sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
+{
+    *bytes = 0;
+    network *base = nets[0];
+    *base->seen += (size_t)interval * (size_t)(n - 1) * (size_t)base->batch *
+                   (size_t)base->subdivisions;
+    for (int r = 1; r < n; ++r) *nets[r]->seen = *base->seen;
+
+    size_t cap = 0;
+    float *host = NULL;
+    const float scale = (float)(1.0 / n);
+    for (int i = 0; i < base->n; ++i) {
+        if (!averaged_type(base->layers[i].type)) continue;
+        sdnn_param p0[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&base->layers[i], p0);
+        for (int j = 0; j < np; ++j) {
+            size_t len = p0[j].n;
+            if (len > cap) {
+                float *h = realloc(host, len * sizeof *h);
+                if (!h) {
+                    free(host);
+                    return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the stock host buffer");
+                }
+                host = h;
+                cap = len;
+            }
+            memcpy(host, p0[j].val, len * sizeof *host);
+            for (int r = 1; r < n; ++r) {
+                sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
+                sdnn_layer_params(&nets[r]->layers[i], pr);
+                const float *x = pr[j].val;
+                for (size_t e = 0; e < len; ++e) host[e] += x[e];
+            }
+            for (size_t e = 0; e < len; ++e) host[e] *= scale;
+            for (size_t e = 0; e < len; ++e) {
+                if (!isfinite(host[e])) {
+                    free(host);
+                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                      "non-finite averaged %s[%zu] of layer %d (%s) at iteration %zu; "
+                                      "training stopped, saved weights are left as they were",
+                                      p0[j].what, e, i, sdnn_layer_type_name(base->layers[i].type),
+                                      get_current_batch(base));
+                }
+            }
+            for (int r = 0; r < n; ++r) {
+                sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
+                sdnn_layer_params(&nets[r]->layers[i], pr);
+                memcpy(pr[j].val, host, len * sizeof *host);
+            }
+            *bytes += 2u * (size_t)n * len * sizeof(float);
+        }
+    }
+    free(host);
+    return SDNN_OK;
+}

@@ -1,0 +1,25 @@
+/*
+ * stock: Darknet's own multi-device protocol, reproduced as the baseline.
+ *
+ * Each replica takes its own SGD steps on its slice of the batch.  Every
+ * `interval` iterations (counted on replica 0 as Darknet does) the weights,
+ * biases and batch-norm scales of convolutional, deconvolutional and
+ * connected layers are averaged through one host buffer and copied back to
+ * every replica, and the `seen` counters catch up with the images the other
+ * replicas trained on.  Running statistics are not averaged.
+ */
+#ifndef SDNN_STOCK_H
+#define SDNN_STOCK_H
+
+#include "scalednn.h"
+#include <darknet.h>
+#include <stddef.h>
+
+/* 1 when Darknet's train_networks would sync after this step. */
+int sdnn_stock_due(network **nets, int n, int interval);
+
+/* The sync itself.  *bytes gets the bytes moved to and from the host
+ * buffer.  A non-finite averaged weight is SDNN_ERR_NONFINITE. */
+sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes);
+
+#endif

@@ -1,0 +1,240 @@
+/*
+ * trainer: worker threads, the step in both modes, saving (see trainer.h).
+ *
+ * Workers wait on a generation counter; the main thread publishes a step
+ * (the slices), bumps the generation and waits until every worker has
+ * reported.  Nothing inside the step allocates.
+ */
+#include "trainer.h"
+#include "blas.h"
+#include "comm.h"
+#include "hooks.h"
+#include "loader.h"
+#include "replicas.h"
+#include "saveio.h"
+#include "stock.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct worker {
+    sdnn_trainer *t;
+    int r;
+    pthread_t thread;
+    sdnn_hook_ctx ctx;
+    data slice;
+    float loss;
+} worker;
+
+struct sdnn_trainer {
+    network **nets;
+    int n;
+    int own;
+    sdnn_config cfg;
+    sdnn_comm *comm;
+    sdnn_exchange *ex;
+    worker *w;
+    int nthreads;
+
+    pthread_mutex_t mu;
+    pthread_cond_t go;
+    pthread_cond_t done;
+    unsigned long gen;
+    int finished;
+    int stop;
+    size_t seen_start;     /* seen each replica starts its part of the step at */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_replica(worker *w)
+{
+    sdnn_trainer *t = w->t;
+    network *net = t->nets[w->r];
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
+        /* Start this replica's count where the step's last batch begins, so
+         * train_network's own increments end at seen + n batches and the
+         * learning rate of the update is the one for the whole step. */
+        *net->seen = t->seen_start;
+        w->ctx.cursor = 0;
+        sdnn_exchange_replica_begin(t->ex, w->r);
+    }
+    w->loss = train_network(net, w->slice);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    sdnn_trainer *t = w->t;
+    sdnn_hooks_set_context(t->ex ? &w->ctx : NULL);
+    unsigned long seen_gen = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->stop && t->gen == seen_gen) pthread_cond_wait(&t->go, &t->mu);
+        if (t->stop) break;
+        seen_gen = t->gen;
+        pthread_mutex_unlock(&t->mu);
+        run_replica(w);
+        pthread_mutex_lock(&t->mu);
+        if (++t->finished == t->n) pthread_cond_signal(&t->done);
+    }
+    pthread_mutex_unlock(&t->mu);
+    sdnn_hooks_set_context(NULL);
+    return NULL;
+}
+
+void sdnn_trainer_destroy(sdnn_trainer *t)
+{
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < t->nthreads; ++i) pthread_join(t->w[i].thread, NULL);
+    sdnn_exchange_destroy(t->ex);
+    sdnn_comm_close(t->comm);
+    for (int r = 0; r < t->n; ++r) {
+        sdnn_hooks_uninstall(t->nets[r]);
+        t->nets[r]->learning_rate /= (float)t->n;
+    }
+    if (t->own) sdnn_replicas_free(t->nets, t->n);
+    free(t->w);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    free(t);
+}
+
+sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
+                                sdnn_trainer **out)
+{
+    *out = NULL;
+    if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "need at least one replica");
+    sdnn_trainer *t = calloc(1, sizeof *t);
+    if (!t) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    t->nets = nets;
+    t->n = n;
+    t->cfg = *cfg;
+    for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)n;
+    sdnn_status st = SDNN_OK;
+
+    if (cfg->mode == SDNN_MODE_SCALEDNN) {
+        SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
+        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, cfg->bucket_mb, cfg->overlap, &t->ex),
+                       st, fail);
+        for (int r = 0; r < n; ++r) SDNN_CHECKGOTO(sdnn_hooks_install(nets[r]), st, fail);
+    }
+    /* Several replica threads share the cores: one BLAS thread each. */
+    {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int per = cores > 0 ? (int)(cores / n) : 1;
+        sdnn_blas_set_threads(per < 1 ? 1 : per);
+    }
+    t->w = calloc((size_t)n, sizeof *t->w);
+    if (!t->w) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for workers");
+        goto fail;
+    }
+    for (int r = 0; r < n; ++r) {
+        worker *w = &t->w[r];
+        w->t = t;
+        w->r = r;
+        w->ctx.ex = t->ex;
+        w->ctx.replica = r;
+        w->ctx.net = nets[r];
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            st = SDNN_ERROR(SDNN_ERR_SYSTEM, "cannot start replica thread %d", r);
+            goto fail;
+        }
+        t->nthreads++;
+    }
+    t->own = own;
+    *out = t;
+    return SDNN_OK;
+fail:
+    t->own = 0;   /* the caller keeps its networks on failure */
+    sdnn_trainer_destroy(t);
+    return st;
+}
+
+int sdnn_trainer_replicas(const sdnn_trainer *t) { return t->n; }
+network *sdnn_trainer_net(sdnn_trainer *t, int r) { return t->nets[r]; }
+network **sdnn_trainer_nets(sdnn_trainer *t) { return t->nets; }
+const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t) { return t->ex; }
+
+size_t sdnn_trainer_iteration(sdnn_trainer *t) { return get_current_batch(t->nets[0]); }
+
+static void run_workers(sdnn_trainer *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->finished = 0;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    while (t->finished < t->n) pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
+{
+    network *net0 = t->nets[0];
+    int per = net0->batch * net0->subdivisions;
+    memset(st, 0, sizeof *st);
+    if (d.X.rows != per * t->n)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "step batch has %d images, expected batch %d x subdivisions %d x %d replicas",
+                          d.X.rows, net0->batch, net0->subdivisions, t->n);
+    for (int r = 0; r < t->n; ++r) t->w[r].slice = sdnn_data_slice(d, r, t->n);
+
+    double t0 = now_s();
+    sdnn_status status = SDNN_OK;
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
+        size_t base = *net0->seen;
+        t->seen_start = base + (size_t)(t->n - 1) * (size_t)per;
+        size_t iter_after = (base + (size_t)t->n * (size_t)per) / (size_t)per;
+        sdnn_exchange_step_begin(t->ex, (int)iter_after);
+        run_workers(t);
+        sdnn_exchange_stats xs;
+        status = sdnn_exchange_step_end(t->ex, &xs);
+        st->bytes = xs.bytes;
+        st->exposed_s = xs.exposed_s;
+        st->comm_s = xs.comm_s;
+    } else {
+        run_workers(t);
+        if (sdnn_stock_due(t->nets, t->n, t->cfg.interval)) {
+            double s0 = now_s();
+            status = sdnn_stock_sync(t->nets, t->n, t->cfg.interval, &st->bytes);
+            st->exposed_s = st->comm_s = now_s() - s0;
+            st->synced = 1;
+        }
+    }
+    st->seconds = now_s() - t0;
+    float sum = 0;
+    for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;
+    st->loss = sum / (float)t->n;
+    return status;
+}
+
+sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h)
+{
+    for (int r = 0; r < t->n; ++r)
+        if (resize_network(t->nets[r], w, h) != 0)
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot resize replica %d to %dx%d", r, w, h);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
+{
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN) sdnn_replicas_average_bn(t->nets, t->n);
+    return sdnn_save_weights_atomic(t->nets[0], path);
+}

@@ -1,0 +1,56 @@
+/*
+ * trainer: N replicas training one model, in scalednn or stock mode.
+ *
+ * Each replica runs in a worker thread of its own for the trainer's whole
+ * life and trains its slice of every step's batch with Darknet's own
+ * train_network.  In scalednn mode the hooks and the exchange average the
+ * fresh gradients every step; in stock mode Darknet's periodic weight
+ * averaging runs after the step.  Like stock Darknet, the trainer
+ * multiplies every replica's learning rate by N, and one step of N replicas
+ * advances the iteration counter by N batches.
+ */
+#ifndef SDNN_TRAINER_H
+#define SDNN_TRAINER_H
+
+#include "config.h"
+#include "exchange.h"
+#include "scalednn.h"
+#include <darknet.h>
+
+typedef struct sdnn_trainer sdnn_trainer;
+
+typedef struct sdnn_step_stats {
+    float loss;            /* mean of the replicas' train_network losses */
+    double seconds;        /* wall time of the step (compute + exchange) */
+    double exposed_s;      /* time the step waited on communication */
+    double comm_s;         /* time spent in collectives (may be hidden) */
+    size_t bytes;          /* bytes exchanged in this step */
+    int synced;            /* stock mode: weights were averaged */
+} sdnn_step_stats;
+
+/* Take ownership of `nets` (n replicas with identical weights, see
+ * sdnn_replicas_create) when own != 0.  Multiplies learning rates by n. */
+sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
+                                sdnn_trainer **out);
+void sdnn_trainer_destroy(sdnn_trainer *t);
+
+int sdnn_trainer_replicas(const sdnn_trainer *t);
+network *sdnn_trainer_net(sdnn_trainer *t, int r);
+network **sdnn_trainer_nets(sdnn_trainer *t);
+const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t);
+
+/* One step on d, which holds batch x subdivisions x n rows; replica r
+ * trains rows [r*rows/n, (r+1)*rows/n). */
+sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st);
+
+/* Resize every replica to w x h (multi-scale training). */
+sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
+
+/* Save in Darknet's format, atomically.  scalednn mode first averages the
+ * batch-norm running statistics over the replicas. */
+sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
+
+/* Current iteration (Darknet's get_current_batch of replica 0). */
+size_t sdnn_trainer_iteration(sdnn_trainer *t);
+
+#endif

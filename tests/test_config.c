@@ -1,0 +1,620 @@
+/*
+ * Tests of plugin/config.c: parsing and validating the [scalednn] section,
+ * the cfg text without it (checked byte for byte), its error messages, and
+ * the memfd copy that Darknet's own parse_network_cfg() must accept.
+ */
+#include <darknet.h> /* before cmocka.h, whose macros could clash with names */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define NAME "cfg/x.cfg"
+
+/* ---- helpers ---------------------------------------------------------- */
+
+/* Parse text that must be valid; return the stripped text (caller frees). */
+static char *parse_ok(const char *text, sdnn_config *cfg)
+{
+    char *stripped = NULL;
+    sdnn_clear_error();
+    sdnn_status st = sdnn_config_parse_text(NAME, text, cfg, &stripped);
+    if (st != SDNN_OK) print_error("unexpected error: %s\n", sdnn_last_error());
+    assert_int_equal(st, SDNN_OK);
+    assert_non_null(stripped);
+    return stripped;
+}
+
+/* Parse text that must fail with `want`; check nothing was handed back. */
+static void parse_fails(const char *text, sdnn_status want)
+{
+    sdnn_config cfg;
+    char dummy = 0;
+    char *stripped = &dummy;
+    sdnn_clear_error();
+    sdnn_status st = sdnn_config_parse_text(NAME, text, &cfg, &stripped);
+    if (st != want) print_error("status %d, message: %s\n", st, sdnn_last_error());
+    assert_int_equal(st, want);
+    assert_null(stripped);
+}
+
+/* The last message contains `needle`. */
+static void assert_msg_has(const char *needle)
+{
+    const char *msg = sdnn_last_error();
+    if (strstr(msg, needle) == NULL)
+        print_error("message \"%s\"\n  lacks \"%s\"\n", msg, needle);
+    assert_non_null(strstr(msg, needle));
+}
+
+/* The last message starts with `prefix`. */
+static void assert_msg_starts(const char *prefix)
+{
+    const char *msg = sdnn_last_error();
+    if (strncmp(msg, prefix, strlen(prefix)) != 0)
+        print_error("message \"%s\"\n  does not start with \"%s\"\n", msg,
+                    prefix);
+    assert_int_equal(strncmp(msg, prefix, strlen(prefix)), 0);
+}
+
+/* Parse a [scalednn] section holding only `line`; it must be valid. */
+static void parse_line_ok(const char *line, sdnn_config *cfg)
+{
+    char text[2048];
+    snprintf(text, sizeof text, "[net]\nbatch=1\n[scalednn]\n%s\n", line);
+    char *stripped = parse_ok(text, cfg);
+    assert_string_equal(stripped, "[net]\nbatch=1\n");
+    free(stripped);
+}
+
+static void assert_defaults(const sdnn_config *cfg)
+{
+    assert_int_equal(cfg->present, 1);
+    assert_int_equal(cfg->mode, SDNN_MODE_SCALEDNN);
+    assert_string_equal(cfg->backend, "local");
+    assert_true(cfg->bucket_mb == 4.0);
+    assert_int_equal(cfg->overlap, 1);
+    assert_int_equal(cfg->interval, 4);
+    assert_string_equal(cfg->compress, "none");
+    assert_string_equal(cfg->csv, "");
+}
+
+/* Write text to a fresh temporary file whose name goes to path[64]. */
+static void write_temp(const char *text, char path[64])
+{
+    snprintf(path, 64, "/tmp/sdnn-test-cfg-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t len = strlen(text);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    assert_int_equal(close(fd), 0);
+}
+
+/* Read all of `path` (malloc'd, NUL-terminated). */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t cap = 1 << 16;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, cap - 1, f);
+    assert_false(ferror(f));
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* ---- sections and stripping ----------------------------------------------- */
+
+static void test_no_section(void **state)
+{
+    (void)state;
+    const char *text = "# a stock cfg\n[net]\nbatch=2\n\n[convolutional]\n"
+                       "filters=4\n; end\n";
+    sdnn_config cfg;
+    char *stripped = parse_ok(text, &cfg);
+    assert_int_equal(cfg.present, 0);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_string_equal(cfg.backend, "local");
+    assert_true(cfg.bucket_mb == 4.0);
+    assert_int_equal(cfg.overlap, 1);
+    assert_int_equal(cfg.interval, 4);
+    assert_string_equal(cfg.compress, "none");
+    assert_string_equal(cfg.csv, "");
+    assert_string_equal(stripped, text);
+    free(stripped);
+}
+
+static void test_empty_text(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("", &cfg);
+    assert_int_equal(cfg.present, 0);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_string_equal(stripped, "");
+    free(stripped);
+}
+
+static void test_empty_section_defaults(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[net]\nbatch=2\n[scalednn]\n[softmax]\n", &cfg);
+    assert_defaults(&cfg);
+    assert_string_equal(stripped, "[net]\nbatch=2\n[softmax]\n");
+    free(stripped);
+}
+
+static void test_section_first(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[scalednn]\n# settings\nmode = stock\n\n"
+                              "bucket_mb=8\n[net]\nbatch=2\n"
+                              "[convolutional]\nfilters=4\n",
+                              &cfg);
+    assert_int_equal(cfg.present, 1);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_true(cfg.bucket_mb == 8.0);
+    assert_int_equal(cfg.interval, 4);
+    assert_string_equal(stripped, "[net]\nbatch=2\n[convolutional]\nfilters=4\n");
+    free(stripped);
+}
+
+static void test_section_middle(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("# top comment\n[net]\nbatch=2\n\n"
+                              "  [ scalednn ]  \n  overlap = 0\n; note\n\n"
+                              "\tinterval=16\n[convolutional]\n  filters = 4 \n"
+                              "mode=kept\n",
+                              &cfg);
+    assert_int_equal(cfg.present, 1);
+    assert_int_equal(cfg.mode, SDNN_MODE_SCALEDNN);
+    assert_int_equal(cfg.overlap, 0);
+    assert_int_equal(cfg.interval, 16);
+    assert_string_equal(stripped, "# top comment\n[net]\nbatch=2\n\n"
+                                  "[convolutional]\n  filters = 4 \nmode=kept\n");
+    free(stripped);
+}
+
+static void test_section_last_no_newline(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[net]\nbatch=2\n[softmax]\n[scalednn]\n"
+                              "csv=/tmp/run.csv\ncompress=none",
+                              &cfg);
+    assert_int_equal(cfg.present, 1);
+    assert_string_equal(cfg.csv, "/tmp/run.csv");
+    assert_string_equal(cfg.compress, "none");
+    assert_string_equal(stripped, "[net]\nbatch=2\n[softmax]\n");
+    free(stripped);
+}
+
+static void test_kept_last_line_without_newline(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[scalednn]\nmode=stock\n[net]\nbatch=2", &cfg);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_string_equal(stripped, "[net]\nbatch=2");
+    free(stripped);
+}
+
+static void test_crlf(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[net]\r\nbatch=2\r\n[scalednn]\r\nmode=stock\r\n"
+                              "interval=8\r\n\r\n[convolutional]\r\n"
+                              "filters=4\r\n",
+                              &cfg);
+    assert_int_equal(cfg.present, 1);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_int_equal(cfg.interval, 8);
+    assert_string_equal(stripped,
+                        "[net]\r\nbatch=2\r\n[convolutional]\r\nfilters=4\r\n");
+    free(stripped);
+
+    parse_fails("[scalednn]\r\noverlap=2\r\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] overlap=2: expected 0 or 1");
+    assert_null(strchr(sdnn_last_error(), '\r'));
+}
+
+static void test_stripped_not_wanted(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    assert_int_equal(sdnn_config_parse_text(NAME, "[scalednn]\ninterval=3\n",
+                                            &cfg, NULL),
+                     SDNN_OK);
+    assert_int_equal(cfg.interval, 3);
+}
+
+/* ---- good values ---------------------------------------------------------- */
+
+static void test_all_keys_good(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char *stripped = parse_ok("[net]\n[scalednn]\nmode=scalednn\nbackend=local\n"
+                              "bucket_mb=0.25\noverlap=0\ninterval=1\n"
+                              "compress=none\ncsv=out/run 1.csv\n[softmax]\n",
+                              &cfg);
+    assert_int_equal(cfg.present, 1);
+    assert_int_equal(cfg.mode, SDNN_MODE_SCALEDNN);
+    assert_string_equal(cfg.backend, "local");
+    assert_true(cfg.bucket_mb == 0.25);
+    assert_int_equal(cfg.overlap, 0);
+    assert_int_equal(cfg.interval, 1);
+    assert_string_equal(cfg.compress, "none");
+    /* Darknet removes all whitespace, so does the parser. */
+    assert_string_equal(cfg.csv, "out/run1.csv");
+    assert_string_equal(stripped, "[net]\n[softmax]\n");
+    free(stripped);
+}
+
+static void test_good_edge_values(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    parse_line_ok("mode=stock", &cfg);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    parse_line_ok("bucket_mb=4096", &cfg);
+    assert_true(cfg.bucket_mb == 4096.0);
+    parse_line_ok("bucket_mb=1e1", &cfg);
+    assert_true(cfg.bucket_mb == 10.0);
+    parse_line_ok("bucket_mb=0.001", &cfg);
+    assert_true(cfg.bucket_mb == 0.001);
+    parse_line_ok("overlap=1", &cfg);
+    assert_int_equal(cfg.overlap, 1);
+    parse_line_ok("interval=1000000", &cfg);
+    assert_int_equal(cfg.interval, 1000000);
+    parse_line_ok(" interval = 2 ", &cfg);
+    assert_int_equal(cfg.interval, 2);
+
+    char line[1100];
+    memcpy(line, "csv=", 4);
+    memset(line + 4, 'a', 1023);
+    line[4 + 1023] = '\0';
+    parse_line_ok(line, &cfg);
+    assert_int_equal(strlen(cfg.csv), 1023);
+}
+
+/* ---- bad values: one test per case ---------------------------------------- */
+
+typedef struct bad_case {
+    const char *line;    /* the line inside the section (no whitespace) */
+    sdnn_status status;
+    const char *what;    /* what the message must say is wrong */
+    const char *allowed; /* what the message must say is allowed */
+} bad_case;
+
+#define KEYS "mode, backend, bucket_mb, overlap, interval, compress, csv"
+#define BUCKET "> 0 and <= 4096"
+#define INTERVAL ">= 1 and <= 1000000"
+#define BACKENDS "(local, mpi, nccl, auto)"
+#define CODECS "(none, fp16, bf16, int8, topk, auto)"
+#define NOT_HERE "not available in this build"
+
+static const bad_case g_bad[] = {
+    { "speed=3", SDNN_ERR_INVALID, "unknown key", KEYS },
+    { "=3", SDNN_ERR_INVALID, "unknown key", KEYS },
+    { "overlap", SDNN_ERR_INVALID, "expected key=value", KEYS },
+    { "mode=fast", SDNN_ERR_INVALID, "unknown mode", "(scalednn, stock)" },
+    { "mode=", SDNN_ERR_INVALID, "empty value", "scalednn or stock" },
+    { "backend=tcp", SDNN_ERR_INVALID, "unknown backend", BACKENDS },
+    { "backend=mpi", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
+    { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
+    { "backend=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
+    { "backend=", SDNN_ERR_INVALID, "empty value", "available: local" },
+    { "bucket_mb=abc", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=-1", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=0", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=4x", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=4097", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=inf", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=nan", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=1e999", SDNN_ERR_INVALID, "expected", BUCKET },
+    { "bucket_mb=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, BUCKET },
+    { "bucket_mb=", SDNN_ERR_INVALID, "empty value", BUCKET },
+    { "overlap=2", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "overlap=yes", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "overlap=-1", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "overlap=1x", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "overlap=", SDNN_ERR_INVALID, "empty value", "0 or 1" },
+    { "interval=0", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=-3", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=abc", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=4x", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=2.5", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=1000001", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=99999999999999999999", SDNN_ERR_INVALID, "expected", INTERVAL },
+    { "interval=", SDNN_ERR_INVALID, "empty value", INTERVAL },
+    { "compress=fp12", SDNN_ERR_INVALID, "unknown codec", CODECS },
+    { "compress=fp16", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
+    { "compress=bf16", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
+    { "compress=int8", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
+    { "compress=topk", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
+    { "compress=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
+    { "compress=", SDNN_ERR_INVALID, "empty value", "available: none" },
+    { "csv=", SDNN_ERR_INVALID, "empty value", "file path" },
+};
+#define N_BAD (sizeof g_bad / sizeof g_bad[0])
+
+/* The bad line sits on line 5, inside a section that is in the middle. */
+static void test_bad_value(void **state)
+{
+    const bad_case *c = *state;
+    char text[512];
+    snprintf(text, sizeof text,
+             "[net]\nbatch=1\n[scalednn]\n# comment\n%s\n"
+             "[convolutional]\nfilters=1\n",
+             c->line);
+    parse_fails(text, c->status);
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, NAME ":5: [scalednn] %s: ", c->line);
+    assert_msg_starts(prefix);
+    assert_msg_has(NAME);
+    assert_msg_has(c->line); /* key and value */
+    assert_msg_has(c->what);
+    assert_msg_has(c->allowed);
+}
+
+static void test_message_examples(void **state)
+{
+    (void)state;
+    const char *head = "[net]\nbatch=1\n[convolutional]\nfilters=1\nsize=3\n"
+                       "stride=1\npad=1\nactivation=leaky\n[scalednn]\n";
+    char text[512];
+    snprintf(text, sizeof text, "%soverlap=2\n", head);
+    parse_fails(text, SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":10: [scalednn] overlap=2: expected 0 or 1");
+
+    snprintf(text, sizeof text, "%smode=stock\ncompress=fp12\n", head);
+    parse_fails(text, SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":11: [scalednn] compress=fp12: unknown codec "
+                      "(none, fp16, bf16, int8, topk, auto)");
+}
+
+static void test_csv_too_long(void **state)
+{
+    (void)state;
+    char text[1200];
+    int n = snprintf(text, sizeof text, "[scalednn]\ncsv=");
+    memset(text + n, 'a', 1024);
+    strcpy(text + n + 1024, "\n");
+    parse_fails(text, SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] csv=aaaa");
+    assert_msg_has("path too long");
+    assert_msg_has("at most 1023 characters");
+}
+
+static void test_repeated_key(void **state)
+{
+    (void)state;
+    parse_fails("[net]\n[scalednn]\noverlap=1\nmode=stock\n\n overlap = 0\n",
+                SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":6: [scalednn] overlap=0: repeated key");
+    assert_msg_has("(first at line 3)");
+}
+
+static void test_two_sections(void **state)
+{
+    (void)state;
+    parse_fails("[net]\nbatch=1\n[scalednn]\nmode=stock\n[convolutional]\n"
+                "filters=1\n[scalednn]\n",
+                SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":7: [scalednn]: second [scalednn] section "
+                      "(first at line 3); only one is allowed");
+}
+
+static void test_long_unknown_key_is_shortened(void **state)
+{
+    (void)state;
+    char text[4200];
+    int n = snprintf(text, sizeof text, "[scalednn]\n");
+    memset(text + n, 'k', 4000);
+    strcpy(text + n + 4000, "=1\n");
+    parse_fails(text, SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] kkkk");
+    assert_msg_has("...=1: unknown key (" KEYS ")");
+}
+
+/* ---- describe --------------------------------------------------------------- */
+
+static void test_describe(void **state)
+{
+    (void)state;
+    sdnn_config cfg = SDNN_CONFIG_INIT;
+    char buf[256];
+    sdnn_config_describe(&cfg, buf, sizeof buf);
+    assert_string_equal(buf, "mode=scalednn backend=local bucket_mb=4 overlap=1 "
+                             "interval=4 compress=none csv=-");
+    cfg.mode = SDNN_MODE_STOCK;
+    cfg.bucket_mb = 0.5;
+    cfg.overlap = 0;
+    cfg.interval = 16;
+    snprintf(cfg.csv, sizeof cfg.csv, "/tmp/a.csv");
+    sdnn_config_describe(&cfg, buf, sizeof buf);
+    assert_string_equal(buf, "mode=stock backend=local bucket_mb=0.5 overlap=0 "
+                             "interval=16 compress=none csv=/tmp/a.csv");
+    sdnn_config_describe(&cfg, buf, 10);
+    assert_string_equal(buf, "mode=stoc");
+}
+
+/* ---- load: files, memfd and Darknet --------------------------------------- */
+
+static const char g_tiny_cfg[] =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+    "[scalednn]\nmode=stock\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=3\nactivation=linear\n"
+    "[softmax]\n";
+
+static const char g_tiny_stripped[] =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=3\nactivation=linear\n"
+    "[softmax]\n";
+
+static void test_load_darknet_accepts(void **state)
+{
+    (void)state;
+    char path[64];
+    write_temp(g_tiny_cfg, path);
+    sdnn_config cfg;
+    sdnn_stripped_cfg out;
+    sdnn_status st = sdnn_config_load(path, &cfg, &out);
+    unlink(path);
+    if (st != SDNN_OK) print_error("%s\n", sdnn_last_error());
+    assert_int_equal(st, SDNN_OK);
+    assert_int_equal(cfg.present, 1);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    assert_true(out.fd >= 0);
+    char want_path[64];
+    snprintf(want_path, sizeof want_path, "/proc/self/fd/%d", out.fd);
+    assert_string_equal(out.path, want_path);
+    assert_int_equal(lseek(out.fd, 0, SEEK_CUR), 0);
+    assert_true(fcntl(out.fd, F_GETFD) & FD_CLOEXEC);
+
+    char *back = slurp(out.path);
+    assert_string_equal(back, g_tiny_stripped);
+    free(back);
+
+    network *net = parse_network_cfg(out.path);
+    assert_non_null(net);
+    assert_int_equal(net->n, 3);
+    assert_int_equal(net->batch, 2);
+    assert_int_equal(net->layers[0].type, CONVOLUTIONAL);
+    assert_int_equal(net->layers[1].type, CONNECTED);
+    assert_int_equal(net->layers[2].type, SOFTMAX);
+    free_network(net);
+
+    int fd = out.fd;
+    sdnn_stripped_cfg_close(&out);
+    assert_int_equal(out.fd, -1);
+    assert_int_equal(fcntl(fd, F_GETFD), -1);
+    sdnn_stripped_cfg_close(&out); /* twice is harmless */
+    assert_int_equal(out.fd, -1);
+}
+
+static void test_load_no_section(void **state)
+{
+    (void)state;
+    char path[64];
+    write_temp(g_tiny_stripped, path);
+    sdnn_config cfg;
+    sdnn_stripped_cfg out;
+    assert_int_equal(sdnn_config_load(path, &cfg, &out), SDNN_OK);
+    unlink(path);
+    assert_int_equal(cfg.present, 0);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    char *back = slurp(out.path);
+    assert_string_equal(back, g_tiny_stripped);
+    free(back);
+    sdnn_stripped_cfg_close(&out);
+}
+
+static void test_load_missing_file(void **state)
+{
+    (void)state;
+    const char *path = "/tmp/sdnn-no-such-dir/missing.cfg";
+    sdnn_config cfg;
+    sdnn_stripped_cfg out = { .fd = 42 };
+    sdnn_clear_error();
+    assert_int_equal(sdnn_config_load(path, &cfg, &out), SDNN_ERR_IO);
+    assert_int_equal(out.fd, -1);
+    assert_msg_has(path);
+    assert_msg_has(strerror(ENOENT));
+    sdnn_stripped_cfg_close(&out);
+}
+
+static void test_load_directory(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    sdnn_stripped_cfg out;
+    sdnn_clear_error();
+    assert_int_equal(sdnn_config_load("/tmp", &cfg, &out), SDNN_ERR_IO);
+    assert_int_equal(out.fd, -1);
+    assert_msg_has("/tmp");
+    assert_msg_has(strerror(EISDIR));
+}
+
+static void test_load_bad_section(void **state)
+{
+    (void)state;
+    char path[64];
+    write_temp("[net]\nbatch=1\n[scalednn]\nbackend=nccl\n", path);
+    sdnn_config cfg;
+    sdnn_stripped_cfg out;
+    sdnn_clear_error();
+    sdnn_status st = sdnn_config_load(path, &cfg, &out);
+    unlink(path);
+    assert_int_equal(st, SDNN_ERR_UNSUPPORTED);
+    assert_int_equal(out.fd, -1);
+    char prefix[256];
+    snprintf(prefix, sizeof prefix,
+             "%s:4: [scalednn] backend=nccl: " NOT_HERE " (available: local)",
+             path);
+    assert_msg_starts(prefix);
+}
+
+/* ---- runner --------------------------------------------------------------- */
+
+int main(void)
+{
+    static const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_no_section),
+        cmocka_unit_test(test_empty_text),
+        cmocka_unit_test(test_empty_section_defaults),
+        cmocka_unit_test(test_section_first),
+        cmocka_unit_test(test_section_middle),
+        cmocka_unit_test(test_section_last_no_newline),
+        cmocka_unit_test(test_kept_last_line_without_newline),
+        cmocka_unit_test(test_crlf),
+        cmocka_unit_test(test_stripped_not_wanted),
+        cmocka_unit_test(test_all_keys_good),
+        cmocka_unit_test(test_good_edge_values),
+        cmocka_unit_test(test_message_examples),
+        cmocka_unit_test(test_csv_too_long),
+        cmocka_unit_test(test_repeated_key),
+        cmocka_unit_test(test_two_sections),
+        cmocka_unit_test(test_long_unknown_key_is_shortened),
+        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_load_darknet_accepts),
+        cmocka_unit_test(test_load_no_section),
+        cmocka_unit_test(test_load_missing_file),
+        cmocka_unit_test(test_load_directory),
+        cmocka_unit_test(test_load_bad_section),
+    };
+    enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
+    static struct CMUnitTest tests[N_FIXED + N_BAD];
+    static char names[N_BAD][80];
+    memcpy(tests, fixed, sizeof fixed);
+    for (size_t i = 0; i < N_BAD; i++) {
+        snprintf(names[i], sizeof names[i], "test_bad_value(%s)", g_bad[i].line);
+        tests[N_FIXED + i] = (struct CMUnitTest){
+            .name = names[i],
+            .test_func = test_bad_value,
+            .initial_state = (void *)&g_bad[i],
+        };
+    }
+    return _cmocka_run_group_tests("config", tests, N_FIXED + N_BAD, NULL, NULL);
+}

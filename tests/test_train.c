@@ -1,0 +1,471 @@
+/*
+ * The training oracles of DESIGN §5 that run on the CPU:
+ *  1. one replica in scalednn mode == libdarknet's train_network, bit for bit;
+ *  2. N replicas of batch b == one replica of batch N*b with the same scaled
+ *     rate (no batch norm), relative error < 1e-5 after 10 steps, for
+ *     overlap on/off and several bucket sizes;
+ *  3. stock mode == an independent reference of Darknet's averaging;
+ *  4. replicas stay bit-identical after every scalednn step;
+ * plus the non-finite stop, the bucket partition and the comm registry.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "comm.h"
+#include "config.h"
+#include "exchange.h"
+#include "loader.h"
+#include "replicas.h"
+#include "trainer.h"
+#include "testutil.h"
+
+/* With batch norm; rate schedule that changes during the run (burn_in,
+ * steps) so the learning rate of every update matters. */
+static const char *CFG_BN =
+    "[net]\nbatch=%d\nsubdivisions=%d\nwidth=8\nheight=8\nchannels=3\n"
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.05\nburn_in=3\npolicy=steps\n"
+    "steps=6\nscales=.5\nmax_batches=100\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=5\nactivation=linear\n"
+    "[softmax]\n";
+
+/* Without batch norm, constant rate: the N x b == 1 x Nb oracle. */
+static const char *CFG_PLAIN =
+    "[net]\nbatch=%d\nsubdivisions=%d\nwidth=8\nheight=8\nchannels=3\n"
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\npolicy=constant\nmax_batches=100\n"
+    "[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[convolutional]\nfilters=6\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=16\nactivation=leaky\n"
+    "[connected]\noutput=5\nactivation=linear\n"
+    "[softmax]\n";
+
+#define INPUTS (8 * 8 * 3)
+#define CLASSES 5
+
+static network *make_net(const char *fmt, int batch, int subdiv)
+{
+    char text[2048];
+    /* Darknet divides [net] batch by subdivisions. */
+    snprintf(text, sizeof text, fmt, batch * subdiv, subdiv);
+    network *net = tu_parse(text);
+    assert_non_null(net);
+    return net;
+}
+
+/* n replicas of fmt at batch b whose weights equal `like`'s. */
+static network **make_replicas(const char *fmt, int b, int subdiv, int n, network *like)
+{
+    network **nets = calloc((size_t)n, sizeof *nets);
+    assert_non_null(nets);
+    for (int r = 0; r < n; ++r) nets[r] = make_net(fmt, b, subdiv);
+    if (like) tu_copy_params(like, nets[0]);
+    assert_int_equal(sdnn_replicas_broadcast(nets, n), SDNN_OK);
+    return nets;
+}
+
+static sdnn_config scalednn_cfg(double bucket_mb, int overlap)
+{
+    sdnn_config c = SDNN_CONFIG_INIT;
+    c.present = 1;
+    c.mode = SDNN_MODE_SCALEDNN;
+    c.bucket_mb = bucket_mb;
+    c.overlap = overlap;
+    return c;
+}
+
+/* ---- oracle 1 ------------------------------------------------------------ */
+
+static void one_replica_equals_darknet(int subdiv, double bucket_mb, int overlap)
+{
+    const int b = 4;
+    network *ref = make_net(CFG_BN, b, subdiv);
+    network **nets = make_replicas(CFG_BN, b, subdiv, 1, ref);
+    assert_true(tu_bitwise_equal(ref, nets[0]));
+    sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 42;
+    for (int step = 0; step < 5; ++step) {
+        data d = tu_batch(&seed, b * subdiv, INPUTS, CLASSES);
+        float lref = train_network(ref, d);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        assert_true(memcmp(&lref, &st.loss, sizeof lref) == 0);
+        assert_true(tu_bitwise_equal(ref, sdnn_trainer_net(t, 0)));
+        assert_int_equal(*ref->seen, *sdnn_trainer_net(t, 0)->seen);
+        assert_int_equal(st.bytes, 0);
+        free_data(d);
+    }
+    sdnn_trainer_destroy(t);
+    free_network(ref);
+}
+
+static void test_one_replica_bitwise(void **state)
+{
+    (void)state;
+    one_replica_equals_darknet(1, 4.0, 1);
+    one_replica_equals_darknet(2, 4.0, 1);
+    one_replica_equals_darknet(2, 0.0001, 0);
+}
+
+/* ---- oracle 2 ------------------------------------------------------------ */
+
+static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int overlap)
+{
+    const int b = 3;
+    network *ref = make_net(CFG_PLAIN, n * b, subdiv);
+    ref->learning_rate *= (float)n;     /* "the same scaled rate" */
+    network **nets = make_replicas(CFG_PLAIN, b, subdiv, n, ref);
+    sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 7;
+    for (int step = 0; step < 10; ++step) {
+        data d = tu_batch(&seed, n * b * subdiv, INPUTS, CLASSES);
+        train_network(ref, d);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        assert_true(st.bytes > 0);
+        free_data(d);
+    }
+    double err = tu_rel_diff(ref, sdnn_trainer_net(t, 0));
+    double moved = 0;
+    {
+        /* The test must be able to fail: the weights moved far more than
+         * the tolerance over 10 steps. */
+        network *init = make_net(CFG_PLAIN, b, subdiv);
+        moved = tu_rel_diff(ref, init);
+        free_network(init);
+    }
+    printf("n=%d subdiv=%d bucket_mb=%g overlap=%d: rel err %.3g (weights moved %.3g)\n", n,
+           subdiv, bucket_mb, overlap, err, moved);
+    assert_true(err < 1e-5);
+    assert_true(moved > 1e-3);
+    /* Counters: N batches per step, like a batch of N*b. */
+    assert_int_equal(*sdnn_trainer_net(t, 0)->seen, *ref->seen);
+    assert_int_equal(sdnn_trainer_iteration(t), 10 * (size_t)n);
+    sdnn_trainer_destroy(t);
+    free_network(ref);
+}
+
+static void test_n_replicas_equal_big_batch(void **state)
+{
+    (void)state;
+    const double buckets[] = {0.0001, 0.004, 4.0};
+    for (int n = 2; n <= 4; n += 2)
+        for (int k = 0; k < 3; ++k)
+            for (int ov = 0; ov <= 1; ++ov) n_replicas_equal_big_batch(n, 1, buckets[k], ov);
+    n_replicas_equal_big_batch(2, 2, 0.004, 1);
+}
+
+/* ---- oracle 3 ------------------------------------------------------------ */
+
+/* Darknet's train_networks + sync_nets, written from its description. */
+static void reference_stock_step(network **nets, int n, data d, int interval)
+{
+    for (int r = 0; r < n; ++r) {
+        data p = sdnn_data_slice(d, r, n);
+        train_network(nets[r], p);
+    }
+    size_t per = (size_t)nets[0]->batch * (size_t)nets[0]->subdivisions;
+    if ((*nets[0]->seen / per) % (size_t)interval != 0) return;
+    *nets[0]->seen += (size_t)interval * (size_t)(n - 1) * per;
+    for (int r = 1; r < n; ++r) *nets[r]->seen = *nets[0]->seen;
+    for (int i = 0; i < nets[0]->n; ++i) {
+        layer l0 = nets[0]->layers[i];
+        float *bufs[3][8];
+        size_t lens[3];
+        int k = 0;
+        if (l0.type == CONVOLUTIONAL) {
+            lens[0] = (size_t)l0.nweights, lens[1] = (size_t)l0.n, lens[2] = (size_t)l0.n;
+            for (int r = 0; r < n; ++r) {
+                bufs[0][r] = nets[r]->layers[i].weights;
+                bufs[1][r] = nets[r]->layers[i].biases;
+                bufs[2][r] = nets[r]->layers[i].scales;
+            }
+            k = l0.batch_normalize ? 3 : 2;
+        } else if (l0.type == CONNECTED) {
+            lens[0] = (size_t)l0.inputs * (size_t)l0.outputs, lens[1] = (size_t)l0.outputs;
+            for (int r = 0; r < n; ++r) {
+                bufs[0][r] = nets[r]->layers[i].weights;
+                bufs[1][r] = nets[r]->layers[i].biases;
+            }
+            k = 2;
+        }
+        for (int j = 0; j < k; ++j) {
+            float *base = malloc(lens[j] * sizeof(float));
+            assert_non_null(base);
+            memcpy(base, bufs[j][0], lens[j] * sizeof(float));
+            for (int r = 1; r < n; ++r)
+                for (size_t e = 0; e < lens[j]; ++e) base[e] += bufs[j][r][e];
+            for (size_t e = 0; e < lens[j]; ++e) base[e] *= (float)(1.0 / n);
+            for (int r = 0; r < n; ++r) memcpy(bufs[j][r], base, lens[j] * sizeof(float));
+            free(base);
+        }
+    }
+}
+
+static void stock_equals_reference(int n, int interval)
+{
+    const int b = 2;
+    network **ref = make_replicas(CFG_BN, b, 1, n, NULL);
+    network **nets = make_replicas(CFG_BN, b, 1, n, ref[0]);
+    for (int r = 0; r < n; ++r) ref[r]->learning_rate *= (float)n;
+    sdnn_config cfg = SDNN_CONFIG_INIT;
+    cfg.mode = SDNN_MODE_STOCK;
+    cfg.interval = interval;
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 99;
+    int syncs = 0;
+    for (int step = 0; step < 9; ++step) {
+        data d = tu_batch(&seed, n * b, INPUTS, CLASSES);
+        reference_stock_step(ref, n, d, interval);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        syncs += st.synced;
+        for (int r = 0; r < n; ++r) {
+            assert_true(tu_bitwise_equal(ref[r], sdnn_trainer_net(t, r)));
+            assert_int_equal(*ref[r]->seen, *sdnn_trainer_net(t, r)->seen);
+        }
+        free_data(d);
+    }
+    assert_true(syncs >= 2);
+    /* After a sync the replicas' weights agree; between syncs they drift. */
+    sdnn_trainer_destroy(t);
+    sdnn_replicas_free(ref, n);
+}
+
+static void test_stock_equals_reference(void **state)
+{
+    (void)state;
+    stock_equals_reference(2, 4);
+    stock_equals_reference(2, 2);
+    stock_equals_reference(3, 2);
+}
+
+/* ---- oracle 4 ------------------------------------------------------------ */
+
+static void replicas_identical(int n, int subdiv, double bucket_mb, int overlap)
+{
+    const int b = 2;
+    network **nets = make_replicas(CFG_BN, b, subdiv, n, NULL);
+    sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 5;
+    for (int step = 0; step < 6; ++step) {
+        data d = tu_batch(&seed, n * b * subdiv, INPUTS, CLASSES);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        char where[128] = "";
+        int same = sdnn_replicas_identical(sdnn_trainer_nets(t), n, where, sizeof where);
+        if (!same) fprintf(stderr, "step %d: %s\n", step, where);
+        assert_true(same);
+        free_data(d);
+    }
+    /* And the check itself can fail. */
+    sdnn_trainer_net(t, n - 1)->layers[0].weights[3] += 1e-3f;
+    assert_false(sdnn_replicas_identical(sdnn_trainer_nets(t), n, NULL, 0));
+    sdnn_trainer_destroy(t);
+}
+
+static void test_replicas_stay_identical(void **state)
+{
+    (void)state;
+    replicas_identical(2, 1, 4.0, 1);
+    replicas_identical(3, 2, 0.0001, 1);
+    replicas_identical(4, 1, 0.001, 0);
+}
+
+/* Batch-norm running statistics are averaged before a save. */
+static void test_bn_average(void **state)
+{
+    (void)state;
+    network **nets = make_replicas(CFG_BN, 2, 1, 2, NULL);
+    for (int e = 0; e < 8; ++e) {
+        nets[0]->layers[0].rolling_mean[e] = 1.f;
+        nets[1]->layers[0].rolling_mean[e] = 3.f;
+        nets[0]->layers[0].rolling_variance[e] = 2.f;
+        nets[1]->layers[0].rolling_variance[e] = 4.f;
+    }
+    sdnn_replicas_average_bn(nets, 2);
+    for (int r = 0; r < 2; ++r)
+        for (int e = 0; e < 8; ++e) {
+            assert_true(nets[r]->layers[0].rolling_mean[e] == 2.f);
+            assert_true(nets[r]->layers[0].rolling_variance[e] == 3.f);
+        }
+    sdnn_replicas_free(nets, 2);
+}
+
+/* ---- failures ------------------------------------------------------------ */
+
+static void test_nonfinite_stops(void **state)
+{
+    (void)state;
+    for (int overlap = 0; overlap <= 1; ++overlap) {
+        network **nets = make_replicas(CFG_BN, 2, 1, 2, NULL);
+        sdnn_config cfg = scalednn_cfg(4.0, overlap);
+        sdnn_trainer *t = NULL;
+        assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+        uint64_t seed = 3;
+        data d = tu_batch(&seed, 4, INPUTS, CLASSES);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        /* Poison replica 1: its gradients become NaN. */
+        sdnn_trainer_net(t, 1)->layers[3].weights[0] = NAN;
+        sdnn_clear_error();
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
+        const char *msg = sdnn_last_error();
+        printf("message: %s\n", msg);
+        assert_non_null(strstr(msg, "iteration 4"));
+        assert_non_null(strstr(msg, "replica 1"));
+        assert_non_null(strstr(msg, "layer 3"));
+        free_data(d);
+        sdnn_trainer_destroy(t);
+    }
+}
+
+static void test_world_of_one_nonfinite(void **state)
+{
+    (void)state;
+    network **nets = make_replicas(CFG_BN, 2, 1, 1, NULL);
+    sdnn_config cfg = scalednn_cfg(4.0, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 3;
+    data d = tu_batch(&seed, 2, INPUTS, CLASSES);
+    /* (Not through the input: Darknet's maxpool keeps index -1 for an
+     * all-NaN window and writes out of bounds in backward.) */
+    sdnn_trainer_net(t, 0)->layers[3].biases[1] = INFINITY;
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
+    assert_non_null(strstr(sdnn_last_error(), "replica 0"));
+    free_data(d);
+    sdnn_trainer_destroy(t);
+}
+
+static void test_wrong_batch_rows(void **state)
+{
+    (void)state;
+    network **nets = make_replicas(CFG_BN, 2, 1, 2, NULL);
+    sdnn_config cfg = scalednn_cfg(4.0, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 3;
+    data d = tu_batch(&seed, 3, INPUTS, CLASSES);
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_INVALID);
+    free_data(d);
+    sdnn_trainer_destroy(t);
+}
+
+/* ---- buckets, comm, loader ---------------------------------------------- */
+
+static void test_bucket_partition(void **state)
+{
+    (void)state;
+    network **nets = make_replicas(CFG_PLAIN, 2, 1, 2, NULL);
+    sdnn_comm *comm = NULL;
+    assert_int_equal(sdnn_comm_open("local", &comm), SDNN_OK);
+    const double sizes[] = {0.00001, 0.002, 100.0};
+    const int expect_min[] = {4, 2, 1};
+    for (int k = 0; k < 3; ++k) {
+        sdnn_exchange *ex = NULL;
+        assert_int_equal(sdnn_exchange_create(nets, 2, comm, sizes[k], 1, &ex), SDNN_OK);
+        int nb = sdnn_exchange_nbuckets(ex);
+        assert_true(nb >= expect_min[k]);
+        if (k == 0) assert_int_equal(nb, 4);   /* one per layer with parameters */
+        if (k == 2) assert_int_equal(nb, 1);
+        size_t total = 0;
+        int prev_lo = nets[0]->n;
+        for (int bk = 0; bk < nb; ++bk) {
+            int lo, hi;
+            total += sdnn_exchange_bucket(ex, bk, &lo, &hi);
+            assert_true(hi < prev_lo);   /* reverse layer order, contiguous */
+            assert_true(lo <= hi);
+            for (int i = lo; i <= hi; ++i)
+                if (nets[0]->layers[i].update) assert_int_equal(sdnn_exchange_layer_bucket(ex, i), bk);
+            prev_lo = lo;
+        }
+        assert_int_equal(total, sdnn_network_param_count(nets[0]));
+        sdnn_exchange_destroy(ex);
+    }
+    sdnn_comm_close(comm);
+    sdnn_replicas_free(nets, 2);
+}
+
+static void test_comm_registry(void **state)
+{
+    (void)state;
+    sdnn_comm *c = NULL;
+    assert_int_equal(sdnn_comm_open("mpi", &c), SDNN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sdnn_last_error(), "not available in this build"));
+    assert_int_equal(sdnn_comm_open("carrier-pigeon", &c), SDNN_ERR_INVALID);
+    assert_int_equal(sdnn_comm_open("local", &c), SDNN_OK);
+    assert_int_equal(c->size, 1);
+    assert_int_equal(c->rank, 0);
+    uint64_t seed = 11;
+    enum { N = 10007, R = 3 };
+    float *in[R], out[N];
+    for (int r = 0; r < R; ++r) {
+        in[r] = malloc(N * sizeof(float));
+        for (int i = 0; i < N; ++i) in[r][i] = tu_uniform(&seed, -10, 10);
+    }
+    assert_int_equal(c->ops->allreduce_mean(c, (const float *const *)in, R, out, N), SDNN_OK);
+    for (int i = 0; i < N; ++i) {
+        float want = ((in[0][i] + in[1][i]) + in[2][i]) * (1.0f / 3.0f);
+        assert_true(memcmp(&want, &out[i], sizeof want) == 0);
+    }
+    for (int r = 0; r < R; ++r) free(in[r]);
+    sdnn_comm_close(c);
+}
+
+static void test_data_slice_shares_rows(void **state)
+{
+    (void)state;
+    uint64_t seed = 1;
+    data d = tu_batch(&seed, 12, 4, 2);
+    for (int p = 0; p < 3; ++p) {
+        data s = sdnn_data_slice(d, p, 3);
+        assert_int_equal(s.X.rows, 4);
+        assert_ptr_equal(s.X.vals[0], d.X.vals[4 * p]);
+        assert_ptr_equal(s.y.vals[3], d.y.vals[4 * p + 3]);
+        assert_int_equal(s.shallow, 1);
+    }
+    free_data(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_replica_bitwise),
+        cmocka_unit_test(test_n_replicas_equal_big_batch),
+        cmocka_unit_test(test_stock_equals_reference),
+        cmocka_unit_test(test_replicas_stay_identical),
+        cmocka_unit_test(test_bn_average),
+        cmocka_unit_test(test_nonfinite_stops),
+        cmocka_unit_test(test_world_of_one_nonfinite),
+        cmocka_unit_test(test_wrong_batch_rows),
+        cmocka_unit_test(test_bucket_partition),
+        cmocka_unit_test(test_comm_registry),
+        cmocka_unit_test(test_data_slice_shares_rows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
