@@ -56,7 +56,7 @@ CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
 ifeq ($(DEBUG),1)
 OPT := -O0 -g
 else
-OPT := -O2 -g
+OPT := -O3 -g
 endif
 SANFLAGS :=
 ifeq ($(SAN),1)
@@ -93,7 +93,8 @@ LIBA := $(BUILD)/libscalednn.a
 LIBSO := $(BUILD)/libscalednn.so
 endif
 
-.PHONY: all test asan clean tests
+.PHONY: all test asan clean tests bench
+BENCH_BIN := $(BUILD)/bench/bench_allreduce
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h darknet/*.h)
@@ -123,6 +124,12 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(wildcard tests/*.h)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libsdnnapp.a $(LIBA) -o $@ $(LDFLAGS) -lcmocka $(LDLIBS)
 
 tests: $(TEST_BIN) $(DARKNET_BIN)
+
+$(BUILD)/bench/%: bench/%.c $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+
+bench: $(BENCH_BIN) $(DARKNET_BIN)
 
 test: tests
 	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)

@@ -56,25 +56,55 @@ void sdnn_comm_close(sdnn_comm *c)
     free(c);
 }
 
+/* Element kernels: restrict lets the compiler vectorise them, and the
+ * clones pick AVX2 where the processor has it (no FMA: the results must not
+ * depend on the machine). */
+#define SDNN_KERNEL __attribute__((target_clones("avx2", "default")))
+SDNN_KERNEL static void k_add(float *restrict o, const float *restrict a, const float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+}
+
+SDNN_KERNEL static void k_add_scale(float *restrict o, const float *restrict a, const float *restrict b,
+                        float s, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) * s;
+}
+
+SDNN_KERNEL static void k_acc(float *restrict o, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) o[i] += x[i];
+}
+
+SDNN_KERNEL static void k_acc_scale(float *restrict o, const float *restrict x, float s, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) o[i] = (o[i] + x[i]) * s;
+}
+
 /* Sums in blocks so each block of `out` stays in cache while the inputs
- * stream through it; the per-element order of additions is still in[0],
- * in[1], ... so the result does not depend on the block size. */
+ * stream through it.  Per element the additions run in[0] + in[1], then
+ * in[2], ... and the scale comes last, so the result does not depend on the
+ * block size or on out aliasing in[0]. */
 void sdnn_mean_buffers(const float *const *in, int nin, float *out, size_t n)
 {
-    enum { BLOCK = 4096 };
+    enum { BLOCK = 2048 };
     if (nin == 1) {
         if (out != in[0]) memcpy(out, in[0], n * sizeof(float));
         return;
     }
     const float inv = 1.0f / (float)nin;
+    const int alias = out == in[0];
     for (size_t lo = 0; lo < n; lo += BLOCK) {
-        size_t hi = lo + BLOCK < n ? lo + BLOCK : n;
-        const float *a = in[0], *b = in[1];
-        for (size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-        for (int r = 2; r < nin; ++r) {
-            const float *x = in[r];
-            for (size_t i = lo; i < hi; ++i) out[i] += x[i];
+        size_t len = lo + BLOCK < n ? BLOCK : n - lo;
+        float *o = out + lo;
+        if (nin == 2) {
+            if (alias) k_acc_scale(o, in[1] + lo, inv, len);
+            else k_add_scale(o, in[0] + lo, in[1] + lo, inv, len);
+            continue;
         }
-        for (size_t i = lo; i < hi; ++i) out[i] *= inv;
+        if (alias) k_acc(o, in[1] + lo, len);
+        else k_add(o, in[0] + lo, in[1] + lo, len);
+        for (int r = 2; r < nin - 1; ++r) k_acc(o, in[r] + lo, len);
+        k_acc_scale(o, in[nin - 1] + lo, inv, len);
     }
 }

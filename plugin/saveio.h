@@ -1,0 +1,43 @@
+/*
+ * saveio: crash-safe weights files.
+ *
+ * A checkpoint must survive a crash or a kill at any moment: Darknet's
+ * save_weights writes the target in place, so a kill half-way through leaves
+ * a torn file.  Here the weights go to a temporary file in the same directory
+ * that is synced and then renamed over the target.  Darknet's file functions
+ * exit() when fopen fails; these check first and return a status instead.
+ */
+#ifndef SDNN_SAVEIO_H
+#define SDNN_SAVEIO_H
+
+#include "scalednn.h"
+#include <darknet.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Save net's weights in Darknet's format to `path` atomically: write to a
+ * temporary file in the same directory (path + ".tmp.<pid>"), fsync it, rename
+ * it over `path`, fsync the directory.  A crash at any moment leaves either the
+ * old complete file or the new complete file at `path`.  Errors (directory
+ * missing, not writable, disk full: the file written is shorter than the
+ * network's weights) return SDNN_ERR_IO naming the path and strerror, remove
+ * the temporary file, and leave `path` untouched.  Saves within one process
+ * are serialised; a stale temporary file left by a crashed process that had
+ * the same pid is replaced. */
+sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
+
+/* Check a weights file can be opened for reading and is not a directory;
+ * SDNN_ERR_IO naming it otherwise.  (Darknet's load_weights calls exit(0) on a
+ * missing file, so callers check first.) */
+sdnn_status sdnn_check_readable(const char *path);
+
+/* Create a directory (and its parents) if missing, mode 0755; SDNN_ERR_IO on
+ * failure (also when the path exists and is not a directory). */
+sdnn_status sdnn_mkdirs(const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
