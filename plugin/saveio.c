@@ -250,17 +250,17 @@ sdnn_status sdnn_check_readable(const char *path)
         return SDNN_ERROR(SDNN_ERR_IO, "cannot read weights: empty file name");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read weights file '%s': %s", path,
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
                           strerror(errno));
     struct stat sb;
     int rc = fstat(fd, &sb);
     int e = errno;
     close(fd);
     if (rc != 0)
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read weights file '%s': %s", path,
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
                           strerror(e));
     if (S_ISDIR(sb.st_mode))
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read weights file '%s': %s", path,
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
                           strerror(EISDIR));
     return SDNN_OK;
 }

@@ -1,0 +1,240 @@
+/*
+ * End to end through the ./darknet binary (SDNN_DARKNET_BIN): generate a
+ * small shapes set, train the shapes detector for a few iterations with
+ * -gpus 0,1 in stock and in scalednn mode (loss finite and falling), run
+ * `detector test` on the result, and check that bad input stops the
+ * program with a clear message and a non-zero exit before anything is
+ * written.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <darknet.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_dir[256];
+static const char *g_bin;
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_bin = getenv("SDNN_DARKNET_BIN");
+    if (!g_bin) g_bin = "./darknet";
+    snprintf(g_dir, sizeof g_dir, "/tmp/sdnn-e2e-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    if (run("%s scalednn gen-shapes %s/shapes -n 96 -valid 4 -seed 3 >%s/gen.log 2>&1", g_bin,
+            g_dir, g_dir) != 0)
+        return -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/shapes.data", g_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "classes=4\ntrain=%s/shapes/train.txt\nvalid=%s/shapes/valid.txt\n"
+               "names=%s/shapes/shapes.names\nbackup=%s/backup/\n", g_dir, g_dir, g_dir, g_dir);
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_dir[0] && !getenv("SDNN_KEEP")) run("rm -rf %s", g_dir);
+    return 0;
+}
+
+typedef struct csv_stats {
+    int rows;
+    int finite;
+    double first, last;     /* mean loss of the first and last 4 rows */
+    double bytes;
+    int iteration;
+} csv_stats;
+
+static csv_stats read_csv(const char *path)
+{
+    csv_stats s = {0};
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    double loss[4096];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "iteration,images,loss"));
+    s.finite = 1;
+    while (fgets(line, sizeof line, f) && s.rows < 4096) {
+        int it;
+        size_t images, bytes;
+        float l, avg;
+        assert_int_equal(sscanf(line, "%d,%zu,%f,%f,%*f,%*f,%*f,%zu", &it, &images, &l, &avg, &bytes), 5);
+        if (!isfinite(l)) s.finite = 0;
+        loss[s.rows++] = l;
+        s.bytes += (double)bytes;
+        s.iteration = it;
+    }
+    fclose(f);
+    for (int i = 0; i < 4 && i < s.rows; ++i) {
+        s.first += loss[i] / 4;
+        s.last += loss[s.rows - 1 - i] / 4;
+    }
+    return s;
+}
+
+static void train_and_check(const char *cfg, const char *tag, int expect_bytes)
+{
+    int rc = run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 40 -seed 1 "
+                 "-csv %s/%s.csv >%s/%s.log 2>&1",
+                 g_bin, g_dir, cfg, g_dir, tag, g_dir, tag);
+    if (rc != 0) run("tail -20 %s/%s.log", g_dir, tag);
+    assert_int_equal(rc, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.csv", g_dir, tag);
+    csv_stats s = read_csv(path);
+    printf("%s: %d rows, iteration %d, loss %.3f -> %.3f, %.0f bytes exchanged\n", tag, s.rows,
+           s.iteration, s.first, s.last, s.bytes);
+    assert_true(s.rows >= 8);
+    assert_true(s.finite);
+    assert_true(s.iteration >= 40);
+    assert_true(s.last < 0.8 * s.first);
+    if (expect_bytes) assert_true(s.bytes > 0);
+    snprintf(path, sizeof path, "%s/%s.log", g_dir, tag);
+    char *log = slurp(path);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "2 CPU replicas"));
+    assert_non_null(strstr(log, "img/s"));
+    free(log);
+}
+
+static void test_train_stock(void **state)
+{
+    (void)state;
+    train_and_check("cfg/shapes.cfg", "stock", 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/stock.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "no section, stock Darknet protocol"));
+    assert_non_null(strstr(log, "weights averaged"));
+    free(log);
+}
+
+static void test_train_scalednn(void **state)
+{
+    (void)state;
+    train_and_check("cfg/shapes-scalednn.cfg", "scalednn", 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/backup/shapes-scalednn_final.weights", g_dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    /* libdarknet loads it into the stock cfg and its weights are finite. */
+    network *net = parse_network_cfg("cfg/shapes.cfg");
+    load_weights(net, path);
+    assert_true(*net->seen >= 40u * 8u);
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].type == CONVOLUTIONAL)
+            for (int k = 0; k < net->layers[i].nweights; ++k)
+                assert_true(isfinite(net->layers[i].weights[k]));
+    free_network(net);
+    snprintf(path, sizeof path, "%s/backup/shapes-scalednn_final.weights", g_dir);
+    int rc = run("%s detector test %s/shapes.data cfg/shapes-scalednn.cfg %s "
+                 "%s/shapes/images/valid/000001.png -thresh 0.05 -out %s/pred >%s/test.log 2>&1",
+                 g_bin, g_dir, path, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/pred.jpg", g_dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size > 0);
+}
+
+/* Runs the binary on a cfg and checks the exit code and message; the
+ * backup directory must be untouched. */
+static void expect_failure(const char *section, const char *args, const char *want)
+{
+    char cfg[512], path[512], log[512];
+    snprintf(cfg, sizeof cfg, "%s/bad.cfg", g_dir);
+    snprintf(log, sizeof log, "%s/bad.log", g_dir);
+    char *base = slurp("cfg/shapes.cfg");
+    assert_non_null(base);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "%s\n%s", section, base);
+    fclose(f);
+    free(base);
+    snprintf(path, sizeof path, "%s/keep", g_dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/keep/bad.backup", g_dir);
+    f = fopen(path, "w");
+    fputs("previous weights", f);
+    fclose(f);
+    int rc = run("sed 's#backup=.*#backup=%s/keep/#' %s/shapes.data > %s/bad.data", g_dir, g_dir,
+                 g_dir);
+    assert_int_equal(rc, 0);
+    rc = run("%s detector train %s/bad.data %s %s -max_batches 4 >%s 2>&1", g_bin, g_dir, cfg, args,
+             log);
+    char *out = slurp(log);
+    if (!strstr(out, want)) printf("output was:\n%s\n(wanted: %s)\n", out, want);
+    assert_true(rc != 0);
+    assert_non_null(strstr(out, want));
+    free(out);
+    char *kept = slurp(path);
+    assert_string_equal(kept, "previous weights");
+    free(kept);
+    run("rm -f %s/keep/bad.backup", g_dir);
+}
+
+static void test_bad_input_exits(void **state)
+{
+    (void)state;
+    expect_failure("[scalednn]\ncompress=fp12", "-gpus 0,1", "bad.cfg:2: [scalednn] compress=fp12: unknown codec");
+    expect_failure("[scalednn]\nbackend=mpi", "", "backend=mpi: not available in this build");
+    expect_failure("[scalednn]\ncolour=blue", "", "colour=blue");
+    expect_failure("[scalednn]\noverlap=1\noverlap=0", "", "overlap=0");
+    expect_failure("[scalednn]\n[scalednn]", "", "second [scalednn] section");
+    expect_failure("", "-gpus 0,,1", "-gpus 0,,1");
+    expect_failure("", "/nonexistent/x.weights", "/nonexistent/x.weights");
+    /* A missing cfg: Darknet itself would exit 0 here. */
+    int rc = run("%s detector train %s/shapes.data /nonexistent.cfg >%s/m.log 2>&1", g_bin, g_dir,
+                 g_dir);
+    assert_true(rc != 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_train_stock),
+        cmocka_unit_test(test_train_scalednn),
+        cmocka_unit_test(test_bad_input_exits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
