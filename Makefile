@@ -52,7 +52,7 @@ $(info ---------------------------------------------------------------)
 # Never add -DGPU: Debian's libdarknet is a CPU build and darknet.h changes
 # the layout of its structs under GPU.
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
-               -Iinclude -Iplugin -Idarknet -I$(DARKNET_HOME)/include
+               -Iinclude -Iplugin -Icli -I$(DARKNET_HOME)/include
 ifeq ($(DEBUG),1)
 OPT := -O0 -g
 else
@@ -75,12 +75,12 @@ LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 
 # ---- sources ---------------------------------------------------------------
 LIB_SRC  := $(wildcard plugin/*.c)
-APP_SRC  := $(wildcard darknet/*.c)
+APP_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
 APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
-APP_LIB_OBJ := $(filter-out $(BUILD)/darknet/main.o,$(APP_OBJ))
+APP_LIB_OBJ := $(filter-out $(BUILD)/cli/main.o,$(APP_OBJ))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 ifeq ($(BUILD),build)
@@ -97,7 +97,7 @@ endif
 BENCH_BIN := $(BUILD)/bench/bench_allreduce
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h darknet/*.h)
+$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -132,7 +132,10 @@ $(BUILD)/bench/%: bench/%.c $(LIBA)
 bench: $(BENCH_BIN) $(DARKNET_BIN)
 
 test: tests
-	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	sh tests/run.sh $(TEST_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test

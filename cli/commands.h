@@ -1,0 +1,17 @@
+/*
+ * The ./darknet front-end's commands.  Each returns the process exit code
+ * (0 on success); only main() calls exit.
+ */
+#ifndef SDNN_COMMANDS_H
+#define SDNN_COMMANDS_H
+
+/* ./darknet detector train|test ... */
+int sdnn_cmd_detector(int argc, char **argv);
+/* ./darknet classifier train ... */
+int sdnn_cmd_classifier(int argc, char **argv);
+/* ./darknet scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX] */
+int sdnn_cmd_gen_shapes(int argc, char **argv);
+/* ./darknet scalednn fmnist OUTDIR [-n N] [-valid N] */
+int sdnn_cmd_fmnist(int argc, char **argv);
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * detector: `./darknet detector train|test`, CLI-compatible with stock
+ * Darknet.  `test` never opens a window: it prints the detections and writes
+ * the image with boxes (-out NAME, default "predictions").
+ */
+#include "commands.h"
+#include "config.h"
+#include "saveio.h"
+#include "train.h"
+
+#include <darknet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
+            "                              [-max_batches N] [-csv FILE] [-seed S]\n"
+            "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n");
+    return 1;
+}
+
+/* Arguments that are not flags or flag values, in order. */
+static int positional(int argc, char **argv, char **out, int max)
+{
+    static const char *with_value[] = {"-gpus", "-max_batches", "-csv", "-seed", "-thresh",
+                                       "-hier", "-out", "-threads"};
+    int n = 0;
+    for (int i = 0; i < argc; ++i) {
+        if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k)
+                if (strcmp(argv[i], with_value[k]) == 0) {
+                    ++i;
+                    break;
+                }
+            continue;
+        }
+        if (n < max) out[n] = argv[i];
+        ++n;
+    }
+    return n;
+}
+
+int sdnn_train_command(sdnn_task task, int argc, char **argv)
+{
+    /* argv: train DATA CFG [WEIGHTS] flags... */
+    char *pos[4] = {0};
+    int np = positional(argc - 1, argv + 1, pos, 4);
+    if (np < 2 || np > 3) return usage();
+    sdnn_train_job job = {0};
+    job.task = task;
+    job.datacfg = pos[0];
+    job.cfgfile = pos[1];
+    job.weights = np == 3 ? pos[2] : NULL;
+    job.clear = find_arg(argc, argv, "-clear");
+    job.gpus = find_char_arg(argc, argv, "-gpus", "0");
+    job.nreplicas = sdnn_parse_gpus(job.gpus);
+    if (job.nreplicas < 1) {
+        fprintf(stderr, "error: -gpus %s: expected a comma-separated list of ids, e.g. 0,1,2,3\n",
+                job.gpus);
+        return 1;
+    }
+    job.max_batches = find_int_arg(argc, argv, "-max_batches", 0);
+    job.csv = find_char_arg(argc, argv, "-csv", NULL);
+    job.seed = find_int_arg(argc, argv, "-seed", -1);
+    job.loader_threads = find_int_arg(argc, argv, "-threads", 0);
+    return sdnn_train(&job);
+}
+
+static int test_detector(int argc, char **argv)
+{
+    char *pos[5] = {0};
+    int np = positional(argc - 1, argv + 1, pos, 5);
+    if (np != 4) return usage();
+    const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
+    float thresh = find_float_arg(argc, argv, "-thresh", .5f);
+    float hier = find_float_arg(argc, argv, "-hier", .5f);
+    char *outname = find_char_arg(argc, argv, "-out", "predictions");
+    const char *files[][2] = {{"data file", datacfg}, {"cfg file", cfgfile},
+                              {"weights file", weights}, {"image", imgpath}};
+    for (int i = 0; i < 4; ++i)
+        if (sdnn_check_readable(files[i][1]) != SDNN_OK) {
+            fprintf(stderr, "error: %s: %s\n", files[i][0], sdnn_last_error());
+            return 1;
+        }
+    sdnn_config cfg;
+    sdnn_stripped_cfg stripped = {-1, ""};
+    if (sdnn_config_load(cfgfile, &cfg, &stripped) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        return 1;
+    }
+    list *options = read_data_cfg((char *)datacfg);
+    char *name_list = option_find_str(options, "names", "data/names.list");
+    if (sdnn_check_readable(name_list) != SDNN_OK) {
+        fprintf(stderr, "error: %s: names=%s: %s\n", datacfg, name_list, sdnn_last_error());
+        sdnn_stripped_cfg_close(&stripped);
+        return 1;
+    }
+    char **names = get_labels(name_list);
+    network *net = load_network(stripped.path, (char *)weights, 0);
+    sdnn_stripped_cfg_close(&stripped);
+    set_batch_network(net, 1);
+    image im = load_image_color((char *)imgpath, 0, 0);
+    image sized = letterbox_image(im, net->w, net->h);
+    double t0 = what_time_is_it_now();
+    network_predict(net, sized.data);
+    printf("%s: Predicted in %f seconds.\n", imgpath, what_time_is_it_now() - t0);
+    int nboxes = 0;
+    layer l = net->layers[net->n - 1];
+    detection *dets = get_network_boxes(net, im.w, im.h, thresh, hier, 0, 1, &nboxes);
+    do_nms_sort(dets, nboxes, l.classes, .45f);
+    for (int i = 0; i < nboxes; ++i)
+        for (int j = 0; j < l.classes; ++j)
+            if (dets[i].prob[j] > thresh) {
+                box b = dets[i].bbox;
+                printf("%s: %.0f%% (x=%.1f y=%.1f w=%.1f h=%.1f)\n", names[j],
+                       dets[i].prob[j] * 100, b.x * im.w, b.y * im.h, b.w * im.w, b.h * im.h);
+            }
+    draw_detections(im, dets, nboxes, thresh, names, NULL, l.classes);
+    save_image(im, outname);
+    printf("wrote %s.jpg\n", outname);
+    free_detections(dets, nboxes);
+    free_image(im);
+    free_image(sized);
+    free_network(net);
+    return 0;
+}
+
+int sdnn_cmd_detector(int argc, char **argv)
+{
+    /* argv[0] == "train" | "test" */
+    if (argc < 1) return usage();
+    if (strcmp(argv[0], "train") == 0) return sdnn_train_command(SDNN_TASK_DETECTOR, argc, argv);
+    if (strcmp(argv[0], "test") == 0) return test_detector(argc, argv);
+    return usage();
+}

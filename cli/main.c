@@ -1,0 +1,31 @@
+/*
+ * ./darknet: the scalednn front-end, command-line compatible with stock
+ * Darknet for the commands it has.  The only place that exits.
+ */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s detector train|test ...\n"
+            "       %s classifier train ...\n"
+            "       %s scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX]\n"
+            "       %s scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n",
+            prog, prog, prog, prog);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return usage(argv[0]);
+    if (strcmp(argv[1], "detector") == 0) return sdnn_cmd_detector(argc - 2, argv + 2);
+    if (strcmp(argv[1], "classifier") == 0) return sdnn_cmd_classifier(argc - 2, argv + 2);
+    if (strcmp(argv[1], "scalednn") == 0 && argc >= 3) {
+        if (strcmp(argv[2], "gen-shapes") == 0) return sdnn_cmd_gen_shapes(argc - 2, argv + 2);
+        if (strcmp(argv[2], "fmnist") == 0) return sdnn_cmd_fmnist(argc - 2, argv + 2);
+    }
+    return usage(argv[0]);
+}

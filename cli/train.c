@@ -1,0 +1,343 @@
+/*
+ * train: see train.h.  This is front-end code: it prints, and it turns
+ * library statuses into an exit code.  Everything that can fail is checked
+ * before the first image is trained, so bad input never costs a run.
+ */
+#include "train.h"
+#include "config.h"
+#include "loader.h"
+#include "replicas.h"
+#include "saveio.h"
+#include "trace.h"
+#include "trainer.h"
+#include "blas.h"
+
+#include <darknet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int sdnn_parse_gpus(const char *list)
+{
+    if (!list || !*list) return -1;
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1023) return -1;
+        ++n;
+        if (*end == '\0') return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+}
+
+/* Darknet's key/value pair (not in darknet.h); the key owns the line. */
+typedef struct kvp_ {
+    char *key;
+    char *val;
+    int used;
+} kvp_;
+
+static void free_options(list *l)
+{
+    if (!l) return;
+    for (node *n = l->front; n; n = n->next) {
+        kvp_ *p = n->val;
+        free(p->key);
+        free(p);
+    }
+    free_list(l);
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "error: %s\n", what);
+    return 1;
+}
+
+static int fail_status(void)
+{
+    fprintf(stderr, "error: %s\n", sdnn_last_error());
+    return 1;
+}
+
+static int readable(const char *what, const char *path)
+{
+    if (sdnn_check_readable(path) == SDNN_OK) return 1;
+    fprintf(stderr, "error: %s: %s\n", what, sdnn_last_error());
+    return 0;
+}
+
+/* Count the lines of a list file; Darknet's get_paths exits on a missing file. */
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0, c, last = '\n';
+    while ((c = fgetc(f)) != EOF) {
+        if (c == '\n' && last != '\n') ++n;
+        last = c;
+    }
+    if (last != '\n') ++n;
+    fclose(f);
+    return n;
+}
+
+typedef struct run {
+    const sdnn_train_job *job;
+    sdnn_config cfg;
+    sdnn_trainer *t;
+    sdnn_loader loader;
+    sdnn_csv csv;
+    char backup[1024];
+    char *base;
+    int train_count;
+} run;
+
+static int save_to(run *R, const char *fmt, long v)
+{
+    char path[2048];
+    if (v >= 0) snprintf(path, sizeof path, fmt, R->backup, R->base, v);
+    else snprintf(path, sizeof path, fmt, R->backup, R->base);
+    if (sdnn_trainer_save(R->t, path) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        return -1;
+    }
+    fprintf(stderr, "Saving weights to %s\n", path);
+    return 0;
+}
+
+/* Darknet's schedule, made robust to iteration counters that advance by N:
+ * a multiple of the period that was crossed in this step counts. */
+static int crossed(size_t before, size_t after, size_t period)
+{
+    return after / period != before / period;
+}
+
+static int detector_saves(run *R, size_t before, size_t i)
+{
+    if (crossed(before, i, 100) && save_to(R, "%s/%s.backup", -1)) return -1;
+    if ((crossed(before, i, 10000) || (i < 1000 && crossed(before, i, 100))) &&
+        save_to(R, "%s/%s_%ld.weights", (long)i))
+        return -1;
+    return 0;
+}
+
+static int classifier_saves(run *R, size_t before, size_t i, size_t seen_before, size_t seen)
+{
+    size_t m = (size_t)R->train_count;
+    if (seen / m > seen_before / m && save_to(R, "%s/%s_%ld.weights", (long)(seen / m))) return -1;
+    if (crossed(before, i, 1000) && save_to(R, "%s/%s.backup", -1)) return -1;
+    return 0;
+}
+
+static load_args make_args(run *R, network *net, char **paths, char **labels, int classes)
+{
+    load_args args = {0};
+    int imgs = net->batch * net->subdivisions * R->job->nreplicas;
+    if (R->job->task == SDNN_TASK_DETECTOR) {
+        layer l = net->layers[net->n - 1];
+        args = get_base_args(net);
+        args.coords = l.coords;
+        args.classes = l.classes;
+        args.jitter = l.jitter;
+        args.num_boxes = l.max_boxes;
+        args.type = DETECTION_DATA;
+        args.threads = 16;
+    } else {
+        args.w = net->w;
+        args.h = net->h;
+        args.hierarchy = net->hierarchy;
+        args.min = (int)(net->min_ratio * (float)net->w);
+        args.max = (int)(net->max_ratio * (float)net->w);
+        args.angle = net->angle;
+        args.aspect = net->aspect;
+        args.exposure = net->exposure;
+        args.saturation = net->saturation;
+        args.hue = net->hue;
+        args.size = net->w;
+        args.classes = classes;
+        args.labels = labels;
+        args.type = CLASSIFICATION_DATA;
+        args.threads = 8;
+    }
+    if (R->job->loader_threads > 0) args.threads = R->job->loader_threads;
+    args.paths = paths;
+    args.n = imgs;
+    args.m = R->train_count;
+    return args;
+}
+
+static int train_loop(run *R, list *options, char **paths, char **labels, int classes)
+{
+    network *net = sdnn_trainer_net(R->t, 0);
+    int n = sdnn_trainer_replicas(R->t);
+    (void)options;
+    load_args args = make_args(R, net, paths, labels, classes);
+    int imgs = args.n;
+    layer last = net->layers[net->n - 1];
+    int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
+    sdnn_loader_start(&R->loader, args);
+    float avg_loss = -1;
+    int count = 0;
+    double run_t0 = what_time_is_it_now();
+    size_t images_done = 0;
+    while (sdnn_trainer_iteration(R->t) < (size_t)net->max_batches) {
+        if (multiscale && count++ % 10 == 0) {
+            /* One size for every replica, drawn once, as Darknet does. */
+            int dim = (rand() % 10 + 10) * 32;
+            if (sdnn_trainer_iteration(R->t) + 200 > (size_t)net->max_batches) dim = 608;
+            printf("Resizing to %d\n", dim);
+            sdnn_loader_resize(&R->loader, dim, dim);
+            if (sdnn_trainer_resize(R->t, dim, dim) != SDNN_OK) return fail_status();
+            net = sdnn_trainer_net(R->t, 0);
+        }
+        data train;
+        if (sdnn_loader_next(&R->loader, &train) != SDNN_OK) return fail_status();
+        double wait = R->loader.wait_s;
+        size_t before = sdnn_trainer_iteration(R->t);
+        size_t seen_before = *net->seen;
+        sdnn_step_stats st;
+        sdnn_status s = sdnn_trainer_step(R->t, train, &st);
+        free_data(train);
+        if (s != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            fprintf(stderr, "error: training stopped at iteration %zu; nothing was saved\n", before);
+            return 1;
+        }
+        if (avg_loss < 0) avg_loss = st.loss;
+        avg_loss = avg_loss * .9f + st.loss * .1f;
+        size_t i = sdnn_trainer_iteration(R->t);
+        images_done += (size_t)imgs;
+        double step_t = st.seconds + wait;
+        double ips = step_t > 0 ? imgs / step_t : 0;
+        if (R->job->task == SDNN_TASK_DETECTOR)
+            printf("%zu: %f, %f avg, %f rate, %f seconds, %zu images", i, st.loss, avg_loss,
+                   get_current_rate(net), step_t, *net->seen);
+        else
+            printf("%zu, %.3f: %f, %f avg, %f rate, %f seconds, %zu images", i,
+                   (double)*net->seen / R->train_count, st.loss, avg_loss, get_current_rate(net),
+                   step_t, *net->seen);
+        printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s\n", ips,
+               (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "");
+        fflush(stdout);
+        sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t, ips,
+                            st.bytes, st.exposed_s, st.comm_s, wait};
+        if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) return fail_status();
+        int bad = R->job->task == SDNN_TASK_DETECTOR
+                      ? detector_saves(R, before, i)
+                      : classifier_saves(R, before, i, seen_before, *net->seen);
+        if (bad) return 1;
+    }
+    double total = what_time_is_it_now() - run_t0;
+    printf("scalednn: %zu images in %.2f s (%.1f img/s), %d replicas, mode=%s\n", images_done, total,
+           total > 0 ? images_done / total : 0.0, n,
+           R->cfg.mode == SDNN_MODE_SCALEDNN ? "scalednn" : "stock");
+    if (R->job->task == SDNN_TASK_DETECTOR) return save_to(R, "%s/%s_final.weights", -1) ? 1 : 0;
+    return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
+}
+
+int sdnn_train(const sdnn_train_job *job)
+{
+    if (!readable("data file", job->datacfg) || !readable("cfg file", job->cfgfile)) return 1;
+    if (job->weights && !readable("weights file", job->weights)) return 1;
+    if (job->nreplicas < 1) return fail("-gpus must list at least one id (e.g. -gpus 0,1)");
+
+    run R;
+    memset(&R, 0, sizeof R);
+    R.job = job;
+    sdnn_stripped_cfg stripped = {-1, ""};
+    if (sdnn_config_load(job->cfgfile, &R.cfg, &stripped) != SDNN_OK) return fail_status();
+
+    list *options = read_data_cfg((char *)job->datacfg);
+    char *train_list = option_find_str(options, "train", "data/train.list");
+    char *backup = option_find_str(options, "backup", "/backup/");
+    char *label_file = option_find_str(options, "labels", "data/labels.list");
+    int classes = option_find_int(options, "classes", 2);
+    int rc = 1;
+    char **paths = NULL, **labels = NULL;
+    list *plist = NULL, *llist = NULL;
+    network **nets = NULL;
+
+    R.train_count = count_lines(train_list);
+    if (R.train_count < 0) {
+        fprintf(stderr, "error: %s: train=%s: cannot open: %s\n", job->datacfg, train_list,
+                strerror(errno));
+        goto out;
+    }
+    if (R.train_count == 0) {
+        fprintf(stderr, "error: %s: train=%s: the list is empty\n", job->datacfg, train_list);
+        goto out;
+    }
+    if (job->task == SDNN_TASK_CLASSIFIER && !readable("labels file", label_file)) goto out;
+    snprintf(R.backup, sizeof R.backup, "%s", backup);
+    if (sdnn_mkdirs(R.backup) != SDNN_OK) {
+        fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
+        goto out;
+    }
+    const char *csv = job->csv ? job->csv : (R.cfg.csv[0] ? R.cfg.csv : NULL);
+    if (csv && sdnn_csv_open(&R.csv, csv) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto out;
+    }
+
+    char desc[256];
+    sdnn_config_describe(&R.cfg, desc, sizeof desc);
+    printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
+           desc);
+    printf("scalednn: CPU build: -gpus %s names %d CPU replica%s (one thread each); gemm: %s\n",
+           job->gpus ? job->gpus : "0", job->nreplicas, job->nreplicas > 1 ? "s" : "",
+           sdnn_blas_name());
+    srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
+    if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
+        SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto out;
+    }
+    if (job->max_batches > 0)
+        for (int r = 0; r < job->nreplicas; ++r) nets[r]->max_batches = job->max_batches;
+    if (sdnn_trainer_create(nets, job->nreplicas, &R.cfg, 1, &R.t) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        sdnn_replicas_free(nets, job->nreplicas);
+        goto out;
+    }
+    network *net = sdnn_trainer_net(R.t, 0);
+    R.base = basecfg((char *)job->cfgfile);
+    printf("%s\nLearning Rate: %g, Momentum: %g, Decay: %g\n", R.base, net->learning_rate,
+           net->momentum, net->decay);
+    if (R.t && sdnn_trainer_exchange(R.t)) {
+        const sdnn_exchange *ex = sdnn_trainer_exchange(R.t);
+        printf("scalednn: %zu parameters in %d bucket%s, world of %d\n",
+               sdnn_network_param_count(net), sdnn_exchange_nbuckets(ex),
+               sdnn_exchange_nbuckets(ex) == 1 ? "" : "s", sdnn_exchange_world(ex));
+    }
+    plist = get_paths(train_list);
+    paths = (char **)list_to_array(plist);
+    if (job->task == SDNN_TASK_CLASSIFIER) {
+        llist = get_paths(label_file);
+        labels = (char **)list_to_array(llist);
+    }
+    rc = train_loop(&R, options, paths, labels, classes);
+    sdnn_loader_stop(&R.loader);
+
+out:
+    sdnn_csv_close(&R.csv);
+    if (R.t) sdnn_trainer_destroy(R.t);
+    free(R.base);
+    if (llist) {
+        free_ptrs((void **)labels, llist->size);
+        free_list(llist);
+    }
+    if (plist) {
+        free_ptrs((void **)paths, plist->size);
+        free_list(plist);
+    }
+    free_options(options);
+    sdnn_stripped_cfg_close(&stripped);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/*
+ * train: the training loop shared by `detector train` and `classifier
+ * train`: files checked before anything starts, replicas, loader, the
+ * per-iteration line, CSV, Darknet's save schedule with atomic saves.
+ */
+#ifndef SDNN_TRAIN_H
+#define SDNN_TRAIN_H
+
+typedef enum { SDNN_TASK_DETECTOR, SDNN_TASK_CLASSIFIER } sdnn_task;
+
+typedef struct sdnn_train_job {
+    sdnn_task task;
+    const char *datacfg;
+    const char *cfgfile;
+    const char *weights;     /* NULL: fresh weights */
+    int clear;
+    int nreplicas;
+    const char *gpus;        /* the -gpus list as given, for the banner */
+    int max_batches;         /* > 0 overrides [net] max_batches */
+    const char *csv;         /* overrides [scalednn] csv= */
+    long seed;               /* < 0: time-based, like Darknet */
+    int loader_threads;      /* <= 0: default */
+} sdnn_train_job;
+
+/* Returns the process exit code. */
+int sdnn_train(const sdnn_train_job *job);
+
+/* `detector train` / `classifier train` with argv[0] == "train". */
+int sdnn_train_command(sdnn_task task, int argc, char **argv);
+
+/* Parse "0,1,2" into a replica count; -1 on malformed input. */
+int sdnn_parse_gpus(const char *list);
+
+#endif
