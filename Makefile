@@ -134,6 +134,7 @@ bench: $(BENCH_BIN) $(DARKNET_BIN)
 test: tests
 	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
+	ASAN_OPTIONS=suppressions=$(abspath tests/asan.supp) \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	sh tests/run.sh $(TEST_BIN)
 
