@@ -229,12 +229,44 @@ static void test_bad_input_exits(void **state)
     assert_true(rc != 0);
 }
 
+static void test_classifier_train(void **state)
+{
+    (void)state;
+    struct stat st;
+    if (stat("/usr/share/datasets/fashion-mnist", &st) != 0) skip();
+    assert_int_equal(run("%s scalednn fmnist %s/fm -n 256 -valid 8 >%s/fm.log 2>&1", g_bin, g_dir,
+                         g_dir), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/fm.data", g_dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "classes=10\ntrain=%s/fm/train.txt\nvalid=%s/fm/valid.txt\n"
+               "labels=%s/fm/fmnist.names\nbackup=%s/fmbackup/\n", g_dir, g_dir, g_dir, g_dir);
+    fclose(f);
+    int rc = run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 12 "
+                 "-seed 2 -csv %s/fm.csv >%s/fmtrain.log 2>&1", g_bin, g_dir, g_dir, g_dir);
+    if (rc != 0) run("tail -20 %s/fmtrain.log", g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/fm.csv", g_dir);
+    csv_stats s = read_csv(path);
+    printf("classifier: %d rows, iteration %d, loss %.3f -> %.3f\n", s.rows, s.iteration, s.first,
+           s.last);
+    assert_true(s.finite);
+    assert_int_equal(s.iteration, 12);
+    assert_true(s.bytes > 0);
+    /* An epoch is 256 images; 12 iterations of batch 32 are 384 images. */
+    snprintf(path, sizeof path, "%s/fmbackup/fmnist-scalednn_1.weights", g_dir);
+    assert_int_equal(stat(path, &st), 0);
+    snprintf(path, sizeof path, "%s/fmbackup/fmnist-scalednn.weights", g_dir);
+    assert_int_equal(stat(path, &st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_stock),
         cmocka_unit_test(test_train_scalednn),
         cmocka_unit_test(test_bad_input_exits),
+        cmocka_unit_test(test_classifier_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
