@@ -3,9 +3,12 @@
 #   1 and 2 replicas x stock and scalednn mode (and BLAS=1 vs BLAS=0 with
 #   BENCH_BLAS=1), RUNS runs each (default 5), ITERS iterations each
 #   (default 60, i.e. the same images for any replica count).
+# Every run but the first uses one OpenBLAS thread per replica
+# (SDNN_BLAS_THREADS=1); the first shows 1 replica with the default (cores/N).
 # Per run: images/s over the steps after the first WARM (default 3),
 # exchange bytes per step, and the median per-step time the update waited
-# on the exchange (exposed communication).  The table gives the medians
+# on the exchange after its bucket was ready (exposed communication) and
+# the median time it waited for the slower replica (sync).  The table gives the medians
 # over the runs.  Raw CSVs stay in runs/bench/.
 #   sh bench/bench_train.sh            # from the repository root
 set -eu
@@ -24,12 +27,15 @@ run_stats() {
     awk -F, -v imgs="$2" -v warm="$WARM" '
         NR == 1 { next }
         { r++ }
-        r > warm { n++; t += $6; b += $8; ex[n] = $9 * 1000 }
+        r > warm { n++; t += $6; b += $8; ex[n] = $9 * 1000; sy[n] = $12 * 1000 }
         END {
             for (i = 2; i <= n; i++) { v = ex[i]; j = i - 1
                 while (j > 0 && ex[j] > v) { ex[j + 1] = ex[j]; j-- } ex[j + 1] = v }
             m = n % 2 ? ex[(n + 1) / 2] : (ex[n / 2] + ex[n / 2 + 1]) / 2
-            printf "%.2f %.0f %.3f\n", n * imgs / t, b / n, m }' "$1"
+            for (i = 2; i <= n; i++) { v = sy[i]; j = i - 1
+                while (j > 0 && sy[j] > v) { sy[j + 1] = sy[j]; j-- } sy[j + 1] = v }
+            q = n % 2 ? sy[(n + 1) / 2] : (sy[n / 2] + sy[n / 2 + 1]) / 2
+            printf "%.2f %.0f %.3f %.3f\n", n * imgs / t, b / n, m, q }' "$1"
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -49,15 +55,18 @@ bench_one() { # label bin cfg gpus
     ips=$(awk '{ print $1 }' "$OUT/$label.runs" | median)
     bps=$(awk '{ print $2 }' "$OUT/$label.runs" | median)
     exm=$(awk '{ print $3 }' "$OUT/$label.runs" | median)
+    sym=$(awk '{ print $4 }' "$OUT/$label.runs" | median)
     spread=$(awk '{ print $1 }' "$OUT/$label.runs" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }')
-    printf '| %-26s | %8s | %12s | %10.2f | %14.3f | %s |\n' "$label" "$gpus" "$ips" \
-        "$(echo "$bps" | awk '{ print $1 / 1e6 }')" "$exm" "$spread"
+    printf '| %-26s | %8s | %12s | %10.2f | %14.3f | %12.3f | %s |\n' "$label" "$gpus" "$ips" \
+        "$(echo "$bps" | awk '{ print $1 / 1e6 }')" "$exm" "$sym" "$spread"
 }
 
 echo "shapes detector (cfg/shapes.cfg, 64x64, batch 8 per replica), $ITERS iterations, medians of $RUNS runs, $(nproc) cores"
 echo
-echo "| run                        | -gpus    | images/s     | MB/step    | exposed ms/step | images/s range |"
-echo "|----------------------------|----------|--------------|------------|----------------|----------------|"
+echo "| run                        | -gpus    | images/s     | MB/step    | exposed ms/step | sync ms/step | images/s range |"
+echo "|----------------------------|----------|--------------|------------|----------------|--------------|----------------|"
+bench_one stock-1-blas2threads "$BIN" cfg/shapes.cfg 0
+export SDNN_BLAS_THREADS=1
 bench_one stock-1 "$BIN" cfg/shapes.cfg 0
 bench_one scalednn-1 "$BIN" cfg/shapes-scalednn.cfg 0
 bench_one stock-2 "$BIN" cfg/shapes.cfg 0,1
@@ -70,8 +79,8 @@ if [ "${BENCH_BLAS:-1}" = 1 ]; then
     echo
     echo "BLAS=1 (OpenBLAS gemm) vs BLAS=0 (Darknet's gemm), scalednn mode:"
     echo
-    echo "| run                        | -gpus    | images/s     | MB/step    | exposed ms/step | images/s range |"
-    echo "|----------------------------|----------|--------------|------------|----------------|----------------|"
+    echo "| run                        | -gpus    | images/s     | MB/step    | exposed ms/step | sync ms/step | images/s range |"
+    echo "|----------------------------|----------|--------------|------------|----------------|--------------|----------------|"
     bench_one blas1-scalednn-1 "$BIN" cfg/shapes-scalednn.cfg 0
     bench_one blas0-scalednn-1 build-noblas/darknet cfg/shapes-scalednn.cfg 0
     bench_one blas1-scalednn-2 "$BIN" cfg/shapes-scalednn.cfg 0,1

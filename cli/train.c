@@ -227,7 +227,7 @@ static int train_loop(run *R, list *options, char **paths, char **labels, int cl
                (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "");
         fflush(stdout);
         sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t, ips,
-                            st.bytes, st.exposed_s, st.comm_s, wait};
+                            st.bytes, st.exposed_s, st.comm_s, wait, st.sync_wait_s};
         if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) return fail_status();
         int bad = R->job->task == SDNN_TASK_DETECTOR
                       ? detector_saves(R, before, i)
@@ -293,6 +293,7 @@ int sdnn_train(const sdnn_train_job *job)
     printf("scalednn: CPU build: -gpus %s names %d CPU replica%s (one thread each); gemm: %s\n",
            job->gpus ? job->gpus : "0", job->nreplicas, job->nreplicas > 1 ? "s" : "",
            sdnn_blas_name());
+    fflush(stdout);
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
         SDNN_OK) {
@@ -306,6 +307,10 @@ int sdnn_train(const sdnn_train_job *job)
         sdnn_replicas_free(nets, job->nreplicas);
         goto out;
     }
+    /* The trainer gives each replica cores/N OpenBLAS threads; small
+     * networks run faster with one (see bench/RESULTS.md). */
+    const char *bt = getenv("SDNN_BLAS_THREADS");
+    if (bt && atoi(bt) > 0) sdnn_blas_set_threads(atoi(bt));
     network *net = sdnn_trainer_net(R.t, 0);
     R.base = basecfg((char *)job->cfgfile);
     printf("%s\nLearning Rate: %g, Momentum: %g, Decay: %g\n", R.base, net->learning_rate,

@@ -30,6 +30,7 @@ typedef struct bucket {
     int remaining;         /* layer x replica completions still expected */
     int nlayers;
     int done;
+    double ready_t;        /* when the last replica packed it */
 } bucket;
 
 struct sdnn_exchange {
@@ -57,7 +58,8 @@ struct sdnn_exchange {
     int aborted;
     sdnn_status err;
     int iteration;
-    double *wait_s;                    /* [nrep] */
+    double *wait_s;                    /* [nrep] waits on the exchange itself */
+    double *sync_s;                    /* [nrep] waits for slower replicas */
     double comm_s;
     int exchanged;
 };
@@ -144,6 +146,7 @@ void sdnn_exchange_destroy(sdnn_exchange *ex)
     free(ex->rp);
     free(ex->queue);
     free(ex->wait_s);
+    free(ex->sync_s);
     pthread_mutex_destroy(&ex->mu);
     pthread_cond_destroy(&ex->cv);
     pthread_cond_destroy(&ex->qcv);
@@ -254,9 +257,10 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
     ex->slots = calloc((size_t)ex->nlayers, sizeof *ex->slots);
     ex->rp = calloc((size_t)nrep * (size_t)ex->nlayers * SDNN_MAX_PARAMS_PER_LAYER, sizeof *ex->rp);
     ex->wait_s = calloc((size_t)nrep, sizeof *ex->wait_s);
+    ex->sync_s = calloc((size_t)nrep, sizeof *ex->sync_s);
     ex->queue = calloc((size_t)ex->nlayers + 1, sizeof *ex->queue);
     sdnn_status st = SDNN_OK;
-    if (!ex->slots || !ex->rp || !ex->wait_s || !ex->queue) {
+    if (!ex->slots || !ex->rp || !ex->wait_s || !ex->sync_s || !ex->queue) {
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
         goto fail;
     }
@@ -299,13 +303,14 @@ void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration)
     for (int k = 0; k < ex->nb; ++k) {
         ex->b[k].remaining = ex->b[k].nlayers * ex->nrep;
         ex->b[k].done = 0;
+        ex->b[k].ready_t = 0;
     }
     ex->qhead = ex->qtail = 0;
     ex->buckets_ready = 0;
     ex->aborted = 0;
     ex->err = SDNN_OK;
     ex->iteration = iteration;
-    for (int r = 0; r < ex->nrep; ++r) ex->wait_s[r] = 0;
+    for (int r = 0; r < ex->nrep; ++r) ex->wait_s[r] = ex->sync_s[r] = 0;
     ex->comm_s = 0;
     ex->exchanged = 0;
     pthread_mutex_unlock(&ex->mu);
@@ -374,6 +379,7 @@ static int is_aborted(sdnn_exchange *ex)
 /* Queue bucket k (mutex held). */
 static void enqueue(sdnn_exchange *ex, int k)
 {
+    ex->b[k].ready_t = now_s();
     ex->queue[ex->qtail++] = k;
     pthread_cond_signal(&ex->qcv);
 }
@@ -437,7 +443,15 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
     pthread_mutex_lock(&ex->mu);
     while (!bk->done && !ex->aborted) pthread_cond_wait(&ex->cv, &ex->mu);
     int aborted = ex->aborted;
-    ex->wait_s[r] += now_s() - t0;
+    /* Until the bucket was ready the replica waited for slower replicas;
+     * after that, for the exchange itself. */
+    double t1 = now_s();
+    if (bk->ready_t > t0) {
+        ex->sync_s[r] += bk->ready_t - t0;
+        ex->wait_s[r] += t1 - bk->ready_t;
+    } else {
+        ex->wait_s[r] += t1 - t0;
+    }
     pthread_mutex_unlock(&ex->mu);
     if (aborted) return -1;
     const float *mean = bk->mean + s->offset;
@@ -465,8 +479,10 @@ sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)
             st->bytes = 2u * (size_t)ex->nrep * ex->total * sizeof(float);
             st->buckets = ex->exchanged;
         }
-        for (int r = 0; r < ex->nrep; ++r)
+        for (int r = 0; r < ex->nrep; ++r) {
             if (ex->wait_s[r] > st->exposed_s) st->exposed_s = ex->wait_s[r];
+            if (ex->sync_s[r] > st->sync_wait_s) st->sync_wait_s = ex->sync_s[r];
+        }
         st->comm_s = ex->comm_s;
     }
     pthread_mutex_unlock(&ex->mu);

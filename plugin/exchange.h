@@ -33,7 +33,10 @@ typedef struct sdnn_exchange sdnn_exchange;
 
 typedef struct sdnn_exchange_stats {
     size_t bytes;          /* bytes into and out of the collective, all replicas */
-    double exposed_s;      /* max over replicas of the time updates waited */
+    double exposed_s;      /* max over replicas of the time updates waited for
+                            * exchanges after their bucket was ready */
+    double sync_wait_s;    /* max over replicas of the time updates waited for
+                            * slower replicas to finish the bucket's backward */
     double comm_s;         /* time the comm thread spent in collectives */
     int buckets;           /* buckets exchanged */
 } sdnn_exchange_stats;

@@ -26,6 +26,7 @@ typedef struct sdnn_csv_row {
     double exposed_s;      /* communication the step waited on */
     double comm_s;         /* communication time, hidden or not */
     double data_wait_s;    /* time waiting for the loader */
+    double sync_wait_s;    /* time waiting for slower replicas */
 } sdnn_csv_row;
 
 sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path);

@@ -208,6 +208,7 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         status = sdnn_exchange_step_end(t->ex, &xs);
         st->bytes = xs.bytes;
         st->exposed_s = xs.exposed_s;
+        st->sync_wait_s = xs.sync_wait_s;
         st->comm_s = xs.comm_s;
     } else {
         run_workers(t);

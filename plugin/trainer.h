@@ -23,6 +23,7 @@ typedef struct sdnn_step_stats {
     float loss;            /* mean of the replicas' train_network losses */
     double seconds;        /* wall time of the step (compute + exchange) */
     double exposed_s;      /* time the step waited on communication */
+    double sync_wait_s;    /* scalednn: time waiting for slower replicas */
     double comm_s;         /* time spent in collectives (may be hidden) */
     size_t bytes;          /* bytes exchanged in this step */
     int synced;            /* stock mode: weights were averaged */
