@@ -469,8 +469,10 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)
 {
     pthread_mutex_lock(&ex->mu);
-    /* Every queued bucket must have crossed before the next step reuses them. */
-    while (ex->world > 1 && !ex->aborted && ex->exchanged < ex->qtail)
+    /* Every queued bucket must be through the comm thread before the next
+     * step reuses the buffers; after an abort it skips the work, so this
+     * wait is short. */
+    while (ex->world > 1 && ex->exchanged < ex->qtail)
         pthread_cond_wait(&ex->cv, &ex->mu);
     sdnn_status err = ex->aborted ? (ex->err != SDNN_OK ? ex->err : SDNN_ERR_ABORTED) : SDNN_OK;
     if (st) {
