@@ -312,6 +312,84 @@ static void test_bn_average(void **state)
     sdnn_replicas_free(nets, 2);
 }
 
+/* Fully convolutional, so it can change input size (multi-scale). */
+static const char *CFG_FCN =
+    "[net]\nbatch=%d\nsubdivisions=%d\nwidth=16\nheight=16\nchannels=3\n"
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\npolicy=constant\nmax_batches=100\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=6\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[convolutional]\nfilters=5\nsize=1\nstride=1\npad=0\nactivation=linear\n"
+    "[avgpool]\n"
+    "[softmax]\n";
+
+/* Multi-scale: every replica resized to one new size keeps training in
+ * lockstep. */
+static void test_resize_keeps_lockstep(void **state)
+{
+    (void)state;
+    const int n = 2, b = 2;
+    network **nets = make_replicas(CFG_FCN, b, 1, n, NULL);
+    sdnn_config cfg = scalednn_cfg(0.0001, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 8;
+    const int sizes[] = {16, 24, 8, 16};
+    for (int k = 0; k < 4; ++k) {
+        assert_int_equal(sdnn_trainer_resize(t, sizes[k], sizes[k]), SDNN_OK);
+        for (int r = 0; r < n; ++r) {
+            assert_int_equal(sdnn_trainer_net(t, r)->w, sizes[k]);
+            assert_int_equal(sdnn_trainer_net(t, r)->inputs, sizes[k] * sizes[k] * 3);
+        }
+        data d = tu_batch(&seed, n * b, sizes[k] * sizes[k] * 3, 5);
+        sdnn_step_stats st;
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+        assert_true(st.bytes > 0);
+        assert_true(sdnn_replicas_identical(sdnn_trainer_nets(t), n, NULL, 0));
+        free_data(d);
+    }
+    sdnn_trainer_destroy(t);
+}
+
+/* Layers at or before a stopbackward layer get no gradient: they are not
+ * exchanged, and the step must not wait for them. */
+static void test_stopbackward_layers_not_exchanged(void **state)
+{
+    (void)state;
+    const char *cfgtext =
+        "[net]\nbatch=4\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+        "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\npolicy=constant\nmax_batches=100\n"
+        "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+        "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\nstopbackward=1\n"
+        "[connected]\noutput=5\nactivation=linear\n"
+        "[softmax]\n";
+    network **nets = calloc(2, sizeof *nets);
+    nets[0] = tu_parse(cfgtext);
+    nets[1] = tu_parse(cfgtext);
+    assert_int_equal(sdnn_replicas_broadcast(nets, 2), SDNN_OK);
+    sdnn_config cfg = scalednn_cfg(0.0001, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+    const sdnn_exchange *ex = sdnn_trainer_exchange(t);
+    assert_int_equal(sdnn_exchange_layer_bucket(ex, 0), -1);
+    assert_int_equal(sdnn_exchange_layer_bucket(ex, 1), -1);
+    assert_int_equal(sdnn_exchange_layer_bucket(ex, 2), 0);
+    assert_int_equal(sdnn_exchange_nbuckets(ex), 1);
+    uint64_t seed = 4;
+    for (int k = 0; k < 3; ++k) {
+        data d = tu_batch(&seed, 8, INPUTS, CLASSES);
+        sdnn_step_stats st;
+        sdnn_status sst = sdnn_trainer_step(t, d, &st);
+        if (sst != SDNN_OK) fprintf(stderr, "step: %s\n", sdnn_last_error());
+        assert_int_equal(sst, SDNN_OK);
+        char where[128] = "";
+        int same = sdnn_replicas_identical(sdnn_trainer_nets(t), 2, where, sizeof where);
+        if (!same) fprintf(stderr, "step %d: %s\n", k, where);
+        assert_true(same);
+        free_data(d);
+    }
+    sdnn_trainer_destroy(t);
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 static void test_nonfinite_stops(void **state)
@@ -460,6 +538,8 @@ int main(void)
         cmocka_unit_test(test_stock_equals_reference),
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_bn_average),
+        cmocka_unit_test(test_resize_keeps_lockstep),
+        cmocka_unit_test(test_stopbackward_layers_not_exchanged),
         cmocka_unit_test(test_nonfinite_stops),
         cmocka_unit_test(test_world_of_one_nonfinite),
         cmocka_unit_test(test_wrong_batch_rows),
