@@ -130,6 +130,12 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     sdnn_status st = SDNN_OK;
 
     if (cfg->mode == SDNN_MODE_SCALEDNN) {
+        /* Darknet updates when seen/batch reaches a multiple of subdivisions;
+         * a counter from a run with another batch size would put that update
+         * in the middle of a step, and the gradients of the subdivisions after
+         * it would never be exchanged.  Start on a step boundary instead. */
+        size_t per = (size_t)nets[0]->batch * (size_t)nets[0]->subdivisions;
+        for (int r = 0; r < n; ++r) *nets[r]->seen -= *nets[r]->seen % per;
         SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
         SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, cfg->bucket_mb, cfg->overlap, &t->ex),
                        st, fail);
