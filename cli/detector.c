@@ -69,6 +69,22 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     return sdnn_train(&job);
 }
 
+/* The image formats Darknet's loaders read, by their first bytes; NULL for
+ * anything else (Darknet would print an error and predict on a blank image). */
+static const char *image_kind(const char *path)
+{
+    unsigned char b[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpeg";
+    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
+    if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "pnm";
+    return NULL;
+}
+
 static int test_detector(int argc, char **argv)
 {
     char *pos[5] = {0};
@@ -98,9 +114,22 @@ static int test_detector(int argc, char **argv)
         sdnn_stripped_cfg_close(&stripped);
         return 1;
     }
-    char **names = get_labels(name_list);
-    network *net = load_network(stripped.path, (char *)weights, 0);
+    const char *kind = image_kind(imgpath);
+    if (!kind) {
+        fprintf(stderr, "error: image %s: not a PNG, JPEG, BMP or PPM/PGM file\n", imgpath);
+        sdnn_stripped_cfg_close(&stripped);
+        return 1;
+    }
+    network *net = parse_network_cfg(stripped.path);
     sdnn_stripped_cfg_close(&stripped);
+    if (sdnn_check_weights_file(net, weights, 1, NULL) != SDNN_OK) {
+        fprintf(stderr, "error: %s: %s\n", cfgfile, sdnn_last_error());
+        free_network(net);
+        return 1;
+    }
+    load_weights(net, (char *)weights);
+    list *nlist = get_paths(name_list);
+    char **names = (char **)list_to_array(nlist);
     set_batch_network(net, 1);
     image im = load_image_color((char *)imgpath, 0, 0);
     image sized = letterbox_image(im, net->w, net->h);
@@ -122,6 +151,8 @@ static int test_detector(int argc, char **argv)
     save_image(im, outname);
     printf("wrote %s.jpg\n", outname);
     free_detections(dets, nboxes);
+    free_ptrs((void **)names, nlist->size);
+    free_list(nlist);
     free_image(im);
     free_image(sized);
     free_network(net);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int sdnn_parse_gpus(const char *list)
 {
@@ -73,19 +74,60 @@ static int readable(const char *what, const char *path)
     return 0;
 }
 
-/* Count the lines of a list file; Darknet's get_paths exits on a missing file. */
-static int count_lines(const char *path)
+/* Darknet's label file for a detection image: "images"/"JPEGImages"/"raw"
+ * become "labels" and the image extension ".txt", as its loader does. */
+static void label_path(const char *img, char *out, size_t len)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int n = 0, c, last = '\n';
-    while ((c = fgetc(f)) != EOF) {
-        if (c == '\n' && last != '\n') ++n;
-        last = c;
+    static const char *const from[] = {"images", "JPEGImages", "raw", ".jpg", ".png", ".JPG",
+                                       ".JPEG"};
+    static const char *const to[] = {"labels", "labels", "labels", ".txt", ".txt", ".txt",
+                                     ".txt"};
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s", img);
+    for (size_t k = 0; k < sizeof from / sizeof from[0]; ++k) {
+        find_replace(a, (char *)from[k], (char *)to[k], b);
+        memcpy(a, b, sizeof a);
     }
-    if (last != '\n') ++n;
-    fclose(f);
-    return n;
+    snprintf(out, len, "%s", a);
+}
+
+/* Every image of the train list must exist, and for detection its label
+ * file too: Darknet's loader threads exit() on a missing label file while
+ * the replicas train, which crashes the process. */
+static int check_train_list(const sdnn_train_job *job, const char *list, char **paths, int n)
+{
+    if (n == 0) {
+        fprintf(stderr, "error: %s: train=%s: the list is empty\n", job->datacfg, list);
+        return -1;
+    }
+    int missing = 0;
+    const char *first = NULL;
+    char lbl[4096], first_buf[4096] = "";
+    for (int i = 0; i < n; ++i) {
+        if (!paths[i][0]) {
+            fprintf(stderr, "error: %s: line %d is empty (one image path per line)\n", list, i + 1);
+            return -1;
+        }
+        const char *need = paths[i];
+        if (access(paths[i], R_OK) == 0 && job->task == SDNN_TASK_DETECTOR) {
+            label_path(paths[i], lbl, sizeof lbl);
+            need = access(lbl, R_OK) == 0 ? NULL : lbl;
+        } else if (access(paths[i], R_OK) == 0) {
+            need = NULL;
+        }
+        if (need) {
+            if (!missing++) {
+                snprintf(first_buf, sizeof first_buf, "%s", need);
+                first = first_buf;
+            }
+        }
+    }
+    if (missing) {
+        fprintf(stderr, "error: %s: %d of %d images or label files cannot be read, first: %s\n",
+                list, missing, n, first);
+        return -1;
+    }
+    return 0;
 }
 
 typedef struct run {
@@ -207,7 +249,9 @@ static int train_loop(run *R, list *options, char **paths, char **labels, int cl
         free_data(train);
         if (s != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());
-            fprintf(stderr, "error: training stopped at iteration %zu; nothing was saved\n", before);
+            fprintf(stderr, "error: training stopped in the step after iteration %zu; "
+                            "nothing was saved\n",
+                    before);
             return 1;
         }
         if (avg_loss < 0) avg_loss = st.loss;
@@ -264,16 +308,14 @@ int sdnn_train(const sdnn_train_job *job)
     list *plist = NULL, *llist = NULL;
     network **nets = NULL;
 
-    R.train_count = count_lines(train_list);
-    if (R.train_count < 0) {
-        fprintf(stderr, "error: %s: train=%s: cannot open: %s\n", job->datacfg, train_list,
-                strerror(errno));
+    if (sdnn_check_readable(train_list) != SDNN_OK) {
+        fprintf(stderr, "error: %s: train=%s: %s\n", job->datacfg, train_list, sdnn_last_error());
         goto out;
     }
-    if (R.train_count == 0) {
-        fprintf(stderr, "error: %s: train=%s: the list is empty\n", job->datacfg, train_list);
-        goto out;
-    }
+    plist = get_paths(train_list);
+    paths = (char **)list_to_array(plist);
+    R.train_count = plist->size;
+    if (check_train_list(job, train_list, paths, plist->size) != 0) goto out;
     if (job->task == SDNN_TASK_CLASSIFIER && !readable("labels file", label_file)) goto out;
     snprintf(R.backup, sizeof R.backup, "%s", backup);
     if (sdnn_mkdirs(R.backup) != SDNN_OK) {
@@ -321,8 +363,6 @@ int sdnn_train(const sdnn_train_job *job)
                sdnn_network_param_count(net), sdnn_exchange_nbuckets(ex),
                sdnn_exchange_nbuckets(ex) == 1 ? "" : "s", sdnn_exchange_world(ex));
     }
-    plist = get_paths(train_list);
-    paths = (char **)list_to_array(plist);
     if (job->task == SDNN_TASK_CLASSIFIER) {
         llist = get_paths(label_file);
         labels = (char **)list_to_array(llist);

@@ -361,7 +361,7 @@ static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_par
     pthread_mutex_unlock(&ex->mu);
     if (!first) return;   /* the first report names the failure */
     SDNN_ERROR(SDNN_ERR_NONFINITE,
-               "non-finite gradient at iteration %d: layer %d (%s) %s[%ld] on replica %d; "
+               "non-finite gradient in the step to iteration %d: layer %d (%s) %s[%ld] on replica %d; "
                "training stopped, saved weights are left as they were (lower learning_rate "
                "or raise burn_in)",
                ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type),

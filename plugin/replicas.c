@@ -5,6 +5,7 @@
  * layer type here, in one place.
  */
 #include "replicas.h"
+#include "saveio.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -184,7 +185,14 @@ sdnn_status sdnn_replicas_create(const char *cfgpath, const char *weights,
             return SDNN_ERROR(SDNN_ERR_INVALID, "darknet could not parse %s", cfgpath);
         }
     }
-    if (weights && weights[0]) load_weights(nets[0], (char *)weights);
+    if (weights && weights[0]) {
+        sdnn_status st = sdnn_check_weights_file(nets[0], weights, 0, NULL);
+        if (st != SDNN_OK) {
+            sdnn_replicas_free(nets, n);
+            return st;
+        }
+        load_weights(nets[0], (char *)weights);
+    }
     if (clear) *nets[0]->seen = 0;
     sdnn_status st = sdnn_replicas_broadcast(nets, n);
     if (st != SDNN_OK) {

@@ -36,8 +36,10 @@ const char *sdnn_layer_type_name(LAYER_TYPE t);
 /* Parse `n` replicas of the cfg at `cfgpath` (a Darknet-parsable file, e.g.
  * the stripped memfd path) one after another, load `weights` (may be NULL)
  * into replica 0, clear its `seen` when `clear`, and copy replica 0's
- * parameters, running statistics and counters into the others.  On error,
- * nothing is left allocated. */
+ * parameters, running statistics and counters into the others.  A weights
+ * file that does not fit the cfg (see sdnn_check_weights_file; a prefix of
+ * whole layers is fine) is SDNN_ERR_INVALID.  On error, nothing is left
+ * allocated. */
 sdnn_status sdnn_replicas_create(const char *cfgpath, const char *weights,
                                  int clear, int n, network ***out);
 void sdnn_replicas_free(network **nets, int n);
@@ -50,8 +52,8 @@ sdnn_status sdnn_replicas_broadcast(network **nets, int n);
  * replicas (scalednn mode does this before every save). */
 void sdnn_replicas_average_bn(network **nets, int n);
 
-/* 1 when every parameter, update buffer and rolling statistic of every
- * replica equals replica 0's bit for bit; else 0 and, if where != NULL, a
+/* 1 when every parameter and update buffer of every replica equals replica
+ * 0's bit for bit (running statistics are per replica and not compared); else 0 and, if where != NULL, a
  * description of the first difference. */
 int sdnn_replicas_identical(network **nets, int n, char *where, size_t len);
 

@@ -67,59 +67,96 @@ static long long inner_connected(layer *const *inner, int count)
     return n;
 }
 
+/* Floats save_weights writes for one layer; -1 when a recurrent layer lacks
+ * an inner layer. */
+static long long layer_file_floats(const layer *l)
+{
+    if (l->dontsave) return 0;
+    switch (l->type) {
+    case CONVOLUTIONAL:
+    case DECONVOLUTIONAL:
+        return conv_floats(l);
+    case CONNECTED:
+        return connected_floats(l);
+    case BATCHNORM:
+        return 3LL * l->c;
+    case LOCAL:
+        return (long long)l->outputs +
+               (long long)l->size * l->size * l->c * l->n * l->out_w * l->out_h;
+    case RNN: {
+        layer *const inner[] = {l->input_layer, l->self_layer, l->output_layer};
+        return inner_connected(inner, 3);
+    }
+    case GRU: {
+        layer *const inner[] = {l->wz, l->wr, l->wh, l->uz, l->ur, l->uh};
+        return inner_connected(inner, 6);
+    }
+    case LSTM: {
+        layer *const inner[] = {l->wi, l->wf, l->wo, l->wg, l->ui, l->uf, l->uo, l->ug};
+        return inner_connected(inner, 8);
+    }
+    case CRNN:
+        if (!l->input_layer || !l->self_layer || !l->output_layer) return -1;
+        return conv_floats(l->input_layer) + conv_floats(l->self_layer) +
+               conv_floats(l->output_layer);
+    default:
+        return 0;
+    }
+}
+
 /* Bytes save_weights writes for net, or -1 when a recurrent layer lacks an
  * inner layer (then only a non-empty file is required). */
 static long long weights_file_bytes(const network *net)
 {
     long long floats = 0;
     for (int i = 0; i < net->n; ++i) {
-        const layer *l = &net->layers[i];
-        long long n = 0;
-        if (l->dontsave) continue;
-        switch (l->type) {
-        case CONVOLUTIONAL:
-        case DECONVOLUTIONAL:
-            n = conv_floats(l);
-            break;
-        case CONNECTED:
-            n = connected_floats(l);
-            break;
-        case BATCHNORM:
-            n = 3LL * l->c;
-            break;
-        case LOCAL:
-            n = (long long)l->outputs +
-                (long long)l->size * l->size * l->c * l->n * l->out_w * l->out_h;
-            break;
-        case RNN: {
-            layer *const inner[] = {l->input_layer, l->self_layer, l->output_layer};
-            n = inner_connected(inner, 3);
-            break;
-        }
-        case GRU: {
-            layer *const inner[] = {l->wz, l->wr, l->wh, l->uz, l->ur, l->uh};
-            n = inner_connected(inner, 6);
-            break;
-        }
-        case LSTM: {
-            layer *const inner[] = {l->wi, l->wf, l->wo, l->wg,
-                                    l->ui, l->uf, l->uo, l->ug};
-            n = inner_connected(inner, 8);
-            break;
-        }
-        case CRNN:
-            if (!l->input_layer || !l->self_layer || !l->output_layer) return -1;
-            n = conv_floats(l->input_layer) + conv_floats(l->self_layer) +
-                conv_floats(l->output_layer);
-            break;
-        default:
-            break;
-        }
+        long long n = layer_file_floats(&net->layers[i]);
         if (n < 0) return -1;
         floats += n;
     }
     return 3LL * (long long)sizeof(int) + (long long)sizeof(size_t) +
            floats * (long long)sizeof(float);
+}
+
+sdnn_status sdnn_check_weights_file(const network *net, const char *path, int require_full,
+                                    int *layers_out)
+{
+    if (layers_out) *layers_out = 0;
+    SDNN_CHECK(sdnn_check_readable(path));
+    FILE *f = fopen(path, "rb");
+    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    int hdr[3] = {0, 0, 0};
+    size_t got = fread(hdr, sizeof(int), 3, f);
+    long long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    fclose(f);
+    if (got != 3 || size < 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "weights file '%s' is too short for a Darknet header",
+                          path);
+    /* Darknet writes `seen` as a size_t from format 0.2 on, as an int before. */
+    int major = hdr[0], minor = hdr[1];
+    long long header = 3LL * (long long)sizeof(int) +
+                       ((major * 10 + minor >= 2 && major < 1000 && minor < 1000)
+                            ? (long long)sizeof(size_t)
+                            : (long long)sizeof(int));
+    long long body = size - header, cum = 0, full = weights_file_bytes(net);
+    if (full < 0) return SDNN_OK;   /* recurrent layer without inner layers: cannot tell */
+    full = full - 3LL * (long long)sizeof(int) - (long long)sizeof(size_t) + header;
+    int layers = 0, matched = body == 0 ? 0 : -1;
+    for (int i = 0; i < net->n && cum < body; ++i) {
+        cum += layer_file_floats(&net->layers[i]) * (long long)sizeof(float);
+        layers = i + 1;
+        if (cum == body) matched = layers;
+    }
+    if (matched <= 0 || (require_full && size != full))
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "weights file '%s' has %lld bytes, which does not fit this cfg: the "
+                          "whole network is %lld bytes%s (truncated file, or weights of another "
+                          "network?)",
+                          path, size, full,
+                          require_full ? "" : " and a partial file must end at a layer boundary");
+    if (layers_out) *layers_out = matched;
+    return SDNN_OK;
 }
 
 /* ---- helpers ---------------------------------------------------------------- */

@@ -33,6 +33,16 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
  * missing file, so callers check first.) */
 sdnn_status sdnn_check_readable(const char *path);
 
+/* Check the weights file at `path` fits `net` before Darknet's load_weights
+ * (which reads whatever is there and exits on a missing file): the header
+ * must be readable and the size must end exactly at a layer boundary of
+ * net's saved layout.  With require_full the file must hold every layer;
+ * without it a prefix is fine (Darknet's partial pretrained files such as
+ * darknet53.conv.74).  *layers gets the number of leading layers the file
+ * covers.  SDNN_ERR_IO / SDNN_ERR_INVALID naming the file otherwise. */
+sdnn_status sdnn_check_weights_file(const network *net, const char *path, int require_full,
+                                    int *layers);
+
 /* Create a directory (and its parents) if missing, mode 0755; SDNN_ERR_IO on
  * failure (also when the path exists and is not a directory). */
 sdnn_status sdnn_mkdirs(const char *dir);

@@ -14,6 +14,7 @@
 #include "saveio.h"
 #include "stock.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,8 +241,34 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h)
     return SDNN_OK;
 }
 
+/* A save must never replace good weights with NaN or inf. */
+static sdnn_status check_finite(network *net)
+{
+    for (int i = 0; i < net->n; ++i) {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(&net->layers[i], p);
+        for (int j = 0; j < k; ++j)
+            for (size_t e = 0; e < p[j].n; ++e)
+                if (!isfinite(p[j].val[e]))
+                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                      "not saving: layer %d (%s) %s[%zu] is not finite at "
+                                      "iteration %zu; the previous weights files are kept",
+                                      i, sdnn_layer_type_name(net->layers[i].type), p[j].what, e,
+                                      get_current_batch(net));
+    }
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
 {
-    if (t->cfg.mode == SDNN_MODE_SCALEDNN) sdnn_replicas_average_bn(t->nets, t->n);
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
+        sdnn_replicas_average_bn(t->nets, t->n);
+    } else if (t->n > 1) {
+        /* Darknet's train_detector calls sync_nets(nets, ngpus, 0) before
+         * every save: weights averaged, seen unchanged. */
+        size_t bytes;
+        SDNN_CHECK(sdnn_stock_sync(t->nets, t->n, 0, &bytes));
+    }
+    SDNN_CHECK(check_finite(t->nets[0]));
     return sdnn_save_weights_atomic(t->nets[0], path);
 }

@@ -47,8 +47,10 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st);
 /* Resize every replica to w x h (multi-scale training). */
 sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
 
-/* Save in Darknet's format, atomically.  scalednn mode first averages the
- * batch-norm running statistics over the replicas. */
+/* Save replica 0 in Darknet's format, atomically.  scalednn mode first
+ * averages the batch-norm running statistics over the replicas; stock mode
+ * first averages the weights as Darknet does before every save.  Non-finite
+ * parameters are SDNN_ERR_NONFINITE and nothing is written. */
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
 
 /* Current iteration (Darknet's get_current_batch of replica 0). */

@@ -176,6 +176,46 @@ static void test_train_scalednn(void **state)
     snprintf(path, sizeof path, "%s/pred.jpg", g_dir);
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 0);
+
+    /* A truncated weights file or a file that is no image: a clear error,
+     * not a prediction from random weights or a blank picture. */
+    rc = run("head -c 1000 %s/backup/shapes-scalednn_final.weights > %s/trunc.weights && "
+             "%s detector test %s/shapes.data cfg/shapes.cfg %s/trunc.weights "
+             "%s/shapes/images/valid/000001.png -out %s/pred2 >%s/t2.log 2>&1",
+             g_dir, g_dir, g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_true(rc != 0);
+    snprintf(path, sizeof path, "%s/t2.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "does not fit this cfg"));
+    free(log);
+    rc = run("%s detector test %s/shapes.data cfg/shapes.cfg %s/backup/shapes-scalednn_final.weights "
+             "%s/shapes.data -out %s/pred3 >%s/t3.log 2>&1",
+             g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_true(rc != 0);
+    snprintf(path, sizeof path, "%s/t3.log", g_dir);
+    log = slurp(path);
+    assert_non_null(strstr(log, "not a PNG, JPEG"));
+    free(log);
+}
+
+/* An image without its label file stops training before it starts
+ * (Darknet's loader thread would exit() mid-training). */
+static void test_missing_label_file(void **state)
+{
+    (void)state;
+    int rc = run("mkdir -p %s/nl/images && cp %s/shapes/images/train/000001.png %s/nl/images/a.png && "
+                 "echo %s/nl/images/a.png > %s/nl/train.txt && "
+                 "printf 'classes=4\ntrain=%s/nl/train.txt\nbackup=%s/nlb/\n' > %s/nl.data",
+                 g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    rc = run("%s detector train %s/nl.data cfg/shapes.cfg -max_batches 2 >%s/nl.log 2>&1", g_bin,
+             g_dir, g_dir);
+    assert_true(rc != 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/nl.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "nl/labels/a.txt"));
+    free(log);
 }
 
 /* Runs the binary on a cfg and checks the exit code and message; the
@@ -266,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_train_stock),
         cmocka_unit_test(test_train_scalednn),
         cmocka_unit_test(test_bad_input_exits),
+        cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_classifier_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

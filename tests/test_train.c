@@ -19,7 +19,9 @@
 #include "exchange.h"
 #include "loader.h"
 #include "replicas.h"
+#include "saveio.h"
 #include "trainer.h"
+#include <sys/stat.h>
 #include "testutil.h"
 
 /* With batch norm; rate schedule that changes during the run (burn_in,
@@ -124,6 +126,8 @@ static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int 
     network *ref = make_net(CFG_PLAIN, n * b, subdiv);
     ref->learning_rate *= (float)n;     /* "the same scaled rate" */
     network **nets = make_replicas(CFG_PLAIN, b, subdiv, n, ref);
+    network *init = make_net(CFG_PLAIN, b, subdiv);
+    tu_copy_params(ref, init);
     sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
     sdnn_trainer *t = NULL;
     assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
@@ -139,14 +143,10 @@ static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int 
         free_data(d);
     }
     double err = tu_rel_diff(ref, sdnn_trainer_net(t, 0));
-    double moved = 0;
-    {
-        /* The test must be able to fail: the weights moved far more than
-         * the tolerance over 10 steps. */
-        network *init = make_net(CFG_PLAIN, b, subdiv);
-        moved = tu_rel_diff(ref, init);
-        free_network(init);
-    }
+    /* The test must be able to fail: the weights moved from their start far
+     * more than the tolerance over 10 steps. */
+    double moved = tu_rel_diff(ref, init);
+    free_network(init);
     printf("n=%d subdiv=%d bucket_mb=%g overlap=%d: rel err %.3g (weights moved %.3g)\n", n,
            subdiv, bucket_mb, overlap, err, moved);
     assert_true(err < 1e-5);
@@ -390,6 +390,108 @@ static void test_stopbackward_layers_not_exchanged(void **state)
     sdnn_trainer_destroy(t);
 }
 
+/* Saving: scalednn mode writes the replicas' mean running statistics;
+ * stock mode writes the mean weights (Darknet syncs before every save).
+ * The files load back into libdarknet. */
+static void save_and_load(int mode)
+{
+    const int n = 2, b = 2;
+    network **nets = make_replicas(CFG_BN, b, 1, n, NULL);
+    sdnn_config cfg = scalednn_cfg(4.0, 1);
+    cfg.mode = mode;
+    cfg.interval = 100;   /* no stock sync during these steps */
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 21;
+    for (int k = 0; k < 3; ++k) {
+        data d = tu_batch(&seed, n * b, INPUTS, CLASSES);
+        sdnn_step_stats st;
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+        free_data(d);
+    }
+    layer *l0 = &sdnn_trainer_net(t, 0)->layers[0], *l1 = &sdnn_trainer_net(t, 1)->layers[0];
+    float want_mean[8], want_w[8];
+    for (int e = 0; e < 8; ++e) {
+        want_mean[e] = (l0->rolling_mean[e] + l1->rolling_mean[e]) * 0.5f;
+        want_w[e] = (l0->weights[e] + l1->weights[e]) * 0.5f;
+    }
+    if (mode == SDNN_MODE_SCALEDNN) {
+        /* Replicas saw different images: their statistics differ. */
+        assert_true(memcmp(l0->rolling_mean, l1->rolling_mean, 8 * sizeof(float)) != 0);
+    } else {
+        assert_true(memcmp(l0->weights, l1->weights, 8 * sizeof(float)) != 0);
+    }
+    char path[] = "/tmp/sdnn-save-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(sdnn_trainer_save(t, path), SDNN_OK);
+    network *back = make_net(CFG_BN, b, 1);
+    assert_int_equal(sdnn_check_weights_file(back, path, 1, NULL), SDNN_OK);
+    load_weights(back, path);
+    for (int e = 0; e < 8; ++e) {
+        if (mode == SDNN_MODE_SCALEDNN)
+            assert_true(back->layers[0].rolling_mean[e] == want_mean[e]);
+        else
+            assert_true(back->layers[0].weights[e] == want_w[e]);
+    }
+    /* Non-finite parameters are never saved over a good file. */
+    sdnn_trainer_net(t, 0)->layers[3].biases[0] = NAN;
+    if (mode == SDNN_MODE_STOCK) sdnn_trainer_net(t, 1)->layers[3].biases[0] = NAN;
+    assert_int_equal(sdnn_trainer_save(t, path), SDNN_ERR_NONFINITE);
+    network *again = make_net(CFG_BN, b, 1);
+    load_weights(again, path);
+    assert_true(memcmp(back->layers[3].biases, again->layers[3].biases, 5 * sizeof(float)) == 0);
+    free_network(again);
+    free_network(back);
+    unlink(path);
+    sdnn_trainer_destroy(t);
+}
+
+static void test_save_scalednn_averages_bn(void **state)
+{
+    (void)state;
+    save_and_load(SDNN_MODE_SCALEDNN);
+}
+
+static void test_save_stock_averages_weights(void **state)
+{
+    (void)state;
+    save_and_load(SDNN_MODE_STOCK);
+}
+
+/* A weights file must fit the cfg: whole layers, no truncated tail. */
+static void test_weights_file_check(void **state)
+{
+    (void)state;
+    network *net = make_net(CFG_BN, 2, 1);
+    char path[] = "/tmp/sdnn-wcheck-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    save_weights(net, path);
+    int layers = -1;
+    assert_int_equal(sdnn_check_weights_file(net, path, 1, &layers), SDNN_OK);
+    assert_int_equal(layers, 4);   /* conv, maxpool, conv, connected */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    /* Header + layer 0 only: a valid partial file for training, not for test. */
+    long long l0 = 4LL * (8 + 8 * 3 * 9 + 3 * 8);
+    assert_int_equal(truncate(path, 20 + l0), 0);
+    assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_OK);
+    assert_int_equal(layers, 1);
+    assert_int_equal(sdnn_check_weights_file(net, path, 1, &layers), SDNN_ERR_INVALID);
+    /* Cut inside a layer: refused either way, with the file named. */
+    assert_int_equal(truncate(path, 20 + l0 + 10), 0);
+    sdnn_clear_error();
+    assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_ERR_INVALID);
+    assert_non_null(strstr(sdnn_last_error(), path));
+    assert_int_equal(truncate(path, 7), 0);
+    assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_ERR_INVALID);
+    unlink(path);
+    assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_ERR_IO);
+    free_network(net);
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 static void test_nonfinite_stops(void **state)
@@ -412,7 +514,7 @@ static void test_nonfinite_stops(void **state)
         assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
         const char *msg = sdnn_last_error();
         printf("message: %s\n", msg);
-        assert_non_null(strstr(msg, "iteration 4"));
+        assert_non_null(strstr(msg, "to iteration 4"));
         assert_non_null(strstr(msg, "replica 1"));
         assert_non_null(strstr(msg, "layer 3"));
         free_data(d);
@@ -539,6 +641,9 @@ int main(void)
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_bn_average),
         cmocka_unit_test(test_resize_keeps_lockstep),
+        cmocka_unit_test(test_save_scalednn_averages_bn),
+        cmocka_unit_test(test_save_stock_averages_weights),
+        cmocka_unit_test(test_weights_file_check),
         cmocka_unit_test(test_stopbackward_layers_not_exchanged),
         cmocka_unit_test(test_nonfinite_stops),
         cmocka_unit_test(test_world_of_one_nonfinite),
