@@ -83,6 +83,11 @@ APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
 APP_LIB_OBJ := $(filter-out $(BUILD)/cli/main.o,$(APP_OBJ))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
+# Objects depend on a stamp named after the flags, so switching BLAS=, SAN=
+# or DEBUG= in the same build directory rebuilds what they change.
+FLAGS_HASH := $(shell echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' | cksum | cut -d' ' -f1)
+FLAGS_STAMP := $(BUILD)/.flags-$(FLAGS_HASH)
+
 ifeq ($(BUILD),build)
 DARKNET_BIN := darknet
 LIBA := libscalednn.a
@@ -97,11 +102,16 @@ endif
 BENCH_BIN := $(BUILD)/bench/bench_allreduce
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h cli/*.h)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.flags-*
+	@touch $@
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h cli/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/pic/%.o: %.c $(wildcard include/*.h plugin/*.h)
+$(BUILD)/pic/%.o: %.c $(wildcard include/*.h plugin/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
 
@@ -119,13 +129,13 @@ $(BUILD)/libsdnnapp.a: $(APP_LIB_OBJ)
 $(DARKNET_BIN): $(APP_OBJ) $(LIBA)
 	$(CC) $(LDFLAGS) $(APP_OBJ) $(LIBA) -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(wildcard tests/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libsdnnapp.a $(LIBA) -o $@ $(LDFLAGS) -lcmocka $(LDLIBS)
 
 tests: $(TEST_BIN) $(DARKNET_BIN)
 
-$(BUILD)/bench/%: bench/%.c $(LIBA)
+$(BUILD)/bench/%: bench/%.c $(LIBA) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 

@@ -4,11 +4,12 @@
 #   BENCH_BLAS=1), RUNS runs each (default 5), ITERS iterations each
 #   (default 60, i.e. the same images for any replica count).
 # Every run but the first uses one OpenBLAS thread per replica
-# (SDNN_BLAS_THREADS=1); the first shows 1 replica with the default (cores/N).
+# (SDNN_BLAS_THREADS=1); the first shows 1 replica with the default (every core).
 # Per run: images/s over the steps after the first WARM (default 3),
-# exchange bytes per step, and the median per-step time the update waited
-# on the exchange after its bucket was ready (exposed communication) and
-# the median time it waited for the slower replica (sync).  The table gives the medians
+# exchange bytes per step, and the mean per-step time the update waited
+# on the exchange after its bucket was ready (exposed communication; in
+# stock mode the weight averaging) and the mean time it waited for the
+# slower replica (sync).  The table gives the medians
 # over the runs.  Raw CSVs stay in runs/bench/.
 #   sh bench/bench_train.sh            # from the repository root
 set -eu
@@ -22,20 +23,15 @@ mkdir -p "$OUT"
 [ -x "$BIN" ] || make -j2 >/dev/null
 [ -f data/shapes/train.txt ] || "$BIN" scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null
 
-# per-run figures from one CSV: img/s, bytes/step, median exposed ms
+# per-run figures from one CSV: img/s, bytes/step, mean exposed ms/step,
+# mean sync-wait ms/step (means, so stock's weight average every 4th step
+# is spread over the steps it serves)
 run_stats() {
     awk -F, -v imgs="$2" -v warm="$WARM" '
         NR == 1 { next }
         { r++ }
-        r > warm { n++; t += $6; b += $8; ex[n] = $9 * 1000; sy[n] = $12 * 1000 }
-        END {
-            for (i = 2; i <= n; i++) { v = ex[i]; j = i - 1
-                while (j > 0 && ex[j] > v) { ex[j + 1] = ex[j]; j-- } ex[j + 1] = v }
-            m = n % 2 ? ex[(n + 1) / 2] : (ex[n / 2] + ex[n / 2 + 1]) / 2
-            for (i = 2; i <= n; i++) { v = sy[i]; j = i - 1
-                while (j > 0 && sy[j] > v) { sy[j + 1] = sy[j]; j-- } sy[j + 1] = v }
-            q = n % 2 ? sy[(n + 1) / 2] : (sy[n / 2] + sy[n / 2 + 1]) / 2
-            printf "%.2f %.0f %.3f %.3f\n", n * imgs / t, b / n, m, q }' "$1"
+        r > warm { n++; t += $6; b += $8; ex += $9 * 1000; sy += $12 * 1000 }
+        END { printf "%.2f %.0f %.4f %.4f\n", n * imgs / t, b / n, ex / n, sy / n }' "$1"
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -57,7 +53,7 @@ bench_one() { # label bin cfg gpus
     exm=$(awk '{ print $3 }' "$OUT/$label.runs" | median)
     sym=$(awk '{ print $4 }' "$OUT/$label.runs" | median)
     spread=$(awk '{ print $1 }' "$OUT/$label.runs" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }')
-    printf '| %-26s | %8s | %12s | %10.2f | %14.3f | %12.3f | %s |\n' "$label" "$gpus" "$ips" \
+    printf '| %-26s | %8s | %12s | %10.2f | %14.4f | %12.3f | %s |\n' "$label" "$gpus" "$ips" \
         "$(echo "$bps" | awk '{ print $1 / 1e6 }')" "$exm" "$sym" "$spread"
 }
 

@@ -349,8 +349,8 @@ int sdnn_train(const sdnn_train_job *job)
         sdnn_replicas_free(nets, job->nreplicas);
         goto out;
     }
-    /* The trainer gives each replica cores/N OpenBLAS threads; small
-     * networks run faster with one (see bench/RESULTS.md). */
+    /* The trainer gives OpenBLAS one thread per replica, or every core to a
+     * single replica; small networks run faster with one (bench/RESULTS.md). */
     const char *bt = getenv("SDNN_BLAS_THREADS");
     if (bt && atoi(bt) > 0) sdnn_blas_set_threads(atoi(bt));
     network *net = sdnn_trainer_net(R.t, 0);

@@ -142,11 +142,12 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
                        st, fail);
         for (int r = 0; r < n; ++r) SDNN_CHECKGOTO(sdnn_hooks_install(nets[r]), st, fail);
     }
-    /* Several replica threads share the cores: one BLAS thread each. */
+    /* Several replica threads share the cores: one BLAS thread each (the
+     * setting is process-wide, and OpenBLAS's own threads would compete with
+     * the replicas).  A single replica may use every core. */
     {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int per = cores > 0 ? (int)(cores / n) : 1;
-        sdnn_blas_set_threads(per < 1 ? 1 : per);
+        sdnn_blas_set_threads(n > 1 || cores < 1 ? 1 : (int)cores);
     }
     t->w = calloc((size_t)n, sizeof *t->w);
     if (!t->w) {
