@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "replicas.h"
 
 static int usage(void)
 {
@@ -112,19 +113,22 @@ static int test_detector(int argc, char **argv)
     if (sdnn_check_readable(name_list) != SDNN_OK) {
         fprintf(stderr, "error: %s: names=%s: %s\n", datacfg, name_list, sdnn_last_error());
         sdnn_stripped_cfg_close(&stripped);
+        sdnn_free_options(options);
         return 1;
     }
     const char *kind = image_kind(imgpath);
     if (!kind) {
         fprintf(stderr, "error: image %s: not a PNG, JPEG, BMP or PPM/PGM file\n", imgpath);
         sdnn_stripped_cfg_close(&stripped);
+        sdnn_free_options(options);
         return 1;
     }
     network *net = parse_network_cfg(stripped.path);
     sdnn_stripped_cfg_close(&stripped);
     if (sdnn_check_weights_file(net, weights, 1, NULL) != SDNN_OK) {
         fprintf(stderr, "error: %s: %s\n", cfgfile, sdnn_last_error());
-        free_network(net);
+        sdnn_network_free(net);
+        sdnn_free_options(options);
         return 1;
     }
     load_weights(net, (char *)weights);
@@ -153,9 +157,10 @@ static int test_detector(int argc, char **argv)
     free_detections(dets, nboxes);
     free_ptrs((void **)names, nlist->size);
     free_list(nlist);
+    sdnn_free_options(options);
     free_image(im);
     free_image(sized);
-    free_network(net);
+    sdnn_network_free(net);
     return 0;
 }
 

@@ -44,7 +44,7 @@ typedef struct kvp_ {
     int used;
 } kvp_;
 
-static void free_options(list *l)
+void sdnn_free_options(list *l)
 {
     if (!l) return;
     for (node *n = l->front; n; n = n->next) {
@@ -382,7 +382,7 @@ out:
         free_ptrs((void **)paths, plist->size);
         free_list(plist);
     }
-    free_options(options);
+    sdnn_free_options(options);
     sdnn_stripped_cfg_close(&stripped);
     return rc;
 }

@@ -162,11 +162,27 @@ int sdnn_replicas_identical(network **nets, int n, char *where, size_t len)
     return 1;
 }
 
+void sdnn_network_free(network *net)
+{
+    if (!net) return;
+    /* Darknet's free_network frees the layers, input, truth and the struct;
+     * these come from make_network, parse_net_options, parse_network_cfg
+     * and the yolo mask parser and would leak every time. */
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].type == YOLO) free(net->layers[i].mask);   /* free_layer does not */
+    free(net->seen);
+    free(net->t);
+    free(net->cost);
+    free(net->workspace);
+    free(net->steps);
+    free(net->scales);
+    free_network(net);
+}
+
 void sdnn_replicas_free(network **nets, int n)
 {
     if (!nets) return;
-    for (int r = 0; r < n; ++r)
-        if (nets[r]) free_network(nets[r]);
+    for (int r = 0; r < n; ++r) sdnn_network_free(nets[r]);
     free(nets);
 }
 

@@ -44,6 +44,10 @@ sdnn_status sdnn_replicas_create(const char *cfgpath, const char *weights,
                                  int clear, int n, network ***out);
 void sdnn_replicas_free(network **nets, int n);
 
+/* free_network plus what it leaves behind (seen, t, cost, workspace, the
+ * steps and scales of the rate policy). */
+void sdnn_network_free(network *net);
+
 /* Copy parameters, batch-norm statistics, update buffers and the
  * seen/t counters of nets[0] into nets[1..n-1]. */
 sdnn_status sdnn_replicas_broadcast(network **nets, int n);

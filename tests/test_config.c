@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "replicas.h"
 
 #define NAME "cfg/x.cfg"
 
@@ -504,7 +505,7 @@ static void test_load_darknet_accepts(void **state)
     assert_int_equal(net->layers[0].type, CONVOLUTIONAL);
     assert_int_equal(net->layers[1].type, CONNECTED);
     assert_int_equal(net->layers[2].type, SOFTMAX);
-    free_network(net);
+    sdnn_network_free(net);
 
     int fd = out.fd;
     sdnn_stripped_cfg_close(&out);

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "replicas.h"
 
 static char g_dir[256];
 static const char *g_bin;
@@ -167,7 +168,7 @@ static void test_train_scalednn(void **state)
         if (net->layers[i].type == CONVOLUTIONAL)
             for (int k = 0; k < net->layers[i].nweights; ++k)
                 assert_true(isfinite(net->layers[i].weights[k]));
-    free_network(net);
+    sdnn_network_free(net);
     snprintf(path, sizeof path, "%s/backup/shapes-scalednn_final.weights", g_dir);
     int rc = run("%s detector test %s/shapes.data cfg/shapes-scalednn.cfg %s "
                  "%s/shapes/images/valid/000001.png -thresh 0.05 -out %s/pred >%s/test.log 2>&1",

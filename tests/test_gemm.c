@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "blas.h"
+#include "replicas.h"
 
 /* Darknet's reference implementation (exported by libdarknet, not in darknet.h). */
 void gemm_cpu(int TA, int TB, int M, int N, int K, float ALPHA,
@@ -384,7 +385,7 @@ static void test_layers_use_this_gemm(void **state)
     assert_int_equal(ours_vs_ref, 0);
 #endif
     free(input); free(cv_ours); free(fc_ours); free(cv_ref); free(fc_ref);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 int main(void)

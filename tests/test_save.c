@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "saveio.h"
+#include "replicas.h"
 
 /* ---- seeded PRNG (splitmix64) -------------------------------------------- */
 
@@ -355,9 +356,9 @@ static void test_roundtrip_bit_exact(void **state)
         poison(back);
         load_into(back, path);
         assert_true(nets_equal(net, back));
-        free_network(back);
+        sdnn_network_free(back);
     }
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* A leftover temporary file of a crashed process with our pid is replaced. */
@@ -377,8 +378,8 @@ static void test_stale_tmp_replaced(void **state)
     poison(back);
     load_into(back, path);
     assert_true(nets_equal(net, back));
-    free_network(back);
-    free_network(net);
+    sdnn_network_free(back);
+    sdnn_network_free(net);
 }
 
 /* Every other layer type save_weights writes: the save succeeds only when
@@ -413,7 +414,7 @@ static void test_other_layer_types(void **state)
         assert_true(file_size(path) > 20);
         assert_int_equal(count_tmp_files(dir), 0);
         if (cases[i].loadable) load_into(net, path);
-        free_network(net);
+        sdnn_network_free(net);
     }
 }
 
@@ -482,7 +483,7 @@ static void test_save_errors(void **state)
     assert_int_equal(sdnn_save_weights_atomic(NULL, path), SDNN_ERR_INVALID);
     assert_int_equal(sdnn_save_weights_atomic(net, ""), SDNN_ERR_INVALID);
     assert_int_equal(sdnn_save_weights_atomic(net, NULL), SDNN_ERR_INVALID);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* Disk full: a child under a 4 KiB file size limit saves over a good file.
@@ -526,7 +527,7 @@ static void test_save_disk_full(void **state)
     assert_int_equal(count_tmp_files(dir), 0);
     free(before);
     free(after);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_check_readable(void **state)
@@ -736,8 +737,8 @@ static void test_crash_during_save(void **state)
 
     for (int v = 0; v < 3; ++v) free(vers[v].data);
     free(scratch.data);
-    free_network(net);
-    free_network(vnet);
+    sdnn_network_free(net);
+    sdnn_network_free(vnet);
     print_message("crash test: %.1f s in all\n", (now_ms() - t_start) / 1e3);
 }
 

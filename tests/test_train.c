@@ -107,7 +107,7 @@ static void one_replica_equals_darknet(int subdiv, double bucket_mb, int overlap
         free_data(d);
     }
     sdnn_trainer_destroy(t);
-    free_network(ref);
+    sdnn_network_free(ref);
 }
 
 static void test_one_replica_bitwise(void **state)
@@ -146,7 +146,7 @@ static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int 
     /* The test must be able to fail: the weights moved from their start far
      * more than the tolerance over 10 steps. */
     double moved = tu_rel_diff(ref, init);
-    free_network(init);
+    sdnn_network_free(init);
     printf("n=%d subdiv=%d bucket_mb=%g overlap=%d: rel err %.3g (weights moved %.3g)\n", n,
            subdiv, bucket_mb, overlap, err, moved);
     assert_true(err < 1e-5);
@@ -155,7 +155,7 @@ static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int 
     assert_int_equal(*sdnn_trainer_net(t, 0)->seen, *ref->seen);
     assert_int_equal(sdnn_trainer_iteration(t), 10 * (size_t)n);
     sdnn_trainer_destroy(t);
-    free_network(ref);
+    sdnn_network_free(ref);
 }
 
 static void test_n_replicas_equal_big_batch(void **state)
@@ -442,8 +442,8 @@ static void save_and_load(int mode)
     network *again = make_net(CFG_BN, b, 1);
     load_weights(again, path);
     assert_true(memcmp(back->layers[3].biases, again->layers[3].biases, 5 * sizeof(float)) == 0);
-    free_network(again);
-    free_network(back);
+    sdnn_network_free(again);
+    sdnn_network_free(back);
     unlink(path);
     sdnn_trainer_destroy(t);
 }
@@ -489,7 +489,7 @@ static void test_weights_file_check(void **state)
     assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_ERR_INVALID);
     unlink(path);
     assert_int_equal(sdnn_check_weights_file(net, path, 0, &layers), SDNN_ERR_IO);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* ---- failures ------------------------------------------------------------ */
