@@ -3,9 +3,10 @@
 # `./darknet detector train ... -csv FILE` or [scalednn] csv=FILE).
 #   scripts/compare.sh LABEL=FILE.csv [LABEL=FILE.csv ...]
 # Per run: steps, iterations reached, images, wall time of the steps,
-# images/s, median step time, final average loss, bytes exchanged per step
-# the median exposed communication per step, and the median time a step
-# waited for the slower replica (scalednn mode).
+# images/s, median step time, final average loss, bytes exchanged per step,
+# the mean exposed communication per step (stock: its weight averaging spread
+# over the steps), and the mean time a step waited for the slower replica
+# (scalednn mode).
 set -eu
 printf '%-22s %6s %6s %7s %8s %8s %9s %9s %10s %11s %11s\n' run steps iters images "time(s)" \
     "img/s" "step(ms)" "avg loss" "MB/step" "exposed(ms)" "sync(ms)"
@@ -14,7 +15,7 @@ for arg in "$@"; do
     file=${arg#*=}
     awk -F, -v label="$label" '
         NR == 1 { next }
-        { n++; t += $6; st[n] = $6 * 1000; ex[n] = $9 * 1000; sy[n] = $12 * 1000; bytes += $8;
+        { n++; t += $6; st[n] = $6 * 1000; ex += $9 * 1000; sy += $12 * 1000; bytes += $8;
           iters = $1; images = $2; avg = $4 }
         function median(a, n,    i, j, tmp) {
             for (i = 2; i <= n; i++) { tmp = a[i]; j = i - 1;
@@ -23,6 +24,6 @@ for arg in "$@"; do
         END {
             if (n == 0) { printf "%-22s (no rows)\n", label; exit }
             printf "%-22s %6d %6d %7d %8.2f %8.1f %9.2f %9.4f %10.3f %11.3f %11.3f\n", label, n,
-                   iters, images, t, images / t, median(st, n), avg, bytes / n / 1e6, median(ex, n),
-                   median(sy, n) }' "$file"
+                   iters, images, t, images / t, median(st, n), avg, bytes / n / 1e6, ex / n,
+                   sy / n }' "$file"
 done
