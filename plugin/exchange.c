@@ -368,7 +368,25 @@ static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_par
                p->what, at, r);
 }
 
-static int is_aborted(sdnn_exchange *ex)
+void sdnn_exchange_report_nonfinite_input(sdnn_exchange *ex, int r, int layer)
+{
+    pthread_mutex_lock(&ex->mu);
+    int first = !ex->aborted;
+    if (first) {
+        ex->aborted = 1;
+        ex->err = SDNN_ERR_NONFINITE;
+    }
+    pthread_cond_broadcast(&ex->cv);
+    pthread_mutex_unlock(&ex->mu);
+    if (!first) return;
+    SDNN_ERROR(SDNN_ERR_NONFINITE,
+               "non-finite activations in the step to iteration %d: the input of layer %d (%s) "
+               "on replica %d; training stopped, saved weights are left as they were (lower "
+               "learning_rate or raise burn_in)",
+               ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type), r);
+}
+
+int sdnn_exchange_aborted(sdnn_exchange *ex)
 {
     pthread_mutex_lock(&ex->mu);
     int a = ex->aborted;
@@ -387,7 +405,7 @@ static void enqueue(sdnn_exchange *ex, int k)
 void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
 {
     const slot *s = &ex->slots[layer];
-    if (s->bucket < 0 || is_aborted(ex)) return;
+    if (s->bucket < 0 || sdnn_exchange_aborted(ex)) return;
     const sdnn_param *p = rparams(ex, r, layer);
     if (ex->world == 1) {
         for (int j = 0; j < s->np; ++j) {

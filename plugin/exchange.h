@@ -59,6 +59,13 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer);
 int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer);
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st);
 
+/* 1 once the step was stopped. */
+int sdnn_exchange_aborted(sdnn_exchange *ex);
+
+/* Stop the step because the input of `layer` on replica r is not finite
+ * (found by a hook before Darknet's own code would misuse it). */
+void sdnn_exchange_report_nonfinite_input(sdnn_exchange *ex, int r, int layer);
+
 /* Stop the step: waiters return, step_end reports `s` (first error wins;
  * the message must already be set with SDNN_ERROR). */
 void sdnn_exchange_abort(sdnn_exchange *ex, sdnn_status s);

@@ -20,11 +20,32 @@ static _Thread_local sdnn_hook_ctx *tl_ctx;
 
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx) { tl_ctx = ctx; }
 
+/* Darknet's maxpool keeps index -1 for a window of NaNs and its backward
+ * then writes before the start of the input's delta; catch that first. */
+static int maxpool_indexes_valid(const layer *l)
+{
+    long n = (long)l->out_h * l->out_w * l->out_c * l->batch;
+    long limit = (long)l->h * l->w * l->c * l->batch;
+    for (long i = 0; i < n; ++i)
+        if (l->indexes[i] < 0 || l->indexes[i] >= limit) return 0;
+    return 1;
+}
+
 static void hook_backward(layer l, network net)
 {
-    g_backward[l.type](l, net);
     sdnn_hook_ctx *c = tl_ctx;
-    if (!c || !c->ex) return;
+    if (c && c->ex) {
+        /* After a failure anywhere, the rest of the backward pass is
+         * skipped: its values are garbage and Darknet's code is not safe on
+         * non-finite input. */
+        if (sdnn_exchange_aborted(c->ex)) return;
+        if (l.type == MAXPOOL && l.indexes && !maxpool_indexes_valid(&l)) {
+            sdnn_exchange_report_nonfinite_input(c->ex, c->replica, net.index);
+            return;
+        }
+    }
+    g_backward[l.type](l, net);
+    if (!c || !c->ex || !l.update) return;
     /* seen was advanced before this subdivision's forward; the update comes
      * after the subdivision that makes seen/batch a multiple of
      * subdivisions, so only then are the layer's gradients complete. */
@@ -71,24 +92,26 @@ sdnn_status sdnn_hooks_install(network *net)
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        if (!l->update) continue;
+        if (!l->backward) continue;
         int t = (int)l->type;
         if (t < 0 || t >= NTYPES) {
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "layer %d has unknown type %d", i, t);
             break;
         }
-        if (l->update == hook_update) continue;   /* already installed */
-        if ((g_update[t] && g_update[t] != l->update) ||
+        if (l->backward == hook_backward) continue;   /* already installed */
+        if ((l->update && g_update[t] && g_update[t] != l->update) ||
             (g_backward[t] && g_backward[t] != l->backward)) {
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                             "layer %d (%s) has its own backward/update functions; cannot hook it",
                             i, sdnn_layer_type_name(l->type));
             break;
         }
-        g_update[t] = l->update;
         g_backward[t] = l->backward;
-        l->update = hook_update;
         l->backward = hook_backward;
+        if (l->update) {
+            g_update[t] = l->update;
+            l->update = hook_update;
+        }
     }
     pthread_mutex_unlock(&g_lock);
     if (st != SDNN_OK) sdnn_hooks_uninstall(net);
@@ -100,9 +123,8 @@ void sdnn_hooks_uninstall(network *net)
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        if (l->update != hook_update) continue;
-        l->update = g_update[l->type];
-        l->backward = g_backward[l->type];
+        if (l->update == hook_update) l->update = g_update[l->type];
+        if (l->backward == hook_backward) l->backward = g_backward[l->type];
     }
     pthread_mutex_unlock(&g_lock);
 }

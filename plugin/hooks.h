@@ -22,7 +22,8 @@ typedef struct sdnn_hook_ctx {
     int cursor;          /* next layer index update_network will reach */
 } sdnn_hook_ctx;
 
-/* Wrap the backward and update pointers of every layer with parameters. */
+/* Wrap the backward pointer of every layer and the update pointer of every
+ * layer with parameters. */
 sdnn_status sdnn_hooks_install(network *net);
 /* Put Darknet's own pointers back. */
 void sdnn_hooks_uninstall(network *net);

@@ -199,6 +199,33 @@ static void test_train_scalednn(void **state)
     free(log);
 }
 
+/* A learning rate that blows up: a clear non-finite message, exit 1, and
+ * the weights saved before stay as they were. */
+static void test_nan_stops_training(void **state)
+{
+    (void)state;
+    int rc = run("sed 's/^learning_rate=.*/learning_rate=100000000/; s/^burn_in=.*/burn_in=0/' "
+                 "cfg/shapes-scalednn.cfg > %s/nan.cfg && mkdir -p %s/nanbk && "
+                 "echo 'previous weights' > %s/nanbk/nan.backup && "
+                 "sed 's#backup=.*#backup=%s/nanbk/#' %s/shapes.data > %s/nan.data",
+                 g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    rc = run("%s detector train %s/nan.data %s/nan.cfg -gpus 0,1 -max_batches 200 -seed 1 "
+             ">%s/nan.log 2>&1", g_bin, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/nan.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "non-finite"));
+    assert_non_null(strstr(log, "replica"));
+    assert_non_null(strstr(log, "nothing was saved"));
+    free(log);
+    snprintf(path, sizeof path, "%s/nanbk/nan.backup", g_dir);
+    char *kept = slurp(path);
+    assert_string_equal(kept, "previous weights\n");
+    free(kept);
+}
+
 /* An image without its label file stops training before it starts
  * (Darknet's loader thread would exit() mid-training). */
 static void test_missing_label_file(void **state)
@@ -308,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_train_scalednn),
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
+        cmocka_unit_test(test_nan_stops_training),
         cmocka_unit_test(test_classifier_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -541,6 +541,69 @@ static void test_world_of_one_nonfinite(void **state)
     sdnn_trainer_destroy(t);
 }
 
+/* NaN input: Darknet's maxpool would keep index -1 for an all-NaN window
+ * and write out of bounds in backward (ASan sees that); the hooks stop the
+ * step first and report it. */
+static void test_nonfinite_input_stops_cleanly(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 2; ++n) {
+        network **nets = make_replicas(CFG_BN, 2, 1, n, NULL);
+        sdnn_config cfg = scalednn_cfg(0.0001, 1);
+        sdnn_trainer *t = NULL;
+        assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+        uint64_t seed = 13;
+        data d = tu_batch(&seed, 2 * n, INPUTS, CLASSES);
+        for (int j = 0; j < INPUTS; ++j) d.X.vals[2 * n - 1][j] = NAN;
+        sdnn_step_stats st;
+        sdnn_clear_error();
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
+        printf("n=%d: %s\n", n, sdnn_last_error());
+        char want[32];
+        snprintf(want, sizeof want, "replica %d", n - 1);
+        assert_non_null(strstr(sdnn_last_error(), want));
+        assert_non_null(strstr(sdnn_last_error(), "non-finite"));
+        free_data(d);
+        sdnn_trainer_destroy(t);
+    }
+}
+
+/* The maxpool guard itself: an all-NaN window right at the input. */
+static void test_maxpool_guard(void **state)
+{
+    (void)state;
+    const char *cfgtext =
+        "[net]\nbatch=2\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+        "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\npolicy=constant\nmax_batches=100\n"
+        "[convolutional]\nfilters=5\nsize=1\nstride=1\npad=0\nactivation=linear\n"
+        "[maxpool]\nsize=2\nstride=2\n"
+        "[avgpool]\n[softmax]\n";
+    network **nets = calloc(2, sizeof *nets);
+    nets[0] = tu_parse(cfgtext);
+    nets[1] = tu_parse(cfgtext);
+    assert_int_equal(sdnn_replicas_broadcast(nets, 2), SDNN_OK);
+    sdnn_config cfg = scalednn_cfg(0.0001, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 17;
+    data d = tu_batch(&seed, 4, INPUTS, CLASSES);
+    /* One NaN window of 2x2 pixels in every channel of image 3 (replica 1);
+     * the 1x1 convolution keeps it local; the maxpool turns it into
+     * -FLT_MAX, so nothing after it is non-finite and only the guard on the
+     * maxpool's backward can see it. */
+    for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 2; ++y)
+            for (int x = 0; x < 2; ++x) d.X.vals[3][c * 64 + y * 8 + x] = NAN;
+    sdnn_step_stats st;
+    sdnn_clear_error();
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
+    printf("%s\n", sdnn_last_error());
+    assert_non_null(strstr(sdnn_last_error(), "replica 1"));
+    assert_non_null(strstr(sdnn_last_error(), "input of layer 1 (maxpool)"));
+    free_data(d);
+    sdnn_trainer_destroy(t);
+}
+
 static void test_wrong_batch_rows(void **state)
 {
     (void)state;
@@ -647,6 +710,8 @@ int main(void)
         cmocka_unit_test(test_stopbackward_layers_not_exchanged),
         cmocka_unit_test(test_nonfinite_stops),
         cmocka_unit_test(test_world_of_one_nonfinite),
+        cmocka_unit_test(test_nonfinite_input_stops_cleanly),
+        cmocka_unit_test(test_maxpool_guard),
         cmocka_unit_test(test_wrong_batch_rows),
         cmocka_unit_test(test_bucket_partition),
         cmocka_unit_test(test_comm_registry),
