@@ -215,11 +215,10 @@ static load_args make_args(run *R, network *net, char **paths, char **labels, in
     return args;
 }
 
-static int train_loop(run *R, list *options, char **paths, char **labels, int classes)
+static int train_loop(run *R, char **paths, char **labels, int classes)
 {
     network *net = sdnn_trainer_net(R->t, 0);
     int n = sdnn_trainer_replicas(R->t);
-    (void)options;
     load_args args = make_args(R, net, paths, labels, classes);
     int imgs = args.n;
     layer last = net->layers[net->n - 1];
@@ -367,7 +366,7 @@ int sdnn_train(const sdnn_train_job *job)
         llist = get_paths(label_file);
         labels = (char **)list_to_array(llist);
     }
-    rc = train_loop(&R, options, paths, labels, classes);
+    rc = train_loop(&R, paths, labels, classes);
     sdnn_loader_stop(&R.loader);
 
 out:
