@@ -12,6 +12,8 @@
  */
 #include "comm.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,10 +89,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: out of memory\n");
         return 1;
     }
+    /* Random non-integer values of mixed magnitude, so that a different
+     * summation order, reassociation or FMA shows up in #wrong. */
+    uint64_t state = 0x5dd1e7u;
     for (int r = 0; r < nrep; ++r) {
         in[r] = malloc(maxn * sizeof(float));
         if (!in[r]) return 1;
-        for (size_t i = 0; i < maxn; ++i) in[r][i] = (float)((i * 7 + (size_t)r * 13) % 101) - 50.f;
+        for (size_t i = 0; i < maxn; ++i) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(state >> 11) / 9007199254740992.0;
+            int e = (int)((state >> 3) % 13) - 6;
+            in[r][i] = (float)((u - 0.5) * ldexp(1.0, e));
+        }
     }
     memset(src, 1, maxn * sizeof(float) * (size_t)nrep);
     memset(dst, 0, maxn * sizeof(float) * (size_t)nrep);

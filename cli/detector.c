@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "replicas.h"
 
 static int usage(void)
@@ -95,6 +96,11 @@ static int test_detector(int argc, char **argv)
     float thresh = find_float_arg(argc, argv, "-thresh", .5f);
     float hier = find_float_arg(argc, argv, "-hier", .5f);
     char *outname = find_char_arg(argc, argv, "-out", "predictions");
+    /* Darknet formats NAME.jpg into a 256-byte buffer. */
+    if (strlen(outname) > 240) {
+        fprintf(stderr, "error: -out %.40s...: name too long (at most 240 characters)\n", outname);
+        return 1;
+    }
     const char *files[][2] = {{"data file", datacfg}, {"cfg file", cfgfile},
                               {"weights file", weights}, {"image", imgpath}};
     for (int i = 0; i < 4; ++i)
@@ -153,7 +159,12 @@ static int test_detector(int argc, char **argv)
             }
     draw_detections(im, dets, nboxes, thresh, names, NULL, l.classes);
     save_image(im, outname);
-    printf("wrote %s.jpg\n", outname);
+    char written[300];
+    snprintf(written, sizeof written, "%s.jpg", outname);
+    struct stat sb;
+    int ok = stat(written, &sb) == 0 && sb.st_size > 0;
+    if (ok) printf("wrote %s\n", written);
+    else fprintf(stderr, "error: -out %s: could not write %s\n", outname, written);
     free_detections(dets, nboxes);
     free_ptrs((void **)names, nlist->size);
     free_list(nlist);
@@ -161,7 +172,7 @@ static int test_detector(int argc, char **argv)
     free_image(im);
     free_image(sized);
     sdnn_network_free(net);
-    return 0;
+    return ok ? 0 : 1;
 }
 
 int sdnn_cmd_detector(int argc, char **argv)

@@ -271,7 +271,12 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         fflush(stdout);
         sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t, ips,
                             st.bytes, st.exposed_s, st.comm_s, wait, st.sync_wait_s};
-        if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) return fail_status();
+        if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) {
+            /* A full disk must not cost the weights: keep training without
+             * the CSV (the saves will report their own errors). */
+            fprintf(stderr, "warning: %s; no more CSV rows are written\n", sdnn_last_error());
+            sdnn_csv_close(&R->csv);
+        }
         int bad = R->job->task == SDNN_TASK_DETECTOR
                       ? detector_saves(R, before, i)
                       : classifier_saves(R, before, i, seen_before, *net->seen);

@@ -349,40 +349,38 @@ static long first_nonfinite(const float *x, size_t n)
     return -1;
 }
 
-static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_param *p, long at)
+/* Stop the step; 1 for the caller that stopped it first. */
+static int claim_abort(sdnn_exchange *ex, sdnn_status s)
 {
     pthread_mutex_lock(&ex->mu);
     int first = !ex->aborted;
     if (first) {
         ex->aborted = 1;
-        ex->err = SDNN_ERR_NONFINITE;
+        ex->err = s;
     }
     pthread_cond_broadcast(&ex->cv);
     pthread_mutex_unlock(&ex->mu);
-    if (!first) return;   /* the first report names the failure */
+    return first;
+}
+
+static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_param *p, long at)
+{
+    if (!claim_abort(ex, SDNN_ERR_NONFINITE)) return;   /* the first report names it */
     SDNN_ERROR(SDNN_ERR_NONFINITE,
                "non-finite gradient in the step to iteration %d: layer %d (%s) %s[%ld] on replica %d; "
-               "training stopped, saved weights are left as they were (lower learning_rate "
-               "or raise burn_in)",
+               "training stopped, saved weights are left as they were (lower learning_rate, "
+               "raise burn_in, or check the input images)",
                ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type),
                p->what, at, r);
 }
 
 void sdnn_exchange_report_nonfinite_input(sdnn_exchange *ex, int r, int layer)
 {
-    pthread_mutex_lock(&ex->mu);
-    int first = !ex->aborted;
-    if (first) {
-        ex->aborted = 1;
-        ex->err = SDNN_ERR_NONFINITE;
-    }
-    pthread_cond_broadcast(&ex->cv);
-    pthread_mutex_unlock(&ex->mu);
-    if (!first) return;
+    if (!claim_abort(ex, SDNN_ERR_NONFINITE)) return;
     SDNN_ERROR(SDNN_ERR_NONFINITE,
                "non-finite activations in the step to iteration %d: the input of layer %d (%s) "
-               "on replica %d; training stopped, saved weights are left as they were (lower "
-               "learning_rate or raise burn_in)",
+               "on replica %d; training stopped, saved weights are left as they were (check "
+               "the input images, lower learning_rate or raise burn_in)",
                ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type), r);
 }
 

@@ -57,8 +57,7 @@ int sdnn_layer_params(const layer *l, sdnn_param out[SDNN_MAX_PARAMS_PER_LAYER])
     return k;
 }
 
-/* Running statistics of a layer with batch norm, and their length. */
-static size_t bn_stats(const layer *l, float **mean, float **var)
+size_t sdnn_layer_bn_stats(const layer *l, float **mean, float **var)
 {
     *mean = l->rolling_mean;
     *var = l->rolling_variance;
@@ -102,8 +101,8 @@ sdnn_status sdnn_replicas_broadcast(network **nets, int n)
                 memcpy(pd[j].upd, ps[j].upd, ps[j].n * sizeof(float));
             }
             float *sm, *sv, *dm, *dv;
-            size_t nbn = bn_stats(&src->layers[i], &sm, &sv);
-            if (nbn && bn_stats(&dst->layers[i], &dm, &dv) == nbn) {
+            size_t nbn = sdnn_layer_bn_stats(&src->layers[i], &sm, &sv);
+            if (nbn && sdnn_layer_bn_stats(&dst->layers[i], &dm, &dv) == nbn) {
                 memcpy(dm, sm, nbn * sizeof(float));
                 memcpy(dv, sv, nbn * sizeof(float));
             }
@@ -120,7 +119,7 @@ void sdnn_replicas_average_bn(network **nets, int n)
     float inv = 1.0f / (float)n;
     for (int i = 0; i < nets[0]->n; ++i) {
         float *m0, *v0;
-        size_t len = bn_stats(&nets[0]->layers[i], &m0, &v0);
+        size_t len = sdnn_layer_bn_stats(&nets[0]->layers[i], &m0, &v0);
         for (size_t e = 0; e < len; ++e) {
             float sm = 0.f, sv = 0.f;
             for (int r = 0; r < n; ++r) {

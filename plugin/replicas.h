@@ -30,6 +30,10 @@ typedef struct sdnn_param {
  * parameters that scalednn does not know how to view (RNN, LOCAL, ...). */
 int sdnn_layer_params(const layer *l, sdnn_param out[SDNN_MAX_PARAMS_PER_LAYER]);
 
+/* Running mean and variance of a layer with batch norm and their length
+ * (0 when the layer has none). */
+size_t sdnn_layer_bn_stats(const layer *l, float **mean, float **var);
+
 /* Name of a Darknet layer type, for messages. */
 const char *sdnn_layer_type_name(LAYER_TYPE t);
 

@@ -26,9 +26,6 @@ sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
 {
     *bytes = 0;
     network *base = nets[0];
-    *base->seen += (size_t)interval * (size_t)(n - 1) * (size_t)base->batch *
-                   (size_t)base->subdivisions;
-    for (int r = 1; r < n; ++r) *nets[r]->seen = *base->seen;
 
     size_t cap = 0;
     float *host = NULL;
@@ -75,5 +72,9 @@ sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
         }
     }
     free(host);
+    /* The counters catch up only once the average went through. */
+    *base->seen += (size_t)interval * (size_t)(n - 1) * (size_t)base->batch *
+                   (size_t)base->subdivisions;
+    for (int r = 1; r < n; ++r) *nets[r]->seen = *base->seen;
     return SDNN_OK;
 }

@@ -9,6 +9,7 @@
 
 sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path)
 {
+    snprintf(c->path, sizeof c->path, "%s", path);
     c->f = fopen(path, "w");
     if (!c->f) return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
     fprintf(c->f, "iteration,images,loss,avg_loss,rate,seconds,images_per_s,bytes_exchanged,"
@@ -23,7 +24,8 @@ sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)
     int n = fprintf(c->f, "%zu,%zu,%.6f,%.6f,%.8g,%.6f,%.3f,%zu,%.6f,%.6f,%.6f,%.6f\n", w->iteration,
                     w->images, w->loss, w->avg_loss, w->rate, w->seconds, w->images_per_s,
                     w->bytes, w->exposed_s, w->comm_s, w->data_wait_s, w->sync_wait_s);
-    if (n < 0 || fflush(c->f) != 0) return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv row");
+    if (n < 0 || fflush(c->f) != 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot write a row to csv %s: %s", c->path, strerror(errno));
     return SDNN_OK;
 }
 

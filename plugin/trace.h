@@ -12,6 +12,7 @@
 
 typedef struct sdnn_csv {
     FILE *f;
+    char path[1024];
 } sdnn_csv;
 
 typedef struct sdnn_csv_row {

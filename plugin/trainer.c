@@ -47,6 +47,7 @@ struct sdnn_trainer {
     int finished;
     int stop;
     size_t seen_start;     /* seen each replica starts its part of the step at */
+    sdnn_status failed;    /* first failed step: the replicas are no longer valid */
 };
 
 static double now_s(void)
@@ -198,6 +199,9 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     network *net0 = t->nets[0];
     int per = net0->batch * net0->subdivisions;
     memset(st, 0, sizeof *st);
+    if (t->failed != SDNN_OK)
+        return SDNN_ERROR(SDNN_ERR_ABORTED, "the trainer stopped after a failed step (%s); "
+                          "its replicas hold that step's partial state", sdnn_strerror(t->failed));
     if (d.X.rows != per * t->n)
         return SDNN_ERROR(SDNN_ERR_INVALID,
                           "step batch has %d images, expected batch %d x subdivisions %d x %d replicas",
@@ -228,6 +232,7 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         }
     }
     st->seconds = now_s() - t0;
+    if (status != SDNN_OK) t->failed = status;
     float sum = 0;
     for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;
     st->loss = sum / (float)t->n;
@@ -242,26 +247,40 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h)
     return SDNN_OK;
 }
 
-/* A save must never replace good weights with NaN or inf. */
+static sdnn_status nonfinite_stat(network *net, int i, const char *what, size_t e)
+{
+    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                      "not saving: layer %d (%s) %s[%zu] is not finite at iteration %zu; the "
+                      "previous weights files are kept",
+                      i, sdnn_layer_type_name(net->layers[i].type), what, e, get_current_batch(net));
+}
+
+/* A save must never replace good weights with NaN or inf: parameters and
+ * the running statistics save_weights writes too. */
 static sdnn_status check_finite(network *net)
 {
     for (int i = 0; i < net->n; ++i) {
+        float *mean, *var;
+        size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
+        for (size_t e = 0; e < nbn; ++e) {
+            if (!isfinite(mean[e])) return nonfinite_stat(net, i, "rolling_mean", e);
+            if (!isfinite(var[e])) return nonfinite_stat(net, i, "rolling_variance", e);
+        }
         sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
         int k = sdnn_layer_params(&net->layers[i], p);
         for (int j = 0; j < k; ++j)
             for (size_t e = 0; e < p[j].n; ++e)
-                if (!isfinite(p[j].val[e]))
-                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
-                                      "not saving: layer %d (%s) %s[%zu] is not finite at "
-                                      "iteration %zu; the previous weights files are kept",
-                                      i, sdnn_layer_type_name(net->layers[i].type), p[j].what, e,
-                                      get_current_batch(net));
+                if (!isfinite(p[j].val[e])) return nonfinite_stat(net, i, p[j].what, e);
     }
     return SDNN_OK;
 }
 
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
 {
+    if (t->failed != SDNN_OK)
+        return SDNN_ERROR(SDNN_ERR_ABORTED, "not saving %s: the trainer stopped after a failed "
+                          "step (%s)", path, sdnn_strerror(t->failed));
+    for (int r = 0; r < t->n; ++r) SDNN_CHECK(check_finite(t->nets[r]));
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
         sdnn_replicas_average_bn(t->nets, t->n);
     } else if (t->n > 1) {
@@ -270,6 +289,6 @@ sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
         size_t bytes;
         SDNN_CHECK(sdnn_stock_sync(t->nets, t->n, 0, &bytes));
     }
-    SDNN_CHECK(check_finite(t->nets[0]));
+    SDNN_CHECK(check_finite(t->nets[0]));   /* an average can still overflow */
     return sdnn_save_weights_atomic(t->nets[0], path);
 }

@@ -41,7 +41,9 @@ network **sdnn_trainer_nets(sdnn_trainer *t);
 const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t);
 
 /* One step on d, which holds batch x subdivisions x n rows; replica r
- * trains rows [r*rows/n, (r+1)*rows/n). */
+ * trains rows [r*rows/n, (r+1)*rows/n).  After a failed step the replicas
+ * hold that step's partial state: later steps and saves return
+ * SDNN_ERR_ABORTED. */
 sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st);
 
 /* Resize every replica to w x h (multi-scale training). */
@@ -49,8 +51,9 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
 
 /* Save replica 0 in Darknet's format, atomically.  scalednn mode first
  * averages the batch-norm running statistics over the replicas; stock mode
- * first averages the weights as Darknet does before every save.  Non-finite
- * parameters are SDNN_ERR_NONFINITE and nothing is written. */
+ * first averages the weights as Darknet's detector does before every save.
+ * Non-finite parameters or running statistics on any replica are
+ * SDNN_ERR_NONFINITE and nothing is written or averaged. */
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
 
 /* Current iteration (Darknet's get_current_batch of replica 0). */

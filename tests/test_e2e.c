@@ -226,6 +226,37 @@ static void test_nan_stops_training(void **state)
     free(kept);
 }
 
+/* A step whose gradients are finite but whose update overflows the weights
+ * (a learning rate of 3e38) right before the iteration-100 backup: the save
+ * is refused, exit 1, and the backup on disk stays as it was. */
+static void test_nonfinite_weights_never_saved(void **state)
+{
+    (void)state;
+    int rc = run("sed 's#backup=.*#backup=%s/infbk/#' %s/shapes.data > %s/inf.data && "
+                 "%s detector train %s/inf.data cfg/shapes-scalednn.cfg -gpus 0,1 -max_batches 98 "
+                 "-seed 4 >%s/inf98.log 2>&1",
+                 g_dir, g_dir, g_dir, g_bin, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    rc = run("sed 's/^learning_rate=.*/learning_rate=3e38/' cfg/shapes-scalednn.cfg > %s/inf.cfg && "
+             "echo 'previous weights' > %s/infbk/inf.backup", g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    rc = run("%s detector train %s/inf.data %s/inf.cfg %s/infbk/shapes-scalednn_final.weights "
+             "-gpus 0,1 -max_batches 110 -seed 4 >%s/inf.log 2>&1",
+             g_bin, g_dir, g_dir, g_dir, g_dir);
+    char path[512];
+    snprintf(path, sizeof path, "%s/inf.log", g_dir);
+    char *log = slurp(path);
+    if (rc != 1) printf("%s\n", log);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(log, "\n100: "));
+    assert_non_null(strstr(log, "not saving"));
+    free(log);
+    snprintf(path, sizeof path, "%s/infbk/inf.backup", g_dir);
+    char *kept = slurp(path);
+    assert_string_equal(kept, "previous weights\n");
+    free(kept);
+}
+
 /* An image without its label file stops training before it starts
  * (Darknet's loader thread would exit() mid-training). */
 static void test_missing_label_file(void **state)
@@ -336,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_nan_stops_training),
+        cmocka_unit_test(test_nonfinite_weights_never_saved),
         cmocka_unit_test(test_classifier_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

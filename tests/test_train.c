@@ -168,6 +168,50 @@ static void test_n_replicas_equal_big_batch(void **state)
     n_replicas_equal_big_batch(2, 2, 0.004, 1);
 }
 
+/* The update of a step must use the learning rate of the whole step
+ * (iteration base + N): with burn_in and steps, N replicas of batch b equal
+ * one replica of batch N*b whose schedule is N times shorter in iterations. */
+static const char *CFG_SCHED =
+    "[net]\nbatch=%d\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\nburn_in=%d\npolicy=steps\n"
+    "steps=%d\nscales=.3\nmax_batches=100\n"
+    "[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[connected]\noutput=5\nactivation=linear\n"
+    "[softmax]\n";
+
+static void test_rate_schedule_per_step(void **state)
+{
+    (void)state;
+    const int n = 2, b = 3;
+    char text[2048];
+    snprintf(text, sizeof text, CFG_SCHED, n * b, 6 / n, 12 / n);
+    network *ref = tu_parse(text);
+    ref->learning_rate *= (float)n;
+    snprintf(text, sizeof text, CFG_SCHED, b, 6, 12);
+    network **nets = calloc((size_t)n, sizeof *nets);
+    for (int r = 0; r < n; ++r) nets[r] = tu_parse(text);
+    tu_copy_params(ref, nets[0]);
+    assert_int_equal(sdnn_replicas_broadcast(nets, n), SDNN_OK);
+    sdnn_config cfg = scalednn_cfg(0.004, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 31;
+    for (int step = 0; step < 10; ++step) {
+        data d = tu_batch(&seed, n * b, INPUTS, CLASSES);
+        train_network(ref, d);
+        sdnn_step_stats st;
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+        assert_true(get_current_rate(ref) == get_current_rate(sdnn_trainer_net(t, 0)));
+        free_data(d);
+    }
+    double err = tu_rel_diff(ref, sdnn_trainer_net(t, 0));
+    printf("schedule: rel err %.3g at iteration %zu\n", err, sdnn_trainer_iteration(t));
+    assert_true(err < 1e-5);
+    sdnn_trainer_destroy(t);
+    sdnn_network_free(ref);
+}
+
 /* ---- oracle 3 ------------------------------------------------------------ */
 
 /* Darknet's train_networks + sync_nets, written from its description. */
@@ -517,6 +561,12 @@ static void test_nonfinite_stops(void **state)
         assert_non_null(strstr(msg, "to iteration 4"));
         assert_non_null(strstr(msg, "replica 1"));
         assert_non_null(strstr(msg, "layer 3"));
+        /* The replicas hold the failed step's partial state: the trainer
+         * refuses to go on or to save. */
+        sdnn_trainer_net(t, 1)->layers[3].weights[0] = 0.f;
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_ABORTED);
+        assert_int_equal(sdnn_trainer_save(t, "/tmp/sdnn-never-written.weights"), SDNN_ERR_ABORTED);
+        assert_int_equal(access("/tmp/sdnn-never-written.weights", F_OK), -1);
         free_data(d);
         sdnn_trainer_destroy(t);
     }
@@ -700,6 +750,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica_bitwise),
         cmocka_unit_test(test_n_replicas_equal_big_batch),
+        cmocka_unit_test(test_rate_schedule_per_step),
         cmocka_unit_test(test_stock_equals_reference),
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_bn_average),
