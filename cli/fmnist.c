@@ -16,6 +16,7 @@
  * every stream are checked.
  */
 #include "commands.h"
+#include "saveio.h"
 
 #include <darknet.h>
 
@@ -328,34 +329,6 @@ static int fm_parse_count(const char *opt, const char *s, long *out)
     return 0;
 }
 
-static int fm_mkdirs(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; ++i) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        struct stat st;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return -1;
-        if (stat(buf, &st) != 0)
-            return -1;
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            return -1;
-        }
-        buf[i] = saved;
-    }
-    return 0;
-}
-
 int sdnn_cmd_fmnist(int argc, char **argv)
 {
     const char *outdir = NULL, *src = FM_DEFAULT_SRC;
@@ -425,8 +398,8 @@ int sdnn_cmd_fmnist(int argc, char **argv)
         fprintf(stderr, "fmnist: -src path too long: %s\n", src);
         return 2;
     }
-    if (fm_mkdirs(out) != 0) {
-        fprintf(stderr, "fmnist: cannot create %s: %s\n", out, strerror(errno));
+    if (sdnn_mkdirs(out) != SDNN_OK) {
+        fprintf(stderr, "fmnist: %s\n", sdnn_last_error());
         return 1;
     }
 

@@ -16,6 +16,7 @@
  * files, and image k does not depend on how many images were asked for.
  */
 #include "commands.h"
+#include "saveio.h"
 
 #include <darknet.h>
 
@@ -312,35 +313,6 @@ static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
 
 /* ---- files ------------------------------------------------------------ */
 
-/* mkdir -p.  Returns 0, or -1 with errno set. */
-static int gs_mkdirs(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; ++i) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return -1;
-        struct stat st;
-        if (stat(buf, &st) != 0)
-            return -1;
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            return -1;
-        }
-        buf[i] = saved;
-    }
-    return 0;
-}
-
 static int gs_parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
     char *end;
@@ -378,9 +350,8 @@ static long gs_split(const char *out, const char *split, int split_id, int count
         fprintf(stderr, "gen-shapes: output path too long: %s\n", out);
         return -1;
     }
-    if (gs_mkdirs(img_dir) != 0 || gs_mkdirs(lab_dir) != 0) {
-        fprintf(stderr, "gen-shapes: cannot create %s or %s: %s\n", img_dir, lab_dir,
-                strerror(errno));
+    if (sdnn_mkdirs(img_dir) != SDNN_OK || sdnn_mkdirs(lab_dir) != SDNN_OK) {
+        fprintf(stderr, "gen-shapes: %s\n", sdnn_last_error());
         return -1;
     }
     FILE *list = fopen(list_path, "w");
@@ -513,8 +484,8 @@ int sdnn_cmd_gen_shapes(int argc, char **argv)
             return 2;
         }
 
-    if (out[0] && gs_mkdirs(out) != 0) {
-        fprintf(stderr, "gen-shapes: cannot create %s: %s\n", out, strerror(errno));
+    if (out[0] && sdnn_mkdirs(out) != SDNN_OK) {
+        fprintf(stderr, "gen-shapes: %s\n", sdnn_last_error());
         return 1;
     }
     char names[PATH_MAX + 16];

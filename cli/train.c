@@ -101,26 +101,20 @@ static int check_train_list(const sdnn_train_job *job, const char *list, char **
         return -1;
     }
     int missing = 0;
-    const char *first = NULL;
-    char lbl[4096], first_buf[4096] = "";
+    char lbl[4096], first[4096] = "";
     for (int i = 0; i < n; ++i) {
         if (!paths[i][0]) {
             fprintf(stderr, "error: %s: line %d is empty (one image path per line)\n", list, i + 1);
             return -1;
         }
-        const char *need = paths[i];
-        if (access(paths[i], R_OK) == 0 && job->task == SDNN_TASK_DETECTOR) {
+        const char *need = NULL;
+        if (access(paths[i], R_OK) != 0) {
+            need = paths[i];
+        } else if (job->task == SDNN_TASK_DETECTOR) {
             label_path(paths[i], lbl, sizeof lbl);
-            need = access(lbl, R_OK) == 0 ? NULL : lbl;
-        } else if (access(paths[i], R_OK) == 0) {
-            need = NULL;
+            if (access(lbl, R_OK) != 0) need = lbl;
         }
-        if (need) {
-            if (!missing++) {
-                snprintf(first_buf, sizeof first_buf, "%s", need);
-                first = first_buf;
-            }
-        }
+        if (need && !missing++) snprintf(first, sizeof first, "%s", need);
     }
     if (missing) {
         fprintf(stderr, "error: %s: %d of %d images or label files cannot be read, first: %s\n",

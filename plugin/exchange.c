@@ -6,13 +6,13 @@
  * order their gradients became ready.
  */
 #include "exchange.h"
+#include "clock.h"
 #include "replicas.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct slot {
     int bucket;            /* -1: not exchanged */
@@ -64,13 +64,6 @@ struct sdnn_exchange {
     int exchanged;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static sdnn_param *rparams(sdnn_exchange *ex, int r, int layer)
 {
     return ex->rp + ((size_t)r * (size_t)ex->nlayers + (size_t)layer) * SDNN_MAX_PARAMS_PER_LAYER;
@@ -89,7 +82,7 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&ex->mu);
 
         sdnn_status st = SDNN_OK;
-        double t0 = now_s();
+        double t0 = sdnn_now_s();
         if (!aborted) {
             bucket *bk = &ex->b[k];
             if (!in) {
@@ -99,7 +92,7 @@ static void *comm_main(void *arg)
                 st = ex->comm->ops->allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count);
             }
         }
-        double t1 = now_s();
+        double t1 = sdnn_now_s();
 
         pthread_mutex_lock(&ex->mu);
         ex->comm_s += t1 - t0;
@@ -331,24 +324,6 @@ void sdnn_exchange_replica_begin(sdnn_exchange *ex, int r)
     }
 }
 
-void sdnn_exchange_abort(sdnn_exchange *ex, sdnn_status s)
-{
-    pthread_mutex_lock(&ex->mu);
-    if (!ex->aborted) {
-        ex->aborted = 1;
-        ex->err = s;
-    }
-    pthread_cond_broadcast(&ex->cv);
-    pthread_mutex_unlock(&ex->mu);
-}
-
-static long first_nonfinite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; ++i)
-        if (!isfinite(x[i])) return (long)i;
-    return -1;
-}
-
 /* Stop the step; 1 for the caller that stopped it first. */
 static int claim_abort(sdnn_exchange *ex, sdnn_status s)
 {
@@ -361,6 +336,18 @@ static int claim_abort(sdnn_exchange *ex, sdnn_status s)
     pthread_cond_broadcast(&ex->cv);
     pthread_mutex_unlock(&ex->mu);
     return first;
+}
+
+void sdnn_exchange_abort(sdnn_exchange *ex, sdnn_status s)
+{
+    (void)claim_abort(ex, s);
+}
+
+static long first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
 }
 
 static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_param *p, long at)
@@ -395,7 +382,7 @@ int sdnn_exchange_aborted(sdnn_exchange *ex)
 /* Queue bucket k (mutex held). */
 static void enqueue(sdnn_exchange *ex, int k)
 {
-    ex->b[k].ready_t = now_s();
+    ex->b[k].ready_t = sdnn_now_s();
     ex->queue[ex->qtail++] = k;
     pthread_cond_signal(&ex->qcv);
 }
@@ -455,13 +442,13 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
         return aborted ? -1 : 0;
     }
     bucket *bk = &ex->b[s->bucket];
-    double t0 = now_s();
+    double t0 = sdnn_now_s();
     pthread_mutex_lock(&ex->mu);
     while (!bk->done && !ex->aborted) pthread_cond_wait(&ex->cv, &ex->mu);
     int aborted = ex->aborted;
     /* Until the bucket was ready the replica waited for slower replicas;
      * after that, for the exchange itself. */
-    double t1 = now_s();
+    double t1 = sdnn_now_s();
     if (bk->ready_t > t0) {
         ex->sync_s[r] += bk->ready_t - t0;
         ex->wait_s[r] += t1 - bk->ready_t;

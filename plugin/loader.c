@@ -4,16 +4,9 @@
  * training waits for it.
  */
 #include "loader.h"
+#include "clock.h"
 
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
 {
@@ -29,9 +22,9 @@ sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
 sdnn_status sdnn_loader_next(sdnn_loader *L, data *out)
 {
     if (!L->running) return SDNN_ERROR(SDNN_ERR_INTERNAL, "loader is not running");
-    double t0 = now_s();
+    double t0 = sdnn_now_s();
     pthread_join(L->thread, NULL);
-    L->wait_s = now_s() - t0;
+    L->wait_s = sdnn_now_s() - t0;
     *out = L->buffer;
     memset(&L->buffer, 0, sizeof L->buffer);
     L->thread = load_data(L->args);

@@ -2,8 +2,8 @@
  * saveio: crash-safe weights files on top of Darknet's save_weights.
  *
  * save_weights(net, name) fopen()s `name`, writes the header and every
- * layer's parameters with fwrite, ignores write errors, and exit()s when
- * fopen fails.  So:
+ * layer's parameters with fwrite, ignores write errors, and ends the process
+ * when fopen fails.  So:
  *   1. we create the temporary file ourselves (O_CREAT|O_EXCL) to prove the
  *      directory is writable before Darknet gets a chance to exit;
  *   2. save_weights writes it (it reopens and truncates the same inode);

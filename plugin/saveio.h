@@ -5,7 +5,8 @@
  * save_weights writes the target in place, so a kill half-way through leaves
  * a torn file.  Here the weights go to a temporary file in the same directory
  * that is synced and then renamed over the target.  Darknet's file functions
- * exit() when fopen fails; these check first and return a status instead.
+ * end the process when fopen fails; these check first and return a status
+ * instead.
  */
 #ifndef SDNN_SAVEIO_H
 #define SDNN_SAVEIO_H
@@ -29,8 +30,8 @@ extern "C" {
 sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
 
 /* Check a weights file can be opened for reading and is not a directory;
- * SDNN_ERR_IO naming it otherwise.  (Darknet's load_weights calls exit(0) on a
- * missing file, so callers check first.) */
+ * SDNN_ERR_IO naming it otherwise.  (Darknet's load_weights ends the process
+ * on a missing file, so callers check first.) */
 sdnn_status sdnn_check_readable(const char *path);
 
 /* Check the weights file at `path` fits `net` before Darknet's load_weights

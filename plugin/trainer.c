@@ -6,6 +6,7 @@
  * reported.  Nothing inside the step allocates.
  */
 #include "trainer.h"
+#include "clock.h"
 #include "blas.h"
 #include "comm.h"
 #include "hooks.h"
@@ -18,7 +19,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct worker {
@@ -49,13 +49,6 @@ struct sdnn_trainer {
     size_t seen_start;     /* seen each replica starts its part of the step at */
     sdnn_status failed;    /* first failed step: the replicas are no longer valid */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void run_replica(worker *w)
 {
@@ -208,7 +201,7 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
                           d.X.rows, net0->batch, net0->subdivisions, t->n);
     for (int r = 0; r < t->n; ++r) t->w[r].slice = sdnn_data_slice(d, r, t->n);
 
-    double t0 = now_s();
+    double t0 = sdnn_now_s();
     sdnn_status status = SDNN_OK;
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
         size_t base = *net0->seen;
@@ -225,13 +218,13 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     } else {
         run_workers(t);
         if (sdnn_stock_due(t->nets, t->n, t->cfg.interval)) {
-            double s0 = now_s();
+            double s0 = sdnn_now_s();
             status = sdnn_stock_sync(t->nets, t->n, t->cfg.interval, &st->bytes);
-            st->exposed_s = st->comm_s = now_s() - s0;
+            st->exposed_s = st->comm_s = sdnn_now_s() - s0;
             st->synced = 1;
         }
     }
-    st->seconds = now_s() - t0;
+    st->seconds = sdnn_now_s() - t0;
     if (status != SDNN_OK) t->failed = status;
     float sum = 0;
     for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;

@@ -81,6 +81,23 @@ static sdnn_config scalednn_cfg(double bucket_mb, int overlap)
     return c;
 }
 
+/* A scalednn trainer (one bucket per layer, overlap on) over n replicas of
+ * a cfg given as text, with replica 0's weights on all of them. */
+static sdnn_trainer *trainer_from_text(const char *cfgtext, int n)
+{
+    network **nets = calloc((size_t)n, sizeof *nets);
+    assert_non_null(nets);
+    for (int r = 0; r < n; ++r) {
+        nets[r] = tu_parse(cfgtext);
+        assert_non_null(nets[r]);
+    }
+    assert_int_equal(sdnn_replicas_broadcast(nets, n), SDNN_OK);
+    sdnn_config cfg = scalednn_cfg(0.0001, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
+    return t;
+}
+
 /* ---- oracle 1 ------------------------------------------------------------ */
 
 static void one_replica_equals_darknet(int subdiv, double bucket_mb, int overlap)
@@ -406,13 +423,7 @@ static void test_stopbackward_layers_not_exchanged(void **state)
         "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\nstopbackward=1\n"
         "[connected]\noutput=5\nactivation=linear\n"
         "[softmax]\n";
-    network **nets = calloc(2, sizeof *nets);
-    nets[0] = tu_parse(cfgtext);
-    nets[1] = tu_parse(cfgtext);
-    assert_int_equal(sdnn_replicas_broadcast(nets, 2), SDNN_OK);
-    sdnn_config cfg = scalednn_cfg(0.0001, 1);
-    sdnn_trainer *t = NULL;
-    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+    sdnn_trainer *t = trainer_from_text(cfgtext, 2);
     const sdnn_exchange *ex = sdnn_trainer_exchange(t);
     assert_int_equal(sdnn_exchange_layer_bucket(ex, 0), -1);
     assert_int_equal(sdnn_exchange_layer_bucket(ex, 1), -1);
@@ -628,13 +639,7 @@ static void test_maxpool_guard(void **state)
         "[convolutional]\nfilters=5\nsize=1\nstride=1\npad=0\nactivation=linear\n"
         "[maxpool]\nsize=2\nstride=2\n"
         "[avgpool]\n[softmax]\n";
-    network **nets = calloc(2, sizeof *nets);
-    nets[0] = tu_parse(cfgtext);
-    nets[1] = tu_parse(cfgtext);
-    assert_int_equal(sdnn_replicas_broadcast(nets, 2), SDNN_OK);
-    sdnn_config cfg = scalednn_cfg(0.0001, 1);
-    sdnn_trainer *t = NULL;
-    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 1, &t), SDNN_OK);
+    sdnn_trainer *t = trainer_from_text(cfgtext, 2);
     uint64_t seed = 17;
     data d = tu_batch(&seed, 4, INPUTS, CLASSES);
     /* One NaN window of 2x2 pixels in every channel of image 3 (replica 1);
