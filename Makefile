@@ -99,7 +99,7 @@ LIBSO := $(BUILD)/libscalednn.so
 endif
 
 .PHONY: all test asan clean tests bench
-BENCH_BIN := $(BUILD)/bench/bench_allreduce
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
 $(FLAGS_STAMP):

@@ -28,9 +28,11 @@ mkdir -p "$OUT"
 # is spread over the steps it serves)
 run_stats() {
     awk -F, -v imgs="$2" -v warm="$WARM" '
-        NR == 1 { next }
+        /^#/ { next }
+        !hdr { for (i = 1; i <= NF; i++) c[$i] = i; hdr = 1; next }
         { r++ }
-        r > warm { n++; t += $6; b += $8; ex += $9 * 1000; sy += $12 * 1000 }
+        r > warm { n++; t += $c["seconds"]; b += $c["bytes_exchanged"];
+                   ex += $c["exposed_comm_s"] * 1000; sy += $c["sync_wait_s"] * 1000 }
         END { printf "%.2f %.0f %.4f %.4f\n", n * imgs / t, b / n, ex / n, sy / n }' "$1"
 }
 

@@ -1,10 +1,12 @@
 /*
- * detector: `./darknet detector train|test`, CLI-compatible with stock
+ * detector: `./darknet detector train|test|map`, CLI-compatible with stock
  * Darknet.  `test` never opens a window: it prints the detections and writes
- * the image with boxes (-out NAME, default "predictions").
+ * the image with boxes (-out NAME, default "predictions").  `map` is in
+ * evaluate.c.
  */
 #include "commands.h"
 #include "config.h"
+#include "evaluate.h"
 #include "saveio.h"
 #include "train.h"
 
@@ -20,7 +22,10 @@ static int usage(void)
     fprintf(stderr,
             "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
             "                              [-max_batches N] [-csv FILE] [-seed S]\n"
-            "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n");
+            "                              [-map [-map_every N]] (mAP on valid= every N\n"
+            "                              iterations, default 100)\n"
+            "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n"
+            "       darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]\n");
     return 1;
 }
 
@@ -28,7 +33,8 @@ static int usage(void)
 static int positional(int argc, char **argv, char **out, int max)
 {
     static const char *with_value[] = {"-gpus", "-max_batches", "-csv", "-seed", "-thresh",
-                                       "-hier", "-out", "-threads"};
+                                       "-hier", "-out", "-threads", "-map_every",
+                                       "-iou", "-nms"};
     int n = 0;
     for (int i = 0; i < argc; ++i) {
         if (argv[i][0] == '-' && argv[i][1] != '\0') {
@@ -68,23 +74,14 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     job.csv = find_char_arg(argc, argv, "-csv", NULL);
     job.seed = find_int_arg(argc, argv, "-seed", -1);
     job.loader_threads = find_int_arg(argc, argv, "-threads", 0);
+    int map = find_arg(argc, argv, "-map");
+    int every = find_int_arg(argc, argv, "-map_every", 100);
+    if (every < 1) {
+        fprintf(stderr, "error: -map_every %d: expected an integer >= 1\n", every);
+        return 1;
+    }
+    job.map_every = map ? every : 0;
     return sdnn_train(&job);
-}
-
-/* The image formats Darknet's loaders read, by their first bytes; NULL for
- * anything else (Darknet would print an error and predict on a blank image). */
-static const char *image_kind(const char *path)
-{
-    unsigned char b[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t n = fread(b, 1, sizeof b, f);
-    fclose(f);
-    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
-    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpeg";
-    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
-    if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "pnm";
-    return NULL;
 }
 
 static int test_detector(int argc, char **argv)
@@ -122,7 +119,7 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    const char *kind = image_kind(imgpath);
+    const char *kind = sdnn_image_kind(imgpath);
     if (!kind) {
         fprintf(stderr, "error: image %s: not a PNG, JPEG, BMP or PPM/PGM file\n", imgpath);
         sdnn_stripped_cfg_close(&stripped);
@@ -177,9 +174,10 @@ static int test_detector(int argc, char **argv)
 
 int sdnn_cmd_detector(int argc, char **argv)
 {
-    /* argv[0] == "train" | "test" */
+    /* argv[0] == "train" | "test" | "map" */
     if (argc < 1) return usage();
     if (strcmp(argv[0], "train") == 0) return sdnn_train_command(SDNN_TASK_DETECTOR, argc, argv);
     if (strcmp(argv[0], "test") == 0) return test_detector(argc, argv);
+    if (strcmp(argv[0], "map") == 0) return sdnn_cmd_detector_map(argc, argv);
     return usage();
 }

@@ -2,6 +2,7 @@
  * ./darknet: the scalednn front-end, command-line compatible with stock
  * Darknet for the commands it has.  The only place that exits.
  */
+#include "bench_comm.h"
 #include "commands.h"
 
 #include <stdio.h>
@@ -10,11 +11,13 @@
 static int usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s detector train|test ...\n"
-            "       %s classifier train ...\n"
+            "usage: %s detector train|test|map ...\n"
+            "       %s classifier train|valid ...\n"
             "       %s scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX]\n"
-            "       %s scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n",
-            prog, prog, prog, prog);
+            "       %s scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n"
+            "       %s scalednn bench-comm [-b MIN] [-e MAX] [-f F] [-n N] [-w W] [-g REPLICAS]\n"
+            "                              [-z CODEC[,CODEC...]] [-J FILE] (-h for all)\n",
+            prog, prog, prog, prog, prog);
     return 1;
 }
 
@@ -26,6 +29,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "scalednn") == 0 && argc >= 3) {
         if (strcmp(argv[2], "gen-shapes") == 0) return sdnn_cmd_gen_shapes(argc - 2, argv + 2);
         if (strcmp(argv[2], "fmnist") == 0) return sdnn_cmd_fmnist(argc - 2, argv + 2);
+        if (strcmp(argv[2], "bench-comm") == 0) return sdnn_cmd_bench_comm(argc - 2, argv + 2);
     }
     return usage(argv[0]);
 }

@@ -4,6 +4,7 @@
  * before the first image is trained, so bad input never costs a run.
  */
 #include "train.h"
+#include "evaluate.h"
 #include "config.h"
 #include "loader.h"
 #include "replicas.h"
@@ -74,23 +75,6 @@ static int readable(const char *what, const char *path)
     return 0;
 }
 
-/* Darknet's label file for a detection image: "images"/"JPEGImages"/"raw"
- * become "labels" and the image extension ".txt", as its loader does. */
-static void label_path(const char *img, char *out, size_t len)
-{
-    static const char *const from[] = {"images", "JPEGImages", "raw", ".jpg", ".png", ".JPG",
-                                       ".JPEG"};
-    static const char *const to[] = {"labels", "labels", "labels", ".txt", ".txt", ".txt",
-                                     ".txt"};
-    char a[4096], b[4096];
-    snprintf(a, sizeof a, "%s", img);
-    for (size_t k = 0; k < sizeof from / sizeof from[0]; ++k) {
-        find_replace(a, (char *)from[k], (char *)to[k], b);
-        memcpy(a, b, sizeof a);
-    }
-    snprintf(out, len, "%s", a);
-}
-
 /* Every image of the train list must exist, and for detection its label
  * file too: Darknet's loader threads exit() on a missing label file while
  * the replicas train, which crashes the process. */
@@ -111,7 +95,7 @@ static int check_train_list(const sdnn_train_job *job, const char *list, char **
         if (access(paths[i], R_OK) != 0) {
             need = paths[i];
         } else if (job->task == SDNN_TASK_DETECTOR) {
-            label_path(paths[i], lbl, sizeof lbl);
+            sdnn_label_path(paths[i], lbl, sizeof lbl);
             if (access(lbl, R_OK) != 0) need = lbl;
         }
         if (need && !missing++) snprintf(first, sizeof first, "%s", need);
@@ -126,6 +110,8 @@ static int check_train_list(const sdnn_train_job *job, const char *list, char **
 
 typedef struct run {
     const sdnn_train_job *job;
+    char **valid;            /* -map: the valid list */
+    int nvalid;
     sdnn_config cfg;
     sdnn_trainer *t;
     sdnn_loader loader;
@@ -133,6 +119,7 @@ typedef struct run {
     char backup[1024];
     char *base;
     int train_count;
+    double last_eval_s;
 } run;
 
 static int save_to(run *R, const char *fmt, long v)
@@ -169,6 +156,42 @@ static int classifier_saves(run *R, size_t before, size_t i, size_t seen_before,
     size_t m = (size_t)R->train_count;
     if (seen / m > seen_before / m && save_to(R, "%s/%s_%ld.weights", (long)(seen / m))) return -1;
     if (crossed(before, i, 1000) && save_to(R, "%s/%s.backup", -1)) return -1;
+    return 0;
+}
+
+/* "ETA 1h02m" from the pace so far: the time left to max_batches. */
+static void format_eta(char *out, size_t len, double elapsed, size_t done, size_t left)
+{
+    if (done == 0 || elapsed <= 0) {
+        snprintf(out, len, "ETA -");
+        return;
+    }
+    double s = elapsed / (double)done * (double)left;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(out, len, "ETA %ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(out, len, "ETA %ldm%02lds", t / 60, t % 60);
+    else snprintf(out, len, "ETA %lds", t);
+}
+
+/* -map: mAP of replica 0 on the valid list, between steps (the replicas
+ * wait only for the evaluation itself).  Replica 0's batch-norm running
+ * statistics are averaged with the others' first, as a save would. */
+static int evaluate_map(run *R, double *map)
+{
+    double t0 = what_time_is_it_now();
+    sdnn_trainer_average_bn(R->t);
+    sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
+    sdnn_map_result res;
+    network *net = sdnn_trainer_net(R->t, 0);
+    if (sdnn_detector_map_eval(net, R->valid, R->nvalid, &o, NULL, &res) != SDNN_OK) {
+        fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
+        return 1;
+    }
+    R->last_eval_s = what_time_is_it_now() - t0;
+    *map = res.map_all;
+    printf("mAP@0.50 at iteration %zu: all-point %.4f, 11-point %.4f over %d images (%.1f s)\n",
+           sdnn_trainer_iteration(R->t), res.map_all, res.map11, res.images, R->last_eval_s);
+    fflush(stdout);
     return 0;
 }
 
@@ -222,6 +245,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     int count = 0;
     double run_t0 = what_time_is_it_now();
     size_t images_done = 0;
+    const size_t first_iter = sdnn_trainer_iteration(R->t);
     while (sdnn_trainer_iteration(R->t) < (size_t)net->max_batches) {
         if (multiscale && count++ % 10 == 0) {
             /* One size for every replica, drawn once, as Darknet does. */
@@ -260,11 +284,21 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
             printf("%zu, %.3f: %f, %f avg, %f rate, %f seconds, %zu images", i,
                    (double)*net->seen / R->train_count, st.loss, avg_loss, get_current_rate(net),
                    step_t, *net->seen);
-        printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s\n", ips,
-               (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "");
+        double elapsed = what_time_is_it_now() - run_t0;
+        char eta[64];
+        format_eta(eta, sizeof eta, elapsed, i - first_iter, (size_t)net->max_batches - i);
+        printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s | %s\n", ips,
+               (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "", eta);
         fflush(stdout);
-        sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t, ips,
-                            st.bytes, st.exposed_s, st.comm_s, wait, st.sync_wait_s};
+        double map = -1;
+        if (R->valid && (crossed(before, i, (size_t)R->job->map_every) ||
+                         i >= (size_t)net->max_batches)) {
+            if (evaluate_map(R, &map) != 0) return 1;
+            run_t0 += R->last_eval_s;   /* evaluation time is not training time */
+        }
+        sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t,
+                            elapsed, ips, st.bytes, st.exposed_s, st.comm_s, wait,
+                            st.sync_wait_s, map};
         if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) {
             /* A full disk must not cost the weights: keep training without
              * the CSV (the saves will report their own errors). */
@@ -303,7 +337,7 @@ int sdnn_train(const sdnn_train_job *job)
     int classes = option_find_int(options, "classes", 2);
     int rc = 1;
     char **paths = NULL, **labels = NULL;
-    list *plist = NULL, *llist = NULL;
+    list *plist = NULL, *llist = NULL, *vlist = NULL;
     network **nets = NULL;
 
     if (sdnn_check_readable(train_list) != SDNN_OK) {
@@ -320,8 +354,37 @@ int sdnn_train(const sdnn_train_job *job)
         fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
         goto out;
     }
-    const char *csv = job->csv ? job->csv : (R.cfg.csv[0] ? R.cfg.csv : NULL);
-    if (csv && sdnn_csv_open(&R.csv, csv) != SDNN_OK) {
+    /* Every run writes its CSV: -csv, csv=, or BACKUP/CFGBASE.csv. */
+    R.base = basecfg((char *)job->cfgfile);
+    char csv_default[2048];
+    snprintf(csv_default, sizeof csv_default, "%s/%s.csv", R.backup, R.base);
+    const char *csv = job->csv ? job->csv : (R.cfg.csv[0] ? R.cfg.csv : csv_default);
+    char label[128];
+    snprintf(label, sizeof label, "%s%s%s, %d replica%s",
+             R.cfg.mode == SDNN_MODE_STOCK ? "stock" : "scalednn",
+             R.cfg.mode == SDNN_MODE_STOCK || strcmp(R.cfg.compress, "none") == 0 ? "" : " ",
+             R.cfg.mode == SDNN_MODE_STOCK || strcmp(R.cfg.compress, "none") == 0 ? "" : R.cfg.compress,
+             job->nreplicas, job->nreplicas > 1 ? "s" : "");
+    if (job->map_every > 0) {
+        if (job->task != SDNN_TASK_DETECTOR) {
+            fprintf(stderr, "error: -map is for detector train (use classifier valid afterwards)\n");
+            goto out;
+        }
+        char *valid = option_find_str(options, "valid", NULL);
+        if (!valid || sdnn_check_readable(valid) != SDNN_OK) {
+            fprintf(stderr, "error: %s: -map needs a readable valid= list%s%s\n", job->datacfg,
+                    valid ? ": " : " (the key is missing)", valid ? sdnn_last_error() : "");
+            goto out;
+        }
+        vlist = get_paths(valid);
+        R.valid = (char **)list_to_array(vlist);
+        R.nvalid = vlist->size;
+        if (R.nvalid == 0) {
+            fprintf(stderr, "error: %s: valid=%s lists no images\n", job->datacfg, valid);
+            goto out;
+        }
+    }
+    if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         goto out;
     }
@@ -352,7 +415,6 @@ int sdnn_train(const sdnn_train_job *job)
     const char *bt = getenv("SDNN_BLAS_THREADS");
     if (bt && atoi(bt) > 0) sdnn_blas_set_threads(atoi(bt));
     network *net = sdnn_trainer_net(R.t, 0);
-    R.base = basecfg((char *)job->cfgfile);
     printf("%s\nLearning Rate: %g, Momentum: %g, Decay: %g\n", R.base, net->learning_rate,
            net->momentum, net->decay);
     if (R.t && sdnn_trainer_exchange(R.t)) {
@@ -360,6 +422,15 @@ int sdnn_train(const sdnn_train_job *job)
         printf("scalednn: %zu parameters in %d bucket%s, world of %d\n",
                sdnn_network_param_count(net), sdnn_exchange_nbuckets(ex),
                sdnn_exchange_nbuckets(ex) == 1 ? "" : "s", sdnn_exchange_world(ex));
+    }
+    if (job->weights && !job->clear && sdnn_trainer_has_ef(R.t)) {
+        /* Resuming: the error-feedback residuals saved with these weights.
+         * Without them training is still correct, it only re-accumulates. */
+        if (sdnn_trainer_load_ef(R.t, job->weights) == SDNN_OK)
+            printf("scalednn: error-feedback residuals restored from %s.ef\n", job->weights);
+        else
+            fprintf(stderr, "warning: error-feedback residuals not restored, starting from zero: %s\n",
+                    sdnn_last_error());
     }
     if (job->task == SDNN_TASK_CLASSIFIER) {
         llist = get_paths(label_file);
@@ -379,6 +450,10 @@ out:
     if (plist) {
         free_ptrs((void **)paths, plist->size);
         free_list(plist);
+    }
+    if (vlist) {
+        free_ptrs((void **)R.valid, vlist->size);
+        free_list(vlist);
     }
     sdnn_free_options(options);
     sdnn_stripped_cfg_close(&stripped);

@@ -13,8 +13,10 @@
 #ifndef SDNN_COMM_H
 #define SDNN_COMM_H
 
+#include "codec.h"
 #include "scalednn.h"
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct sdnn_comm sdnn_comm;
 
@@ -27,6 +29,16 @@ typedef struct sdnn_comm_ops {
      * equal bit for bit on every process.  out may alias in[0]. */
     sdnn_status (*allreduce_mean)(sdnn_comm *c, const float *const *in, int nin,
                                   float *out, size_t n);
+    /* out[r] (r < nin) = the decoded mean over every process and local
+     * buffer of in[], carried encoded by codec (dense: ring reduce-scatter
+     * + all-gather, sparse: all-gather; see collective.h), bit-identical on
+     * every buffer of every process.  Each local buffer is a rank of the
+     * ring.  *wire (may be NULL) = encoded bytes this process sent.  out[r]
+     * may alias in[r]. */
+    sdnn_status (*allreduce_mean_coded)(sdnn_comm *c, const sdnn_codec_ops *codec,
+                                        const sdnn_codec_params *p, uint64_t stream,
+                                        const float *const *in, int nin,
+                                        float *const *out, size_t n, size_t *wire);
     /* buf on every process = buf of process 0. */
     sdnn_status (*broadcast)(sdnn_comm *c, float *buf, size_t n);
     sdnn_status (*barrier)(sdnn_comm *c);

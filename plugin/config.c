@@ -21,7 +21,10 @@
 #include <unistd.h>
 
 #define SECTION_HEADER "[scalednn]"
-#define KNOWN_KEYS "mode, backend, bucket_mb, overlap, interval, compress, csv"
+#define KNOWN_KEYS                                                       \
+    "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
+    "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
+    "stochastic_rounding, topk_momentum, topk_warmup"
 #define BUCKET_MB_MAX 4096.0
 #define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
@@ -106,17 +109,102 @@ static sdnn_status parse_backend(const line_ref *lr, sdnn_config *cfg)
 
 static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
 {
-    static const char *const later[] = { "fp16", "bf16", "int8", "topk",
-                                         "auto", NULL };
-    if (strcmp(lr->value, "none") == 0) {
+    static const char *const codecs[] = { "none", "fp16", "bf16", "int8",
+                                          "topk", NULL };
+    static const char *const later[] = { "auto", NULL };
+    if (in_list(lr->value, codecs)) {
         snprintf(cfg->compress, sizeof cfg->compress, "%s", lr->value);
         return SDNN_OK;
     }
     if (in_list(lr->value, later))
         return line_error(lr, SDNN_ERR_UNSUPPORTED,
-                          "not available in this build (available: none)");
+                          "not available in this build (available: none, "
+                          "fp16, bf16, int8, topk)");
     return line_error(lr, SDNN_ERR_INVALID,
                       "unknown codec (none, fp16, bf16, int8, topk, auto)");
+}
+
+/* A finite number in [lo, hi] (hi_open: [lo, hi)). */
+static int parse_number(const char *text, double lo, double hi, int lo_open,
+                        int hi_open, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return 0;
+    if (lo_open ? !(v > lo) : !(v >= lo)) return 0;
+    if (hi_open ? !(v < hi) : !(v <= hi)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_integer(const char *text, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static sdnn_status parse_compress_min_kb(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 4194304.0, 0, 0, &cfg->compress_min_kb))
+        return expected(lr, "a number of KiB >= 0 and <= 4194304");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_topk_ratio(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 1.0, 1, 0, &cfg->topk_ratio))
+        return expected(lr, "a fraction > 0 and <= 1 (e.g. 0.01)");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_int8_chunk(const line_ref *lr, sdnn_config *cfg)
+{
+    long v;
+    if (!parse_integer(lr->value, 1, 1048576, &v))
+        return expected(lr, "an integer >= 1 and <= 1048576");
+    cfg->int8_chunk = (int)v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_error_feedback(const line_ref *lr, sdnn_config *cfg)
+{
+    long v;
+    if (!parse_integer(lr->value, 0, 1, &v) || strlen(lr->value) != 1)
+        return expected(lr, "0 or 1");
+    cfg->error_feedback = (int)v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_stochastic(const line_ref *lr, sdnn_config *cfg)
+{
+    long v;
+    if (!parse_integer(lr->value, 0, 1, &v) || strlen(lr->value) != 1)
+        return expected(lr, "0 or 1");
+    cfg->stochastic_rounding = (int)v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_topk_momentum(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 1.0, 0, 1, &cfg->topk_momentum))
+        return expected(lr, "a number >= 0 and < 1 (e.g. 0.9)");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_topk_warmup(const line_ref *lr, sdnn_config *cfg)
+{
+    long v;
+    if (!parse_integer(lr->value, 0, 100000000L, &v))
+        return expected(lr, "an integer number of iterations >= 0");
+    cfg->topk_warmup = (int)v;
+    return SDNN_OK;
 }
 
 static sdnn_status parse_bucket_mb(const line_ref *lr, sdnn_config *cfg)
@@ -177,9 +265,19 @@ static const key_spec g_keys[] = {
     { "bucket_mb", parse_bucket_mb, "a number of MiB > 0 and <= 4096" },
     { "overlap", parse_overlap, "0 or 1" },
     { "interval", parse_interval, "an integer >= 1 and <= 1000000" },
-    { "compress", parse_compress, "a codec (available: none)" },
+    { "compress", parse_compress, "a codec (none, fp16, bf16, int8, topk)" },
     { "csv", parse_csv, "a file path" },
+    { "compress_min_kb", parse_compress_min_kb, "a number of KiB >= 0" },
+    { "topk_ratio", parse_topk_ratio, "a fraction > 0 and <= 1" },
+    { "int8_chunk", parse_int8_chunk, "an integer >= 1 and <= 1048576" },
+    { "error_feedback", parse_error_feedback, "0 or 1" },
+    { "stochastic_rounding", parse_stochastic, "0 or 1" },
+    { "topk_momentum", parse_topk_momentum, "a number >= 0 and < 1" },
+    { "topk_warmup", parse_topk_warmup, "an integer >= 0" },
 };
+enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
+       K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
+       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP };
 #define N_KEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* ---- the line loop ------------------------------------------------------- */
@@ -288,6 +386,53 @@ static sdnn_status parse_lines(parse_state *ps, const char *text)
     return SDNN_OK;
 }
 
+/* "NAME:LINE: [scalednn] key: what" for a key that clashes with another. */
+static sdnn_status combination_error(const parse_state *ps, int k, const char *what)
+{
+    return SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [scalednn] %s: %s", ps->name,
+                      ps->key_line[k], g_keys[k].key, what);
+}
+
+/* Keys that only mean something with certain other values. */
+static sdnn_status check_combinations(parse_state *ps)
+{
+    sdnn_config *c = ps->cfg;
+    const int *set = ps->key_line;
+    char what[256];
+    int none = strcmp(c->compress, "none") == 0;
+    int topk = strcmp(c->compress, "topk") == 0;
+    int int8 = strcmp(c->compress, "int8") == 0;
+    if (c->mode == SDNN_MODE_STOCK && !none)
+        return combination_error(ps, K_COMPRESS,
+                                 "compression needs mode=scalednn (stock mode "
+                                 "averages weights, uncompressed, as Darknet does)");
+    static const struct { int key; const char *codec; } only[] = {
+        { K_TOPK_RATIO, "topk" }, { K_TOPK_MOMENTUM, "topk" },
+        { K_TOPK_WARMUP, "topk" }, { K_INT8_CHUNK, "int8" },
+        { K_STOCHASTIC, "int8" },
+    };
+    for (size_t i = 0; i < sizeof only / sizeof only[0]; i++) {
+        if (!set[only[i].key] || strcmp(c->compress, only[i].codec) == 0) continue;
+        snprintf(what, sizeof what, "applies to compress=%s only (compress=%s%s)",
+                 only[i].codec, c->compress, set[K_COMPRESS] ? "" : ", the default");
+        return combination_error(ps, only[i].key, what);
+    }
+    if (none && set[K_COMPRESS_MIN_KB])
+        return combination_error(ps, K_COMPRESS_MIN_KB,
+                                 "needs a codec (compress=fp16, bf16, int8 or topk)");
+    if (none && c->error_feedback == 1)
+        return combination_error(ps, K_ERROR_FEEDBACK,
+                                 "needs a lossy codec (compress=fp16, bf16, int8 "
+                                 "or topk); compress=none loses nothing");
+    if (c->error_feedback < 0) c->error_feedback = topk;
+    if (c->topk_momentum > 0 && !c->error_feedback)
+        return combination_error(ps, K_TOPK_MOMENTUM,
+                                 "momentum correction accumulates in the error-"
+                                 "feedback residual; it needs error_feedback=1");
+    (void)int8;
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_config_parse_text(const char *name, const char *text,
                                    sdnn_config *cfg, char **stripped)
 {
@@ -310,6 +455,7 @@ sdnn_status sdnn_config_parse_text(const char *name, const char *text,
                           name, size - 1);
     }
     sdnn_status st = parse_lines(&ps, text);
+    if (st == SDNN_OK) st = check_combinations(&ps);
     free(ps.line);
     if (st != SDNN_OK) {
         free(ps.out);
@@ -449,4 +595,17 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
              cfg->mode == SDNN_MODE_STOCK ? "stock" : "scalednn", cfg->backend,
              cfg->bucket_mb, cfg->overlap, cfg->interval, cfg->compress,
              cfg->csv[0] != '\0' ? cfg->csv : "-");
+    size_t used = strlen(buf);
+    if (strcmp(cfg->compress, "none") == 0 || used + 1 >= len) return;
+    char extra[256];
+    if (strcmp(cfg->compress, "topk") == 0)
+        snprintf(extra, sizeof extra, " topk_ratio=%g topk_momentum=%g topk_warmup=%d",
+                 cfg->topk_ratio, cfg->topk_momentum, cfg->topk_warmup);
+    else if (strcmp(cfg->compress, "int8") == 0)
+        snprintf(extra, sizeof extra, " int8_chunk=%d stochastic_rounding=%d",
+                 cfg->int8_chunk, cfg->stochastic_rounding);
+    else
+        extra[0] = '\0';
+    snprintf(buf + used, len - used, "%s error_feedback=%d compress_min_kb=%g", extra,
+             cfg->error_feedback, cfg->compress_min_kb);
 }

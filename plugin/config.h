@@ -21,13 +21,21 @@ typedef struct sdnn_config {
     double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB */
     int overlap;        /* overlap=0|1 */
     int interval;       /* interval=<int >= 1>: stock-mode sync period */
-    char compress[16];  /* compress=none (codecs: later builds) */
+    char compress[16];  /* compress=none|fp16|bf16|int8|topk */
     char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
+    double compress_min_kb; /* buckets below this many KiB stay uncompressed */
+    double topk_ratio;  /* topk: fraction kept, (0, 1] */
+    int int8_chunk;     /* int8: elements per scale, 1..1048576 */
+    int error_feedback; /* 0|1; after parsing: 1 for topk, 0 otherwise unless set */
+    int stochastic_rounding; /* int8: 0|1 */
+    double topk_momentum;    /* topk + error feedback: DGC momentum correction, [0, 1) */
+    int topk_warmup;    /* topk: iterations over which the ratio falls from 1 */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets. */
 #define SDNN_CONFIG_INIT                                            \
-    { 0, SDNN_MODE_SCALEDNN, "local", 4.0, 1, 4, "none", "" }
+    { 0, SDNN_MODE_SCALEDNN, "local", 4.0, 1, 4, "none", "",        \
+      0.0, 0.01, 256, -1, 0, 0.0, 0 }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

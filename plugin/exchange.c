@@ -7,9 +7,14 @@
  */
 #include "exchange.h"
 #include "clock.h"
+#include "collective.h"
 #include "replicas.h"
+#include "saveio.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +31,13 @@ typedef struct bucket {
     size_t count;
     float **pack;          /* [nrep] fresh gradients */
     float **snap;          /* [nrep] snapshots */
-    float *mean;
+    float *mean;           /* uncompressed: the mean every replica reads */
+    const sdnn_codec_ops *codec; /* NULL: uncompressed */
+    float **outs;          /* compressed: [nrep] each replica's decoded mean */
+    float **resid;         /* error feedback: [nrep] residuals, NULL without */
+    float **vel;           /* momentum correction: [nrep] velocities */
+    unsigned char **efbuf; /* error feedback: [nrep] encode scratch */
+    int *rem_r;            /* [nrep] layers of this bucket each replica still owes */
     int remaining;         /* layer x replica completions still expected */
     int nlayers;
     int done;
@@ -45,6 +56,10 @@ struct sdnn_exchange {
     int nb;
     bucket *b;
     size_t total;                      /* floats exchanged per replica */
+    sdnn_exchange_opts opts;
+    sdnn_codec_params step_params;     /* this step's (topk ratio warm-up) */
+    uint64_t seed;
+    int has_ef;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;                 /* bucket done, abort */
@@ -62,7 +77,10 @@ struct sdnn_exchange {
     double *sync_s;                    /* [nrep] waits for slower replicas */
     double comm_s;
     int exchanged;
+    size_t wire;                       /* bytes sent between ranks this step */
 };
+
+#define SDNN_STREAM_SEED 0x5ca1ed5ca1edull
 
 static sdnn_param *rparams(sdnn_exchange *ex, int r, int layer)
 {
@@ -82,20 +100,29 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&ex->mu);
 
         sdnn_status st = SDNN_OK;
+        size_t wire = 0;
         double t0 = sdnn_now_s();
         if (!aborted) {
             bucket *bk = &ex->b[k];
             if (!in) {
                 st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory in the comm thread");
+            } else if (bk->codec) {
+                for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
+                uint64_t stream = sdnn_stream_mix(ex->seed, (uint64_t)ex->iteration, (uint64_t)k);
+                st = ex->comm->ops->allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
+                                                         stream, in, ex->nrep, bk->outs,
+                                                         bk->count, &wire);
             } else {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
                 st = ex->comm->ops->allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count);
+                wire = 2u * (size_t)(ex->world - 1) * bk->count * sizeof(float);
             }
         }
         double t1 = sdnn_now_s();
 
         pthread_mutex_lock(&ex->mu);
         ex->comm_s += t1 - t0;
+        ex->wire += wire;
         ex->exchanged++;
         ex->b[k].done = 1;
         if (st != SDNN_OK && !ex->aborted) {
@@ -114,11 +141,22 @@ static void free_buckets(sdnn_exchange *ex)
     if (!ex->b) return;
     for (int k = 0; k < ex->nb; ++k) {
         bucket *bk = &ex->b[k];
-        for (int r = 0; bk->pack && r < ex->nrep; ++r) free(bk->pack[r]);
-        for (int r = 0; bk->snap && r < ex->nrep; ++r) free(bk->snap[r]);
+        for (int r = 0; r < ex->nrep; ++r) {
+            if (bk->pack) free(bk->pack[r]);
+            if (bk->snap) free(bk->snap[r]);
+            if (bk->outs && r > 0) free(bk->outs[r]);   /* outs[0] is mean */
+            if (bk->resid) free(bk->resid[r]);
+            if (bk->vel) free(bk->vel[r]);
+            if (bk->efbuf) free(bk->efbuf[r]);
+        }
         free(bk->pack);
         free(bk->snap);
         free(bk->mean);
+        free(bk->outs);
+        free(bk->resid);
+        free(bk->vel);
+        free(bk->efbuf);
+        free(bk->rem_r);
     }
     free(ex->b);
     ex->b = NULL;
@@ -187,6 +225,40 @@ static size_t slot_floats(const slot *s)
     return n;
 }
 
+/* Compressed-bucket buffers: per-replica outputs, error-feedback state. */
+static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
+{
+    bucket *bk = &ex->b[k];
+    const sdnn_exchange_opts *o = &ex->opts;
+    int ef = o->error_feedback && bk->codec->lossy;
+    bk->outs = calloc((size_t)ex->nrep, sizeof *bk->outs);
+    if (!bk->outs) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+    bk->outs[0] = bk->mean;
+    for (int r = 1; r < ex->nrep; ++r)
+        if (!(bk->outs[r] = malloc(bk->count * sizeof(float))))
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+    if (!ef) return SDNN_OK;
+    ex->has_ef = 1;
+    bk->resid = calloc((size_t)ex->nrep, sizeof *bk->resid);
+    bk->efbuf = calloc((size_t)ex->nrep, sizeof *bk->efbuf);
+    if (o->topk_momentum > 0) bk->vel = calloc((size_t)ex->nrep, sizeof *bk->vel);
+    if (!bk->resid || !bk->efbuf || (o->topk_momentum > 0 && !bk->vel))
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+    /* Sized for the largest encoding of the run: top-k's warm-up starts by
+     * keeping everything. */
+    sdnn_codec_params widest = o->params;
+    if (o->topk_warmup > 0) widest.topk_ratio = 1.0;
+    size_t enc = bk->codec->encoded_size(&widest, bk->count);
+    for (int r = 0; r < ex->nrep; ++r) {
+        bk->resid[r] = calloc(bk->count, sizeof(float));
+        bk->efbuf[r] = malloc(enc ? enc : 1);
+        if (bk->vel) bk->vel[r] = calloc(bk->count, sizeof(float));
+        if (!bk->resid[r] || !bk->efbuf[r] || (bk->vel && !bk->vel[r]))
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+    }
+    return SDNN_OK;
+}
+
 static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
 {
     size_t target = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
@@ -218,8 +290,15 @@ static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
         bk->pack = calloc((size_t)ex->nrep, sizeof *bk->pack);
         bk->snap = calloc((size_t)ex->nrep, sizeof *bk->snap);
         bk->mean = malloc(bk->count * sizeof(float));
-        if (!bk->pack || !bk->snap || !bk->mean)
+        bk->rem_r = calloc((size_t)ex->nrep, sizeof *bk->rem_r);
+        if (!bk->pack || !bk->snap || !bk->mean || !bk->rem_r)
             return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+        const sdnn_codec_ops *c = ex->opts.codec;
+        if (c && c != &sdnn_codec_none &&
+            (double)bk->count * sizeof(float) >= ex->opts.compress_min_kb * 1024.0) {
+            bk->codec = c;
+            SDNN_CHECK(alloc_coded(ex, k));
+        }
         for (int r = 0; r < ex->nrep; ++r) {
             bk->pack[r] = malloc(bk->count * sizeof(float));
             bk->snap[r] = malloc(bk->count * sizeof(float));
@@ -230,12 +309,40 @@ static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
     return SDNN_OK;
 }
 
+sdnn_status sdnn_exchange_opts_from_config(const sdnn_config *cfg, sdnn_exchange_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->bucket_mb = cfg->bucket_mb;
+    o->overlap = cfg->overlap;
+    o->codec = sdnn_codec_find(cfg->compress);
+    if (!o->codec)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "compress=%s: unknown codec (%s)", cfg->compress,
+                          sdnn_codec_names());
+    sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+    p.int8_chunk = cfg->int8_chunk;
+    p.stochastic = cfg->stochastic_rounding;
+    p.seed = SDNN_STREAM_SEED;
+    p.topk_ratio = cfg->topk_ratio;
+    o->params = p;
+    o->compress_min_kb = cfg->compress_min_kb;
+    o->error_feedback = cfg->error_feedback > 0;
+    o->topk_momentum = (float)cfg->topk_momentum;
+    o->topk_warmup = cfg->topk_warmup;
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
-                                 double bucket_mb, int overlap, sdnn_exchange **out)
+                                 const sdnn_exchange_opts *opts, sdnn_exchange **out)
 {
     *out = NULL;
-    if (nrep < 1 || !comm) return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs replicas and a comm");
+    if (nrep < 1 || !comm || !opts)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs replicas, a comm and options");
+    double bucket_mb = opts->bucket_mb;
+    int overlap = opts->overlap;
     if (!(bucket_mb > 0)) return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0");
+    if (opts->codec && opts->codec != &sdnn_codec_none && !comm->ops->allreduce_mean_coded)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s has no compressed allreduce",
+                          comm->ops->name);
     sdnn_exchange *ex = calloc(1, sizeof *ex);
     if (!ex) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
     pthread_mutex_init(&ex->mu, NULL);
@@ -244,6 +351,9 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
     ex->nets = nets;
     ex->nrep = nrep;
     ex->comm = comm;
+    ex->opts = *opts;
+    ex->step_params = opts->params;
+    ex->seed = opts->params.seed;
     ex->overlap = overlap;
     ex->world = nrep * comm->size;
     ex->nlayers = nets[0]->n;
@@ -290,6 +400,23 @@ int sdnn_exchange_layer_bucket(const sdnn_exchange *ex, int layer)
     return ex->slots[layer].bucket;
 }
 
+const sdnn_codec_ops *sdnn_exchange_bucket_codec(const sdnn_exchange *ex, int b)
+{
+    if (b < 0 || b >= ex->nb || !ex->b[b].codec) return &sdnn_codec_none;
+    return ex->b[b].codec;
+}
+
+/* DGC's warm-up: the kept fraction falls geometrically from 1 to the
+ * target over topk_warmup iterations. */
+double sdnn_exchange_topk_ratio(const sdnn_exchange *ex, int iteration)
+{
+    double target = ex->opts.params.topk_ratio;
+    int w = ex->opts.topk_warmup;
+    if (w <= 0 || iteration >= w) return target;
+    if (iteration < 0) iteration = 0;
+    return pow(target, (double)iteration / (double)w);
+}
+
 void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration)
 {
     pthread_mutex_lock(&ex->mu);
@@ -297,7 +424,10 @@ void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration)
         ex->b[k].remaining = ex->b[k].nlayers * ex->nrep;
         ex->b[k].done = 0;
         ex->b[k].ready_t = 0;
+        for (int r = 0; ex->b[k].rem_r && r < ex->nrep; ++r) ex->b[k].rem_r[r] = ex->b[k].nlayers;
     }
+    ex->step_params.topk_ratio = sdnn_exchange_topk_ratio(ex, iteration);
+    ex->wire = 0;
     ex->qhead = ex->qtail = 0;
     ex->buckets_ready = 0;
     ex->aborted = 0;
@@ -421,6 +551,19 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
         snap += p[j].n;
     }
     pthread_mutex_lock(&ex->mu);
+    int mine_done = --bk->rem_r[r] == 0;
+    pthread_mutex_unlock(&ex->mu);
+    if (mine_done && bk->resid) {
+        /* This replica's part of the bucket is complete: add what earlier
+         * steps did not send, and keep what this one will not, here in the
+         * replica's own thread. */
+        uint64_t stream = sdnn_stream_mix(ex->seed ^ 0xefefefefull, (uint64_t)ex->iteration,
+                                          (uint64_t)s->bucket * 4096u + (uint64_t)r);
+        sdnn_codec_ef_step(bk->codec, &ex->step_params, bk->pack[r], bk->resid[r],
+                           bk->vel ? bk->vel[r] : NULL, ex->opts.topk_momentum, bk->count,
+                           bk->efbuf[r], stream);
+    }
+    pthread_mutex_lock(&ex->mu);
     if (--bk->remaining == 0) {
         if (ex->overlap) {
             enqueue(ex, s->bucket);
@@ -457,7 +600,7 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
     }
     pthread_mutex_unlock(&ex->mu);
     if (aborted) return -1;
-    const float *mean = bk->mean + s->offset;
+    const float *mean = (bk->codec ? bk->outs[r] : bk->mean) + s->offset;
     const float *snap = bk->snap[r] + s->offset;
     const sdnn_param *p = rparams(ex, r, layer);
     for (int j = 0; j < s->np; ++j) {
@@ -481,7 +624,7 @@ sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)
     if (st) {
         memset(st, 0, sizeof *st);
         if (ex->world > 1 && !ex->aborted) {
-            st->bytes = 2u * (size_t)ex->nrep * ex->total * sizeof(float);
+            st->bytes = ex->wire;
             st->buckets = ex->exchanged;
         }
         for (int r = 0; r < ex->nrep; ++r) {
@@ -495,4 +638,164 @@ sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)
         return SDNN_ERROR(SDNN_ERR_INTERNAL, "step ended with %d of %d buckets exchanged",
                           ex->exchanged, ex->nb);
     return err;
+}
+
+/* ---- error-feedback state ------------------------------------------------- */
+
+int sdnn_exchange_has_ef(const sdnn_exchange *ex) { return ex->has_ef; }
+
+float *sdnn_exchange_ef_residual(sdnn_exchange *ex, int r, int b, float **velocity)
+{
+    if (velocity) *velocity = NULL;
+    if (r < 0 || r >= ex->nrep || b < 0 || b >= ex->nb || !ex->b[b].resid) return NULL;
+    if (velocity && ex->b[b].vel) *velocity = ex->b[b].vel[r];
+    return ex->b[b].resid[r];
+}
+
+#define EF_MAGIC "SDNNEF01"
+
+typedef struct ef_header {
+    char magic[8];
+    uint32_t nrep;
+    uint32_t nbuckets;
+    uint32_t velocity;     /* 1 when velocities follow each residual */
+    uint32_t reserved;
+    uint64_t seen;
+    char codec[16];
+} ef_header;
+
+static uint64_t fnv1a(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The file's size for this exchange, and the header it must carry. */
+static size_t ef_layout(const sdnn_exchange *ex, uint64_t seen, ef_header *h)
+{
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, EF_MAGIC, 8);
+    h->nrep = (uint32_t)ex->nrep;
+    h->nbuckets = (uint32_t)ex->nb;
+    h->velocity = ex->opts.topk_momentum > 0;
+    h->seen = seen;
+    snprintf(h->codec, sizeof h->codec, "%s", ex->opts.codec ? ex->opts.codec->name : "none");
+    size_t floats = 0;
+    for (int k = 0; k < ex->nb; ++k)
+        if (ex->b[k].resid) floats += ex->b[k].count * (h->velocity ? 2u : 1u);
+    return sizeof *h + (size_t)ex->nb * sizeof(uint64_t) +
+           floats * (size_t)ex->nrep * sizeof(float) + sizeof(uint64_t);
+}
+
+sdnn_status sdnn_exchange_ef_save(const sdnn_exchange *ex, const char *path, uint64_t seen)
+{
+    if (!ex->has_ef) return SDNN_OK;
+    ef_header h;
+    size_t size = ef_layout(ex, seen, &h);
+    unsigned char *buf = malloc(size), *p = buf;
+    if (!buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to save %s (%zu bytes)", path, size);
+    memcpy(p, &h, sizeof h);
+    p += sizeof h;
+    for (int k = 0; k < ex->nb; ++k) {
+        uint64_t n = ex->b[k].resid ? ex->b[k].count : 0;
+        memcpy(p, &n, sizeof n);
+        p += sizeof n;
+    }
+    for (int r = 0; r < ex->nrep; ++r)
+        for (int k = 0; k < ex->nb; ++k) {
+            const bucket *bk = &ex->b[k];
+            if (!bk->resid) continue;
+            memcpy(p, bk->resid[r], bk->count * sizeof(float));
+            p += bk->count * sizeof(float);
+            if (h.velocity) {
+                memcpy(p, bk->vel[r], bk->count * sizeof(float));
+                p += bk->count * sizeof(float);
+            }
+        }
+    uint64_t sum = fnv1a(buf, (size_t)(p - buf));
+    memcpy(p, &sum, sizeof sum);
+    sdnn_status st = sdnn_write_file_atomic(path, buf, size);
+    free(buf);
+    return st;
+}
+
+sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t seen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    ef_header want;
+    size_t size = ef_layout(ex, seen, &want);
+    unsigned char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to read %s", path);
+    }
+    size_t got = fread(buf, 1, size + 1, f);
+    fclose(f);
+    sdnn_status st = SDNN_OK;
+    ef_header h;
+    if (got < sizeof h) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: %zu bytes, too short for an error-feedback file",
+                        path, got);
+        goto out;
+    }
+    memcpy(&h, buf, sizeof h);
+    if (memcmp(h.magic, EF_MAGIC, 8) != 0) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: not a scalednn error-feedback file", path);
+        goto out;
+    }
+    if (h.nrep != want.nrep || h.nbuckets != want.nbuckets || h.velocity != want.velocity ||
+        strncmp(h.codec, want.codec, sizeof h.codec) != 0) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID,
+                        "%s: saved for %u replicas, %u buckets, compress=%.16s%s; this run has "
+                        "%u replicas, %u buckets, compress=%.16s%s",
+                        path, h.nrep, h.nbuckets, h.codec, h.velocity ? " with momentum" : "",
+                        want.nrep, want.nbuckets, want.codec, want.velocity ? " with momentum" : "");
+        goto out;
+    }
+    if (h.seen != seen) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID,
+                        "%s: saved at %llu images seen, the weights are at %llu (saved by "
+                        "another run, or the save was interrupted between the two files)",
+                        path, (unsigned long long)h.seen, (unsigned long long)seen);
+        goto out;
+    }
+    const unsigned char *p = buf + sizeof h;
+    for (int k = 0; k < ex->nb; ++k) {
+        uint64_t n;
+        memcpy(&n, p, sizeof n);
+        p += sizeof n;
+        uint64_t expect = ex->b[k].resid ? ex->b[k].count : 0;
+        if (n != expect) {
+            st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: bucket %d holds %llu values, this run's has %llu "
+                            "(different cfg or bucket_mb)", path, k, (unsigned long long)n,
+                            (unsigned long long)expect);
+            goto out;
+        }
+    }
+    if (got != size) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: %zu bytes, expected %zu", path, got, size);
+        goto out;
+    }
+    uint64_t sum;
+    memcpy(&sum, buf + size - sizeof sum, sizeof sum);
+    if (sum != fnv1a(buf, size - sizeof sum)) {
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: checksum mismatch (the file is damaged)", path);
+        goto out;
+    }
+    for (int r = 0; r < ex->nrep; ++r)
+        for (int k = 0; k < ex->nb; ++k) {
+            bucket *bk = &ex->b[k];
+            if (!bk->resid) continue;
+            memcpy(bk->resid[r], p, bk->count * sizeof(float));
+            p += bk->count * sizeof(float);
+            if (want.velocity) {
+                memcpy(bk->vel[r], p, bk->count * sizeof(float));
+                p += bk->count * sizeof(float);
+            }
+        }
+out:
+    free(buf);
+    return st;
 }

@@ -24,15 +24,36 @@
 #ifndef SDNN_EXCHANGE_H
 #define SDNN_EXCHANGE_H
 
+#include "codec.h"
 #include "comm.h"
+#include "config.h"
 #include "scalednn.h"
 #include <darknet.h>
 #include <stddef.h>
 
 typedef struct sdnn_exchange sdnn_exchange;
 
+/* How buckets are formed and encoded. */
+typedef struct sdnn_exchange_opts {
+    double bucket_mb;              /* target bucket size, MiB, > 0 */
+    int overlap;                   /* 1: a bucket leaves as soon as it is ready */
+    const sdnn_codec_ops *codec;   /* NULL or &sdnn_codec_none: uncompressed */
+    sdnn_codec_params params;      /* topk_ratio is the ratio after warm-up */
+    double compress_min_kb;        /* smaller buckets stay uncompressed */
+    int error_feedback;            /* keep what a lossy codec did not send */
+    float topk_momentum;           /* > 0: DGC momentum correction (topk) */
+    int topk_warmup;               /* iterations over which the ratio falls from 1 */
+} sdnn_exchange_opts;
+
+/* Options from a parsed [scalednn] section; SDNN_ERR_INVALID for a codec
+ * this build does not know. */
+sdnn_status sdnn_exchange_opts_from_config(const sdnn_config *cfg, sdnn_exchange_opts *o);
+
 typedef struct sdnn_exchange_stats {
-    size_t bytes;          /* bytes into and out of the collective, all replicas */
+    size_t bytes;          /* bytes sent between ranks, all ranks: the encoded
+                            * bytes of compressed buckets, and for uncompressed
+                            * ones what a ring allreduce moves, 2(W-1)/W x the
+                            * bucket on each of the W ranks */
     double exposed_s;      /* max over replicas of the time updates waited for
                             * exchanges after their bucket was ready */
     double sync_wait_s;    /* max over replicas of the time updates waited for
@@ -42,7 +63,7 @@ typedef struct sdnn_exchange_stats {
 } sdnn_exchange_stats;
 
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
-                                 double bucket_mb, int overlap, sdnn_exchange **out);
+                                 const sdnn_exchange_opts *opts, sdnn_exchange **out);
 void sdnn_exchange_destroy(sdnn_exchange *ex);
 
 int sdnn_exchange_world(const sdnn_exchange *ex);
@@ -51,6 +72,28 @@ int sdnn_exchange_nbuckets(const sdnn_exchange *ex);
 size_t sdnn_exchange_bucket(const sdnn_exchange *ex, int b, int *lo, int *hi);
 /* Bucket of layer i, or -1 when the layer is not exchanged. */
 int sdnn_exchange_layer_bucket(const sdnn_exchange *ex, int layer);
+/* Codec bucket b travels with (&sdnn_codec_none when uncompressed). */
+const sdnn_codec_ops *sdnn_exchange_bucket_codec(const sdnn_exchange *ex, int b);
+/* The top-k ratio used in the step to `iteration` (warm-up applied). */
+double sdnn_exchange_topk_ratio(const sdnn_exchange *ex, int iteration);
+
+/*
+ * Error-feedback state (residuals, and velocities under momentum
+ * correction), per replica and compressed bucket, saved next to a weights
+ * file as WEIGHTS.ef: a header (magic, replicas, buckets, each bucket's
+ * size, codec, the weights' seen counter), the floats, and a checksum.
+ * sdnn_exchange_ef_save writes it atomically (nothing when there is no
+ * state).  sdnn_exchange_ef_load restores it when it matches this
+ * exchange and `seen`; SDNN_ERR_IO when there is no file, SDNN_ERR_INVALID
+ * (naming what differs) when it does not match; the state is untouched on
+ * any error.
+ */
+int sdnn_exchange_has_ef(const sdnn_exchange *ex);
+sdnn_status sdnn_exchange_ef_save(const sdnn_exchange *ex, const char *path, uint64_t seen);
+sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t seen);
+/* Replica r's residual (and velocity, NULL without momentum correction)
+ * of bucket b; NULL when the bucket keeps none. */
+float *sdnn_exchange_ef_residual(sdnn_exchange *ex, int r, int b, float **velocity);
 
 void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration);
 void sdnn_exchange_replica_begin(sdnn_exchange *ex, int r);

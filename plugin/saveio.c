@@ -197,15 +197,20 @@ static sdnn_status sync_dir(const char *dir, const char *path)
 
 /* ---- API ---------------------------------------------------------------------- */
 
-sdnn_status sdnn_save_weights_atomic(network *net, const char *path)
+/* One atomic replacement of `path`: a temporary file next to it, filled by
+ * fill(), checked to hold `want` bytes (when want >= 0), synced, renamed
+ * over `path`, and the directory synced.  `what` names the content in
+ * messages ("weights", ...). */
+typedef sdnn_status (*fill_fn)(int fd, const char *tmp, void *ctx);
+
+static sdnn_status replace_atomic(const char *path, const char *what, long long want,
+                                  fill_fn fill, void *ctx)
 {
-    if (!net || !net->seen || (net->n > 0 && !net->layers))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "cannot save weights: no network");
     if (!path || !*path)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "cannot save weights: empty file name");
+        return SDNN_ERROR(SDNN_ERR_INVALID, "cannot save %s: empty file name", what);
     size_t plen = strlen(path);
     if (path[plen - 1] == '/')
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': it names a directory",
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': it names a directory", what,
                           path);
 
     sdnn_status st = SDNN_OK;
@@ -215,11 +220,9 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path)
     if (!tmp || !dir) {
         free(tmp);
         free(dir);
-        return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot save weights to '%s': out of memory",
-                          path);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot save %s to '%s': out of memory", what, path);
     }
     snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-    long long want = weights_file_bytes(net);
 
     pthread_mutex_lock(&g_save_lock);
     int created = 0;
@@ -231,41 +234,42 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path)
             fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     }
     if (fd < 0) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': cannot create '%s': %s",
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': cannot create '%s': %s", what,
                         path, tmp, strerror(errno));
         goto out;
     }
     created = 1;
 
-    save_weights(net, tmp);
+    st = fill(fd, tmp, ctx);
+    if (st != SDNN_OK) goto out;
 
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': cannot stat '%s': %s",
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': cannot stat '%s': %s", what,
                         path, tmp, strerror(errno));
         goto out;
     }
     if ((want >= 0 && (long long)sb.st_size != want) || sb.st_size <= 0) {
         st = SDNN_ERROR(SDNN_ERR_IO,
-                        "cannot save weights to '%s': wrote %lld of %lld bytes to '%s' "
+                        "cannot save %s to '%s': wrote %lld of %lld bytes to '%s' "
                         "(disk full or file size limit?)",
-                        path, (long long)sb.st_size, want, tmp);
+                        what, path, (long long)sb.st_size, want, tmp);
         goto out;
     }
     if (fsync(fd) != 0) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': fsync of '%s': %s",
-                        path, tmp, strerror(errno));
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': fsync of '%s': %s", what, path,
+                        tmp, strerror(errno));
         goto out;
     }
     int rc = close(fd);
     fd = -1;
     if (rc != 0) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': close of '%s': %s",
-                        path, tmp, strerror(errno));
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': close of '%s': %s", what, path,
+                        tmp, strerror(errno));
         goto out;
     }
     if (rename(tmp, path) != 0) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save weights to '%s': rename from '%s': %s",
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': rename from '%s': %s", what,
                         path, tmp, strerror(errno));
         goto out;
     }
@@ -279,6 +283,47 @@ out:
     free(tmp);
     free(dir);
     return st;
+}
+
+/* Darknet's save_weights opens the temporary file by name itself. */
+static sdnn_status fill_weights(int fd, const char *tmp, void *ctx)
+{
+    (void)fd;
+    save_weights((network *)ctx, (char *)tmp);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_save_weights_atomic(network *net, const char *path)
+{
+    if (!net || !net->seen || (net->n > 0 && !net->layers))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "cannot save weights: no network");
+    return replace_atomic(path, "weights", weights_file_bytes(net), fill_weights, net);
+}
+
+typedef struct bytes_ctx {
+    const unsigned char *buf;
+    size_t len;
+} bytes_ctx;
+
+static sdnn_status fill_bytes(int fd, const char *tmp, void *ctx)
+{
+    const bytes_ctx *b = ctx;
+    size_t done = 0;
+    while (done < b->len) {
+        ssize_t n = write(fd, b->buf + done, b->len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return SDNN_ERROR(SDNN_ERR_IO, "writing '%s': %s", tmp,
+                              n < 0 ? strerror(errno) : "wrote nothing");
+        done += (size_t)n;
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len)
+{
+    bytes_ctx b = {buf, len};
+    return replace_atomic(path, "state", (long long)len, fill_bytes, &b);
 }
 
 sdnn_status sdnn_check_readable(const char *path)

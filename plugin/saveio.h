@@ -29,6 +29,11 @@ extern "C" {
  * the same pid is replaced. */
 sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
 
+/* Write len bytes of buf to `path` the same crash-safe way (temporary file,
+ * fsync, rename, directory fsync); SDNN_ERR_IO naming the path otherwise,
+ * and `path` is left as it was. */
+sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len);
+
 /* Check a weights file can be opened for reading and is not a directory;
  * SDNN_ERR_IO naming it otherwise.  (Darknet's load_weights ends the process
  * on a missing file, so callers check first.) */

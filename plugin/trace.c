@@ -7,23 +7,31 @@
 #include <errno.h>
 #include <string.h>
 
-sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path)
+sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label)
 {
     snprintf(c->path, sizeof c->path, "%s", path);
     c->f = fopen(path, "w");
     if (!c->f) return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
-    fprintf(c->f, "iteration,images,loss,avg_loss,rate,seconds,images_per_s,bytes_exchanged,"
-                  "exposed_comm_s,comm_s,data_wait_s,sync_wait_s\n");
-    fflush(c->f);
+    if (label && *label) fprintf(c->f, "# label: %s\n", label);
+    fprintf(c->f, SDNN_CSV_HEADER "\n");
+    if (fflush(c->f) != 0) {
+        int e = errno;
+        fclose(c->f);
+        c->f = NULL;
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(e));
+    }
     return SDNN_OK;
 }
 
 sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)
 {
     if (!c->f) return SDNN_OK;
-    int n = fprintf(c->f, "%zu,%zu,%.6f,%.6f,%.8g,%.6f,%.3f,%zu,%.6f,%.6f,%.6f,%.6f\n", w->iteration,
-                    w->images, w->loss, w->avg_loss, w->rate, w->seconds, w->images_per_s,
-                    w->bytes, w->exposed_s, w->comm_s, w->data_wait_s, w->sync_wait_s);
+    char map[32] = "";
+    if (w->map >= 0) snprintf(map, sizeof map, "%.6f", w->map);
+    int n = fprintf(c->f, "%zu,%zu,%.6f,%.6f,%.8g,%.6f,%.3f,%.3f,%zu,%.6f,%.6f,%.6f,%.6f,%s\n",
+                    w->iteration, w->images, w->loss, w->avg_loss, w->rate, w->seconds,
+                    w->elapsed_s, w->images_per_s, w->bytes, w->exposed_s, w->comm_s,
+                    w->data_wait_s, w->sync_wait_s, map);
     if (n < 0 || fflush(c->f) != 0)
         return SDNN_ERROR(SDNN_ERR_IO, "cannot write a row to csv %s: %s", c->path, strerror(errno));
     return SDNN_OK;

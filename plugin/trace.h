@@ -1,7 +1,9 @@
 /*
- * trace: the per-iteration CSV (csv= key or -csv flag): one row per step
- * with the loss, throughput, bytes exchanged and the communication the step
- * could not hide.
+ * trace: the per-iteration CSV (csv= key, -csv flag, or BACKUP/CFG.csv):
+ * one row per step with the loss, learning rate, throughput, bytes
+ * exchanged, the communication the step could not hide and, on rows where
+ * it was measured, the mAP.  An optional first line "# label: TEXT" names
+ * the run for scripts/plot.sh.
  */
 #ifndef SDNN_TRACE_H
 #define SDNN_TRACE_H
@@ -20,17 +22,25 @@ typedef struct sdnn_csv_row {
     size_t images;         /* images seen so far (all replicas) */
     float loss;
     float avg_loss;
-    float rate;
+    float rate;            /* learning rate of the step */
     double seconds;        /* step wall time */
+    double elapsed_s;      /* wall time since training started */
     double images_per_s;
     size_t bytes;          /* bytes exchanged in this step */
     double exposed_s;      /* communication the step waited on */
     double comm_s;         /* communication time, hidden or not */
     double data_wait_s;    /* time waiting for the loader */
     double sync_wait_s;    /* time waiting for slower replicas */
+    double map;            /* mAP measured after this step; < 0 = not measured */
 } sdnn_csv_row;
 
-sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path);
+/* The header row, also what scripts/plot.sh reads. */
+#define SDNN_CSV_HEADER                                                            \
+    "iteration,images,loss,avg_loss,learning_rate,seconds,elapsed_s,images_per_s," \
+    "bytes_exchanged,exposed_comm_s,comm_s,data_wait_s,sync_wait_s,map"
+
+/* label may be NULL (no label line). */
+sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label);
 sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *row);
 void sdnn_csv_close(sdnn_csv *c);
 

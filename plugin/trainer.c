@@ -131,9 +131,18 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
          * it would never be exchanged.  Start on a step boundary instead. */
         size_t per = (size_t)nets[0]->batch * (size_t)nets[0]->subdivisions;
         for (int r = 0; r < n; ++r) *nets[r]->seen -= *nets[r]->seen % per;
+        if (cfg->topk_momentum > 0 && nets[0]->momentum != 0) {
+            st = SDNN_ERROR(SDNN_ERR_INVALID,
+                            "[scalednn] topk_momentum=%g with [net] momentum=%g: momentum "
+                            "correction takes the place of the optimizer's momentum; set "
+                            "[net] momentum=0 or remove topk_momentum",
+                            cfg->topk_momentum, nets[0]->momentum);
+            goto fail;
+        }
+        sdnn_exchange_opts xo;
+        SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &xo), st, fail);
         SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
-        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, cfg->bucket_mb, cfg->overlap, &t->ex),
-                       st, fail);
+        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &xo, &t->ex), st, fail);
         for (int r = 0; r < n; ++r) SDNN_CHECKGOTO(sdnn_hooks_install(nets[r]), st, fail);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
@@ -283,5 +292,28 @@ sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
         SDNN_CHECK(sdnn_stock_sync(t->nets, t->n, 0, &bytes));
     }
     SDNN_CHECK(check_finite(t->nets[0]));   /* an average can still overflow */
+    if (t->ex && sdnn_exchange_has_ef(t->ex)) {
+        char ef[4096];
+        if (snprintf(ef, sizeof ef, "%s.ef", path) >= (int)sizeof ef)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "weights path too long: %s", path);
+        SDNN_CHECK(sdnn_exchange_ef_save(t->ex, ef, (uint64_t)*t->nets[0]->seen));
+    }
     return sdnn_save_weights_atomic(t->nets[0], path);
+}
+
+void sdnn_trainer_average_bn(sdnn_trainer *t)
+{
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN && t->failed == SDNN_OK)
+        sdnn_replicas_average_bn(t->nets, t->n);
+}
+
+int sdnn_trainer_has_ef(const sdnn_trainer *t) { return t->ex && sdnn_exchange_has_ef(t->ex); }
+
+sdnn_status sdnn_trainer_load_ef(sdnn_trainer *t, const char *weights)
+{
+    if (!sdnn_trainer_has_ef(t)) return SDNN_OK;
+    char ef[4096];
+    if (snprintf(ef, sizeof ef, "%s.ef", weights) >= (int)sizeof ef)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "weights path too long: %s", weights);
+    return sdnn_exchange_ef_load(t->ex, ef, (uint64_t)*t->nets[0]->seen);
 }

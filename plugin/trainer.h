@@ -56,6 +56,18 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
  * SDNN_ERR_NONFINITE and nothing is written or averaged. */
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
 
+/* scalednn mode: average the batch-norm running statistics over the
+ * replicas (before an evaluation of replica 0; saves do it themselves). */
+void sdnn_trainer_average_bn(sdnn_trainer *t);
+
+/* Error feedback: 1 when the exchange keeps residuals.  The residuals are
+ * saved by sdnn_trainer_save as PATH.ef next to the weights;
+ * sdnn_trainer_load_ef restores them from WEIGHTS.ef when resuming
+ * (SDNN_ERR_IO: no such file; SDNN_ERR_INVALID: it does not match this run;
+ * either way training may go on with zero residuals). */
+int sdnn_trainer_has_ef(const sdnn_trainer *t);
+sdnn_status sdnn_trainer_load_ef(sdnn_trainer *t, const char *weights);
+
 /* Current iteration (Darknet's get_current_batch of replica 0). */
 size_t sdnn_trainer_iteration(sdnn_trainer *t);
 

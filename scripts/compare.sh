@@ -14,9 +14,11 @@ for arg in "$@"; do
     label=${arg%%=*}
     file=${arg#*=}
     awk -F, -v label="$label" '
-        NR == 1 { next }
-        { n++; t += $6; st[n] = $6 * 1000; ex += $9 * 1000; sy += $12 * 1000; bytes += $8;
-          iters = $1; images = $2; avg = $4 }
+        /^#/ { next }
+        !hdr { for (i = 1; i <= NF; i++) c[$i] = i; hdr = 1; next }
+        { n++; s = $c["seconds"]; t += s; st[n] = s * 1000; ex += $c["exposed_comm_s"] * 1000;
+          sy += $c["sync_wait_s"] * 1000; bytes += $c["bytes_exchanged"];
+          iters = $c["iteration"]; images = $c["images"]; avg = $c["avg_loss"] }
         function median(a, n,    i, j, tmp) {
             for (i = 2; i <= n; i++) { tmp = a[i]; j = i - 1;
                 while (j > 0 && a[j] > tmp) { a[j + 1] = a[j]; j-- } a[j + 1] = tmp }

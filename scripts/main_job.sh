@@ -23,3 +23,7 @@ tail -n 2 runs/scalednn.log
 echo
 echo "== comparison (logs and CSVs in runs/, weights in backup/)"
 sh scripts/compare.sh stock=runs/stock.csv scalednn=runs/scalednn.csv
+echo
+echo "== charts (loss vs time and iteration, images/s, exposed communication)"
+sh scripts/plot.sh -o runs -t "shapes detector, 2 CPU replicas: stock vs scalednn" \
+    runs/stock.csv runs/scalednn.csv

@@ -306,7 +306,10 @@ typedef struct bad_case {
     const char *allowed; /* what the message must say is allowed */
 } bad_case;
 
-#define KEYS "mode, backend, bucket_mb, overlap, interval, compress, csv"
+#define KEYS                                                             \
+    "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
+    "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
+    "stochastic_rounding, topk_momentum, topk_warmup"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -348,12 +351,24 @@ static const bad_case g_bad[] = {
     { "interval=99999999999999999999", SDNN_ERR_INVALID, "expected", INTERVAL },
     { "interval=", SDNN_ERR_INVALID, "empty value", INTERVAL },
     { "compress=fp12", SDNN_ERR_INVALID, "unknown codec", CODECS },
-    { "compress=fp16", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
-    { "compress=bf16", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
-    { "compress=int8", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
-    { "compress=topk", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
-    { "compress=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: none)" },
-    { "compress=", SDNN_ERR_INVALID, "empty value", "available: none" },
+    { "compress=FP16", SDNN_ERR_INVALID, "unknown codec", CODECS },
+    { "compress=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE,
+      "(available: none, fp16, bf16, int8, topk)" },
+    { "compress=", SDNN_ERR_INVALID, "empty value", "none, fp16, bf16, int8, topk" },
+    { "compress_min_kb=-1", SDNN_ERR_INVALID, "expected", "KiB >= 0" },
+    { "compress_min_kb=x", SDNN_ERR_INVALID, "expected", "KiB >= 0" },
+    { "topk_ratio=0", SDNN_ERR_INVALID, "expected", "> 0 and <= 1" },
+    { "topk_ratio=1.5", SDNN_ERR_INVALID, "expected", "> 0 and <= 1" },
+    { "topk_ratio=nan", SDNN_ERR_INVALID, "expected", "> 0 and <= 1" },
+    { "int8_chunk=0", SDNN_ERR_INVALID, "expected", ">= 1 and <= 1048576" },
+    { "int8_chunk=12.5", SDNN_ERR_INVALID, "expected", ">= 1 and <= 1048576" },
+    { "int8_chunk=2000000", SDNN_ERR_INVALID, "expected", ">= 1 and <= 1048576" },
+    { "error_feedback=2", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "error_feedback=01", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "stochastic_rounding=yes", SDNN_ERR_INVALID, "expected", "0 or 1" },
+    { "topk_momentum=1", SDNN_ERR_INVALID, "expected", ">= 0 and < 1" },
+    { "topk_momentum=-0.1", SDNN_ERR_INVALID, "expected", ">= 0 and < 1" },
+    { "topk_warmup=-5", SDNN_ERR_INVALID, "expected", ">= 0" },
     { "csv=", SDNN_ERR_INVALID, "empty value", "file path" },
 };
 #define N_BAD (sizeof g_bad / sizeof g_bad[0])
@@ -391,6 +406,68 @@ static void test_message_examples(void **state)
     parse_fails(text, SDNN_ERR_INVALID);
     assert_msg_starts(NAME ":11: [scalednn] compress=fp12: unknown codec "
                       "(none, fp16, bf16, int8, topk, auto)");
+}
+
+/* Keys that clash with the codec or mode: the message names the key's line
+ * and what it needs. */
+static void test_bad_combinations(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *lines;   /* lines 3.. of the section */
+        int line;            /* line the message names */
+        const char *key;
+        const char *what;
+    } cases[] = {
+        { "compress=fp16\ntopk_ratio=0.1\n", 4, "topk_ratio", "applies to compress=topk only (compress=fp16)" },
+        { "topk_warmup=10\n", 3, "topk_warmup", "applies to compress=topk only (compress=none, the default)" },
+        { "compress=topk\nint8_chunk=64\n", 4, "int8_chunk", "applies to compress=int8 only" },
+        { "compress=bf16\nstochastic_rounding=1\n", 4, "stochastic_rounding", "compress=int8 only" },
+        { "compress_min_kb=64\n", 3, "compress_min_kb", "needs a codec" },
+        { "error_feedback=1\n", 3, "error_feedback", "needs a lossy codec" },
+        { "compress=topk\nerror_feedback=0\ntopk_momentum=0.9\n", 5, "topk_momentum", "needs error_feedback=1" },
+        { "mode=stock\ncompress=int8\n", 4, "compress", "needs mode=scalednn" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        char text[512], prefix[256];
+        snprintf(text, sizeof text, "[net]\n[scalednn]\n%s[convolutional]\n", cases[i].lines);
+        parse_fails(text, SDNN_ERR_INVALID);
+        snprintf(prefix, sizeof prefix, NAME ":%d: [scalednn] %s: ", cases[i].line, cases[i].key);
+        assert_msg_starts(prefix);
+        assert_msg_has(cases[i].what);
+    }
+}
+
+/* Every codec parses with its keys; error feedback defaults on for topk
+ * only. */
+static void test_codec_keys(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    const char *text = "[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
+                       "topk_warmup=100\ncompress_min_kb=16\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_string_equal(cfg.compress, "topk");
+    assert_true(cfg.topk_ratio == 0.05);
+    assert_true(cfg.topk_momentum == 0.9);
+    assert_int_equal(cfg.topk_warmup, 100);
+    assert_true(cfg.compress_min_kb == 16);
+    assert_int_equal(cfg.error_feedback, 1);
+    text = "[scalednn]\ncompress=int8\nint8_chunk=64\nstochastic_rounding=1\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_int_equal(cfg.int8_chunk, 64);
+    assert_int_equal(cfg.stochastic_rounding, 1);
+    assert_int_equal(cfg.error_feedback, 0);
+    text = "[scalednn]\ncompress=fp16\nerror_feedback=1\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_int_equal(cfg.error_feedback, 1);
+    text = "[scalednn]\ncompress=bf16\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_string_equal(cfg.compress, "bf16");
+    assert_int_equal(cfg.error_feedback, 0);
+    char desc[512];
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "compress=bf16 csv=- error_feedback=0 compress_min_kb=0"));
 }
 
 static void test_csv_too_long(void **state)
@@ -595,6 +672,8 @@ int main(void)
         cmocka_unit_test(test_good_edge_values),
         cmocka_unit_test(test_message_examples),
         cmocka_unit_test(test_csv_too_long),
+        cmocka_unit_test(test_bad_combinations),
+        cmocka_unit_test(test_codec_keys),
         cmocka_unit_test(test_repeated_key),
         cmocka_unit_test(test_two_sections),
         cmocka_unit_test(test_long_unknown_key_is_shortened),

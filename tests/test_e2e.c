@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "trace.h"
+
 #include <darknet.h>
 #include <math.h>
 #include <stdio.h>
@@ -95,13 +97,14 @@ static csv_stats read_csv(const char *path)
     char line[1024];
     double loss[4096];
     assert_non_null(fgets(line, sizeof line, f));
-    assert_non_null(strstr(line, "iteration,images,loss"));
+    if (strncmp(line, "# label: ", 9) == 0) assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, SDNN_CSV_HEADER "\n");
     s.finite = 1;
     while (fgets(line, sizeof line, f) && s.rows < 4096) {
         int it;
         size_t images, bytes;
         float l, avg;
-        assert_int_equal(sscanf(line, "%d,%zu,%f,%f,%*f,%*f,%*f,%zu", &it, &images, &l, &avg, &bytes), 5);
+        assert_int_equal(sscanf(line, "%d,%zu,%f,%f,%*f,%*f,%*f,%*f,%zu", &it, &images, &l, &avg, &bytes), 5);
         if (!isfinite(l)) s.finite = 0;
         loss[s.rows++] = l;
         s.bytes += (double)bytes;
@@ -137,6 +140,91 @@ static void train_and_check(const char *cfg, const char *tag, int expect_bytes)
     assert_non_null(log);
     assert_non_null(strstr(log, "2 CPU replicas"));
     assert_non_null(strstr(log, "img/s"));
+    free(log);
+}
+
+/* Mean loss of the last `k` rows. */
+static double tail_loss(const char *path, int k)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    double loss[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < 8192) {
+        float l;
+        if (line[0] >= '0' && line[0] <= '9' && sscanf(line, "%*d,%*d,%f", &l) == 1) loss[n++] = l;
+    }
+    fclose(f);
+    assert_true(n >= k);
+    double s = 0;
+    for (int i = n - k; i < n; ++i) s += loss[i];
+    return s / k;
+}
+
+/* The shapes detector with each codec for 200 iterations on 2 replicas
+ * (fixed seed: the same images in the same order) ends with a loss within
+ * 10% of the uncompressed run's; top-k with error feedback leaves its
+ * residuals next to the weights and a resumed run restores them. */
+static void test_train_every_codec(void **state)
+{
+    (void)state;
+    static const char *const codecs[] = {"none", "fp16", "bf16", "int8", "topk"};
+    double ref = 0;
+    double bytes_none = 0;
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; ++c) {
+        char cfg[512], csv[512];
+        snprintf(cfg, sizeof cfg, "%s/shapes-%s.cfg", g_dir, codecs[c]);
+        snprintf(csv, sizeof csv, "%s/%s.csv", g_dir, codecs[c]);
+        assert_int_equal(run("sed 's/^compress=none/compress=%s/' cfg/shapes-scalednn.cfg > %s",
+                             codecs[c], cfg), 0);
+        int rc = run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 200 -seed 1 "
+                     "-csv %s >%s/%s.log 2>&1", g_bin, g_dir, cfg, csv, g_dir, codecs[c]);
+        if (rc != 0) run("tail -20 %s/%s.log", g_dir, codecs[c]);
+        assert_int_equal(rc, 0);
+        csv_stats s = read_csv(csv);
+        double loss = tail_loss(csv, 10);
+        if (c == 0) {
+            ref = loss;
+            bytes_none = s.bytes;
+        }
+        print_message("%-4s: loss of the last 10 steps %.3f (%+.1f%% of none), %.0f bytes "
+                      "exchanged (%.3f of none)\n", codecs[c], loss, 100 * (loss / ref - 1),
+                      s.bytes, s.bytes / bytes_none);
+        assert_true(s.finite);
+        assert_true(s.iteration >= 200);
+        assert_true(fabs(loss - ref) <= 0.10 * ref);
+        if (c > 0) assert_true(s.bytes < 0.55 * bytes_none);
+        char *text = slurp(csv);
+        char label[64];
+        snprintf(label, sizeof label, "# label: scalednn%s%s, 2 replicas\n",
+                 c ? " " : "", c ? codecs[c] : "");
+        assert_true(strncmp(text, label, strlen(label)) == 0);
+        free(text);
+    }
+    char ef[512];
+    snprintf(ef, sizeof ef, "%s/backup/shapes-topk_final.weights.ef", g_dir);
+    struct stat sb;
+    assert_int_equal(stat(ef, &sb), 0);
+    int rc = run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
+                 "%s/backup/shapes-topk_final.weights -gpus 0,1 -max_batches 204 -seed 2 "
+                 "-csv %s/resume.csv >%s/resume.log 2>&1", g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/resume.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "error-feedback residuals restored from"));
+    free(log);
+    /* With another replica count the residuals do not fit: a warning, and
+     * training goes on. */
+    rc = run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
+             "%s/backup/shapes-topk_final.weights -gpus 0,1,2 -max_batches 212 -seed 2 "
+             "-csv %s/resume3.csv >%s/resume3.log 2>&1", g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/resume3.log", g_dir);
+    log = slurp(path);
+    assert_non_null(strstr(log, "warning: error-feedback residuals not restored"));
+    assert_non_null(strstr(log, "saved for 2 replicas"));
     free(log);
 }
 
@@ -364,6 +452,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_stock),
         cmocka_unit_test(test_train_scalednn),
+        cmocka_unit_test(test_train_every_codec),
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_nan_stops_training),

@@ -686,7 +686,8 @@ static void test_bucket_partition(void **state)
     const int expect_min[] = {4, 2, 1};
     for (int k = 0; k < 3; ++k) {
         sdnn_exchange *ex = NULL;
-        assert_int_equal(sdnn_exchange_create(nets, 2, comm, sizes[k], 1, &ex), SDNN_OK);
+        sdnn_exchange_opts xo = {.bucket_mb = sizes[k], .overlap = 1};
+        assert_int_equal(sdnn_exchange_create(nets, 2, comm, &xo, &ex), SDNN_OK);
         int nb = sdnn_exchange_nbuckets(ex);
         assert_true(nb >= expect_min[k]);
         if (k == 0) assert_int_equal(nb, 4);   /* one per layer with parameters */

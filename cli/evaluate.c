@@ -1,0 +1,635 @@
+/*
+ * evaluate: see evaluate.h.  The AP arithmetic lives in plugin/evalmap.c;
+ * here are the files (lists, label files, images, weights), the network
+ * runs and the printed tables.  Every file is checked before Darknet reads
+ * it, because Darknet's readers end the process on a file they cannot open
+ * or decode.
+ */
+#include "evaluate.h"
+#include "config.h"
+#include "replicas.h"
+#include "saveio.h"
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- paths and files ----------------------------------------------------- */
+
+int sdnn_label_of_path(const char *path, char *const *labels, int n)
+{
+    int best = -1;
+    size_t best_end = 0, best_len = 0;
+    for (int i = 0; i < n; ++i) {
+        size_t len = strlen(labels[i]);
+        if (len == 0) continue;
+        const char *hit = NULL;
+        for (const char *p = strstr(path, labels[i]); p; p = strstr(p + 1, labels[i])) hit = p;
+        if (!hit) continue;
+        size_t end = (size_t)(hit - path) + len;
+        if (best < 0 || end > best_end || (end == best_end && len > best_len)) {
+            best = i;
+            best_end = end;
+            best_len = len;
+        }
+    }
+    return best;
+}
+
+/* Replace the first `from` in s (in place, capacity cap) by `to`. */
+static int replace_first(char *s, size_t cap, const char *from, const char *to)
+{
+    char *p = strstr(s, from);
+    if (!p) return 0;
+    size_t lf = strlen(from), lt = strlen(to), ls = strlen(s);
+    if (ls - lf + lt + 1 > cap) return -1;
+    memmove(p + lt, p + lf, ls - (size_t)(p - s) - lf + 1);
+    memcpy(p, to, lt);
+    return 0;
+}
+
+int sdnn_label_path(const char *img, char *out, size_t len)
+{
+    static const char *const from[] = {"images", "JPEGImages", "raw", ".jpg", ".png", ".JPG",
+                                       ".JPEG"};
+    static const char *const to[] = {"labels", "labels", "labels", ".txt", ".txt", ".txt",
+                                     ".txt"};
+    if (strlen(img) + 1 > len) return -1;
+    strcpy(out, img);
+    for (size_t k = 0; k < sizeof from / sizeof from[0]; ++k)
+        if (replace_first(out, len, from[k], to[k]) != 0) return -1;
+    return 0;
+}
+
+const char *sdnn_image_kind(const char *path)
+{
+    unsigned char b[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpeg";
+    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
+    if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "pnm";
+    return NULL;
+}
+
+static sdnn_status check_image(const char *path)
+{
+    if (access(path, R_OK) != 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "image %s: %s", path, strerror(errno));
+    if (!sdnn_image_kind(path))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: not a PNG, JPEG, BMP or PPM/PGM file", path);
+    return SDNN_OK;
+}
+
+typedef struct truth_set {
+    sdnn_map_truth *t;
+    int n, cap;
+} truth_set;
+
+static sdnn_status push_truth(truth_set *s, sdnn_map_truth t)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 256;
+        sdnn_map_truth *p = realloc(s->t, (size_t)cap * sizeof *p);
+        if (!p) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for %d truth boxes", cap);
+        s->t = p;
+        s->cap = cap;
+    }
+    s->t[s->n++] = t;
+    return SDNN_OK;
+}
+
+/* Appends the boxes of a Darknet label file ("class x y w h" per line, the
+ * box relative to the image; blank lines allowed). */
+static sdnn_status read_truths(const char *path, int classes, truth_set *s)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "label file %s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    sdnn_status st = SDNN_OK;
+    while (st == SDNN_OK && getline(&line, &cap, f) >= 0) {
+        ++lineno;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue;
+        int cls, used = 0;
+        float x, y, w, h;
+        if (sscanf(line, "%d %f %f %f %f %n", &cls, &x, &y, &w, &h, &used) != 5 ||
+            line[used] != '\0' || !isfinite(x) || !isfinite(y) || !(w > 0) || !(h > 0) ||
+            !isfinite(w) || !isfinite(h)) {
+            line[strcspn(line, "\r\n")] = '\0';
+            st = SDNN_ERROR(SDNN_ERR_INVALID,
+                            "%s:%d: \"%.60s\": expected \"class x y w h\" with w, h > 0", path,
+                            lineno, line);
+        } else if (cls < 0 || cls >= classes) {
+            st = SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: class %d is not in 0..%d (the network's classes)",
+                            path, lineno, cls, classes - 1);
+        } else {
+            st = push_truth(s, (sdnn_map_truth){cls, {x, y, w, h}});
+        }
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
+/* ---- detection ------------------------------------------------------------ */
+
+int sdnn_detector_classes(const network *net)
+{
+    int classes = -1;
+    for (int i = 0; i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        if (l->type != YOLO && l->type != REGION && l->type != DETECTION) continue;
+        if (classes >= 0 && l->classes != classes) return -1;
+        classes = l->classes;
+    }
+    return classes > 0 ? classes : -1;
+}
+
+/* Detections of one image: every class with probability > thresh of every
+ * box left after NMS. */
+static sdnn_status detect(network *net, const char *path, const sdnn_map_eval_opts *o,
+                          int classes, sdnn_map_det **dets, int *ndets, int *cap)
+{
+    image im = load_image((char *)path, 0, 0, net->c);
+    image sized = letterbox_image(im, net->w, net->h);
+    network_predict(net, sized.data);
+    int nboxes = 0;
+    detection *d = get_network_boxes(net, im.w, im.h, o->thresh, .5f, 0, 1, &nboxes);
+    do_nms_sort(d, nboxes, classes, o->nms);
+    sdnn_status st = SDNN_OK;
+    *ndets = 0;
+    for (int i = 0; i < nboxes && st == SDNN_OK; ++i)
+        for (int j = 0; j < classes; ++j) {
+            if (!(d[i].prob[j] > o->thresh)) continue;
+            if (*ndets == *cap) {
+                int c2 = *cap ? 2 * *cap : 256;
+                sdnn_map_det *p = realloc(*dets, (size_t)c2 * sizeof *p);
+                if (!p) {
+                    st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for %d detections", c2);
+                    break;
+                }
+                *dets = p;
+                *cap = c2;
+            }
+            box b = d[i].bbox;
+            (*dets)[(*ndets)++] = (sdnn_map_det){j, d[i].prob[j], {b.x, b.y, b.w, b.h}};
+        }
+    free_detections(d, nboxes);
+    free_image(sized);
+    free_image(im);
+    return st;
+}
+
+sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
+                                   const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
+                                   sdnn_map_result *result)
+{
+    sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
+    if (opts) o = *opts;
+    memset(result, 0, sizeof *result);
+    if (!net || n < 1 || !paths)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "mAP: no network or no images (%d)", n);
+    if (!(o.thresh >= 0 && o.thresh < 1) || !(o.nms > 0 && o.nms <= 1))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "mAP: thresh %g must be in [0, 1), nms %g in (0, 1]",
+                          (double)o.thresh, (double)o.nms);
+    int classes = sdnn_detector_classes(net);
+    if (classes < 1)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                          "mAP: the network has no [yolo], [region] or [detection] layer "
+                          "(or they disagree on classes)");
+
+    /* Everything read first: first[i] .. first[i+1] are image i's truths. */
+    truth_set truths = {0};
+    int *first = malloc((size_t)(n + 1) * sizeof *first);
+    sdnn_map *m = NULL;
+    sdnn_map_det *dets = NULL;
+    int ndets = 0, cap = 0;
+    sdnn_status st = SDNN_OK;
+    if (!first) return SDNN_ERROR(SDNN_ERR_NOMEM, "mAP: no memory for %d images", n);
+    char lbl[4096];
+    for (int i = 0; i < n && st == SDNN_OK; ++i) {
+        first[i] = truths.n;
+        st = check_image(paths[i]);
+        if (st == SDNN_OK && sdnn_label_path(paths[i], lbl, sizeof lbl) != 0)
+            st = SDNN_ERROR(SDNN_ERR_INVALID, "image %.80s...: path too long", paths[i]);
+        if (st == SDNN_OK) st = read_truths(lbl, classes, &truths);
+    }
+    first[n] = truths.n;
+    if (st == SDNN_OK) st = sdnn_map_create(classes, o.iou, &m);
+    if (st != SDNN_OK) goto out;
+
+    int batch = net->batch;
+    set_batch_network(net, 1);
+    for (int i = 0; i < n && st == SDNN_OK; ++i) {
+        st = detect(net, paths[i], &o, classes, &dets, &ndets, &cap);
+        if (st == SDNN_OK)
+            st = sdnn_map_add_image(m, truths.t + first[i], first[i + 1] - first[i], dets, ndets);
+    }
+    set_batch_network(net, batch);
+    if (st == SDNN_OK) st = sdnn_map_compute(m, per_class, result);
+out:
+    sdnn_map_destroy(m);
+    free(dets);
+    free(truths.t);
+    free(first);
+    return st;
+}
+
+/* ---- classification ------------------------------------------------------- */
+
+/* Position of class t when the scores are sorted, highest first, ties by
+ * class index; a non-finite score of t ranks last. */
+static int rank_of(const float *p, int classes, int t)
+{
+    if (!isfinite(p[t])) return classes;
+    int r = 0;
+    for (int j = 0; j < classes; ++j)
+        if (p[j] > p[t] || (p[j] == p[t] && j < t)) ++r;
+    return r;
+}
+
+sdnn_status sdnn_classifier_eval(network *net, char **paths, int n, char **labels, int classes,
+                                 int k, int *class_total, int *class_top1,
+                                 sdnn_cls_result *result)
+{
+    memset(result, 0, sizeof *result);
+    if (!net || n < 1 || !paths || !labels || classes < 1)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "classifier: no network, images (%d) or labels (%d)",
+                          n, classes);
+    if (k < 1 || k > classes)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "classifier: top-%d with %d classes", k, classes);
+    if (net->outputs < classes)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "classifier: the network has %d outputs for %d classes",
+                          net->outputs, classes);
+    int *truth = malloc((size_t)n * sizeof *truth);
+    if (!truth) return SDNN_ERROR(SDNN_ERR_NOMEM, "classifier: no memory for %d images", n);
+    sdnn_status st = SDNN_OK;
+    for (int i = 0; i < n && st == SDNN_OK; ++i) {
+        st = check_image(paths[i]);
+        truth[i] = sdnn_label_of_path(paths[i], labels, classes);
+        if (st == SDNN_OK && truth[i] < 0)
+            st = SDNN_ERROR(SDNN_ERR_INVALID, "image %s: none of the %d label names appears in its path",
+                            paths[i], classes);
+    }
+    if (st != SDNN_OK) {
+        free(truth);
+        return st;
+    }
+    if (class_total) memset(class_total, 0, (size_t)classes * sizeof *class_total);
+    if (class_top1) memset(class_top1, 0, (size_t)classes * sizeof *class_top1);
+    int batch = net->batch, hit1 = 0, hitk = 0;
+    set_batch_network(net, 1);
+    for (int i = 0; i < n; ++i) {
+        image im = load_image(paths[i], 0, 0, net->c);
+        image resized = resize_min(im, net->w);
+        image crop = crop_image(resized, (resized.w - net->w) / 2, (resized.h - net->h) / 2, net->w,
+                                net->h);
+        float *pred = network_predict(net, crop.data);
+        if (net->hierarchy) hierarchy_predictions(pred, net->outputs, net->hierarchy, 1, 1);
+        int r = rank_of(pred, classes, truth[i]);
+        hit1 += r == 0;
+        hitk += r < k;
+        if (class_total) class_total[truth[i]]++;
+        if (class_top1 && r == 0) class_top1[truth[i]]++;
+        free_image(crop);
+        if (resized.data != im.data) free_image(resized); /* resize_min may return im itself */
+        free_image(im);
+    }
+    set_batch_network(net, batch);
+    free(truth);
+    result->images = n;
+    result->k = k;
+    result->top1 = (double)hit1 / n;
+    result->topk = (double)hitk / n;
+    return SDNN_OK;
+}
+
+/* ---- the commands --------------------------------------------------------- */
+
+typedef struct eval_args {
+    char *pos[3];
+    int npos;
+    float iou, thresh, nms;
+} eval_args;
+
+/* Positional arguments and the float flags allowed (names[i] with value
+ * *vals[i]); anything else is an error. */
+static int parse_args(const char *cmd, int argc, char **argv, const char *const *names,
+                      float *const *vals, int nflags, eval_args *a)
+{
+    a->npos = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (argv[i][0] != '-' || argv[i][1] == '\0') {
+            if (a->npos < 3) a->pos[a->npos] = argv[i];
+            ++a->npos;
+            continue;
+        }
+        int f = 0;
+        while (f < nflags && strcmp(argv[i], names[f]) != 0) ++f;
+        if (f == nflags) {
+            fprintf(stderr, "error: %s: unknown option %s\n", cmd, argv[i]);
+            return -1;
+        }
+        char *end = NULL;
+        if (i + 1 < argc) {
+            errno = 0;
+            *vals[f] = strtof(argv[i + 1], &end);
+        }
+        if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || errno || !isfinite(*vals[f])) {
+            fprintf(stderr, "error: %s: %s needs a number\n", cmd, argv[i]);
+            return -1;
+        }
+        ++i;
+    }
+    if (a->npos != 3) {
+        fprintf(stderr, "error: %s: expected DATA CFG WEIGHTS, got %d argument%s\n", cmd, a->npos,
+                a->npos == 1 ? "" : "s");
+        return -1;
+    }
+    return 0;
+}
+
+/* What the two commands share: files checked, the [scalednn] section
+ * stripped, the network parsed and the weights loaded, the valid list
+ * read.  On success the caller owns *net, *options, *plist. */
+typedef struct loaded {
+    network *net;
+    list *options;
+    list *plist;
+    char **paths;
+} loaded;
+
+static void unload(loaded *L)
+{
+    if (L->plist) {
+        free_ptrs((void **)L->paths, L->plist->size);
+        free_list(L->plist);
+    }
+    sdnn_free_options(L->options);
+    if (L->net) sdnn_network_free(L->net);
+    memset(L, 0, sizeof *L);
+}
+
+static int load_all(const eval_args *a, loaded *L)
+{
+    const char *datacfg = a->pos[0], *cfgfile = a->pos[1], *weights = a->pos[2];
+    memset(L, 0, sizeof *L);
+    const char *files[][2] = {{"data file", datacfg}, {"cfg file", cfgfile},
+                              {"weights file", weights}};
+    for (int i = 0; i < 3; ++i)
+        if (sdnn_check_readable(files[i][1]) != SDNN_OK) {
+            fprintf(stderr, "error: %s: %s\n", files[i][0], sdnn_last_error());
+            return -1;
+        }
+    L->options = read_data_cfg((char *)datacfg);
+    char *valid = option_find_str(L->options, "valid", NULL);
+    if (!valid) {
+        fprintf(stderr, "error: %s: no valid= key (the list of images to evaluate)\n", datacfg);
+        goto fail;
+    }
+    if (sdnn_check_readable(valid) != SDNN_OK) {
+        fprintf(stderr, "error: %s: valid=%s: %s\n", datacfg, valid, sdnn_last_error());
+        goto fail;
+    }
+    L->plist = get_paths(valid);
+    L->paths = (char **)list_to_array(L->plist);
+    if (L->plist->size == 0) {
+        fprintf(stderr, "error: %s: valid=%s: the list is empty\n", datacfg, valid);
+        goto fail;
+    }
+    for (int i = 0; i < L->plist->size; ++i)
+        if (!L->paths[i][0]) {
+            fprintf(stderr, "error: %s: line %d is empty (one image path per line)\n", valid, i + 1);
+            goto fail;
+        }
+
+    sdnn_config cfg;
+    sdnn_stripped_cfg stripped = {-1, ""};
+    if (sdnn_config_load(cfgfile, &cfg, &stripped) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto fail;
+    }
+    L->net = parse_network_cfg(stripped.path);
+    sdnn_stripped_cfg_close(&stripped);
+    if (sdnn_check_weights_file(L->net, weights, 1, NULL) != SDNN_OK) {
+        fprintf(stderr, "error: %s: %s\n", cfgfile, sdnn_last_error());
+        goto fail;
+    }
+    load_weights(L->net, (char *)weights);
+    return 0;
+fail:
+    unload(L);
+    return -1;
+}
+
+/* A names/labels file as an array; empty lines are an error (an empty
+ * name would match every path). */
+static char **read_names(const char *datacfg, const char *key, const char *file, list **out)
+{
+    *out = NULL;
+    if (sdnn_check_readable(file) != SDNN_OK) {
+        fprintf(stderr, "error: %s: %s=%s: %s\n", datacfg, key, file, sdnn_last_error());
+        return NULL;
+    }
+    list *l = get_paths((char *)file);
+    char **names = (char **)list_to_array(l);
+    for (int i = 0; i < l->size; ++i)
+        if (!names[i][0]) {
+            fprintf(stderr, "error: %s: line %d is empty (one name per line)\n", file, i + 1);
+            free_ptrs((void **)names, l->size);
+            free_list(l);
+            return NULL;
+        }
+    *out = l;
+    return names;
+}
+
+int sdnn_cmd_detector_map(int argc, char **argv)
+{
+    eval_args a = {.iou = .5f, .thresh = .005f, .nms = .45f};
+    static const char *const names[] = {"-iou", "-thresh", "-nms"};
+    float *const vals[] = {&a.iou, &a.thresh, &a.nms};
+    if (parse_args("detector map", argc, argv, names, vals, 3, &a) != 0) {
+        fprintf(stderr, "usage: darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] "
+                        "[-nms 0.45]\n");
+        return 1;
+    }
+    if (!(a.iou > 0 && a.iou <= 1) || !(a.thresh >= 0 && a.thresh < 1) ||
+        !(a.nms > 0 && a.nms <= 1)) {
+        fprintf(stderr, "error: detector map: -iou %g must be in (0, 1], -thresh %g in [0, 1), "
+                        "-nms %g in (0, 1]\n",
+                (double)a.iou, (double)a.thresh, (double)a.nms);
+        return 1;
+    }
+    loaded L;
+    if (load_all(&a, &L) != 0) return 1;
+    const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
+    int rc = 1;
+    list *nlist = NULL;
+    char **cnames = NULL;
+    sdnn_ap *ap = NULL;
+    int classes = sdnn_detector_classes(L.net);
+    if (classes < 1) {
+        fprintf(stderr, "error: %s: no [yolo], [region] or [detection] layer (or they disagree "
+                        "on classes=): not a detector\n", cfgfile);
+        goto out;
+    }
+    int data_classes = option_find_int_quiet(L.options, "classes", classes);
+    if (data_classes != classes) {
+        fprintf(stderr, "error: %s: classes=%d but %s detects %d classes\n", datacfg, data_classes,
+                cfgfile, classes);
+        goto out;
+    }
+    char *names_file = option_find_str(L.options, "names", NULL);
+    if (names_file) {
+        cnames = read_names(datacfg, "names", names_file, &nlist);
+        if (!cnames) goto out;
+        if (nlist->size < classes) {
+            fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg,
+                    names_file, nlist->size, classes);
+            goto out;
+        }
+    }
+    ap = calloc((size_t)classes, sizeof *ap);
+    if (!ap) {
+        fprintf(stderr, "error: detector map: out of memory\n");
+        goto out;
+    }
+    sdnn_map_eval_opts o = {a.iou, a.thresh, a.nms};
+    sdnn_map_result res;
+    double t0 = what_time_is_it_now();
+    if (sdnn_detector_map_eval(L.net, L.paths, L.plist->size, &o, ap, &res) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto out;
+    }
+    double secs = what_time_is_it_now() - t0;
+    printf("detector map: %d images, IoU >= %.2f, detections: probability > %g after NMS %.2f "
+           "(%.1f s)\n",
+           res.images, (double)a.iou, (double)a.thresh, (double)a.nms, secs);
+    printf("%4s  %-16s %7s %7s %8s %8s\n", "id", "class", "truths", "dets", "AP11", "AP-all");
+    int unscored = 0;
+    for (int c = 0; c < classes; ++c) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", c);
+        const char *name = cnames ? cnames[c] : num;
+        if (ap[c].truths > 0) {
+            printf("%4d  %-16.40s %7d %7d %8.4f %8.4f\n", c, name, ap[c].truths, ap[c].dets,
+                   ap[c].ap11, ap[c].ap_all);
+        } else {
+            printf("%4d  %-16.40s %7d %7d %8s %8s\n", c, name, 0, ap[c].dets, "-", "-");
+            ++unscored;
+        }
+    }
+    if (unscored)
+        printf("%d class%s without truths (AP '-') left out of the mean\n", unscored,
+               unscored == 1 ? "" : "es");
+    if (res.classes_scored == 0) {
+        fprintf(stderr, "error: %s: no truth boxes in any label file: mAP is undefined\n",
+                option_find_str(L.options, "valid", NULL));
+        goto out;
+    }
+    printf("mAP@%.2f: all-point %.4f, 11-point %.4f over %d images\n", (double)a.iou, res.map_all,
+           res.map11, res.images);
+    rc = 0;
+out:
+    free(ap);
+    if (nlist) {
+        free_ptrs((void **)cnames, nlist->size);
+        free_list(nlist);
+    }
+    unload(&L);
+    return rc;
+}
+
+int sdnn_cmd_classifier_valid(int argc, char **argv)
+{
+    eval_args a = {0};
+    if (parse_args("classifier valid", argc, argv, NULL, NULL, 0, &a) != 0) {
+        fprintf(stderr, "usage: darknet classifier valid DATA CFG WEIGHTS\n");
+        return 1;
+    }
+    const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
+    loaded L;
+    if (load_all(&a, &L) != 0) return 1;
+    int rc = 1;
+    list *llist = NULL;
+    char **labels = NULL;
+    int *total = NULL, *top1 = NULL;
+    const char *key = "labels";
+    char *labels_file = option_find_str(L.options, "labels", NULL);
+    if (!labels_file) {
+        key = "names";
+        labels_file = option_find_str(L.options, "names", NULL);
+    }
+    if (!labels_file) {
+        fprintf(stderr, "error: %s: no labels= (or names=) key: the class names, one a line\n",
+                datacfg);
+        goto out;
+    }
+    labels = read_names(datacfg, key, labels_file, &llist);
+    if (!labels) goto out;
+    int classes = llist->size;
+    if (classes < 1) {
+        fprintf(stderr, "error: %s: %s=%s: the file is empty\n", datacfg, key, labels_file);
+        goto out;
+    }
+    int data_classes = option_find_int_quiet(L.options, "classes", classes);
+    if (data_classes != classes) {
+        fprintf(stderr, "error: %s: classes=%d but %s=%s has %d names\n", datacfg, data_classes,
+                key, labels_file, classes);
+        goto out;
+    }
+    if (L.net->outputs != classes) {
+        fprintf(stderr, "error: %s: the network has %d outputs but %s=%s has %d names\n", cfgfile,
+                L.net->outputs, key, labels_file, classes);
+        goto out;
+    }
+    int top = option_find_int_quiet(L.options, "top", 5);
+    if (top < 1) {
+        fprintf(stderr, "error: %s: top=%d: must be at least 1\n", datacfg, top);
+        goto out;
+    }
+    int k = top < classes ? top : classes;
+    total = calloc((size_t)classes, sizeof *total);
+    top1 = calloc((size_t)classes, sizeof *top1);
+    if (!total || !top1) {
+        fprintf(stderr, "error: classifier valid: out of memory\n");
+        goto out;
+    }
+    sdnn_cls_result res;
+    double t0 = what_time_is_it_now();
+    if (sdnn_classifier_eval(L.net, L.paths, L.plist->size, labels, classes, k, total, top1, &res) !=
+        SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto out;
+    }
+    printf("classifier valid: %d images, %d classes (%.1f s)\n", res.images, classes,
+           what_time_is_it_now() - t0);
+    printf("%4s  %-16s %7s %8s\n", "id", "class", "images", "top-1");
+    for (int c = 0; c < classes; ++c) {
+        if (total[c])
+            printf("%4d  %-16.40s %7d %8.4f\n", c, labels[c], total[c], (double)top1[c] / total[c]);
+        else
+            printf("%4d  %-16.40s %7d %8s\n", c, labels[c], 0, "-");
+    }
+    printf("top-1 %.4f, top-%d %.4f over %d images\n", res.top1, res.k, res.topk, res.images);
+    rc = 0;
+out:
+    free(total);
+    free(top1);
+    if (llist) {
+        free_ptrs((void **)labels, llist->size);
+        free_list(llist);
+    }
+    unload(&L);
+    return rc;
+}

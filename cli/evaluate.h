@@ -1,0 +1,79 @@
+/*
+ * evaluate: `detector map` (mean average precision over the valid list) and
+ * `classifier valid` (top-1 / top-k accuracy), and the evaluations behind
+ * them as functions a training loop can call on a network it already holds.
+ */
+#ifndef SDNN_EVALUATE_H
+#define SDNN_EVALUATE_H
+
+#include <darknet.h>
+#include <stddef.h>
+
+#include "evalmap.h"
+#include "scalednn.h"
+
+/* ./darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]
+ * argv[0] == "map"; returns the exit code. */
+int sdnn_cmd_detector_map(int argc, char **argv);
+
+/* ./darknet classifier valid DATA CFG WEIGHTS; argv[0] == "valid". */
+int sdnn_cmd_classifier_valid(int argc, char **argv);
+
+typedef struct sdnn_map_eval_opts {
+    float iou;    /* a detection matches a truth at IoU >= iou, (0, 1] */
+    float thresh; /* a (box, class) with probability > thresh is a detection, [0, 1) */
+    float nms;    /* do_nms_sort threshold, (0, 1] */
+} sdnn_map_eval_opts;
+
+#define SDNN_MAP_EVAL_OPTS_INIT {0.5f, 0.005f, 0.45f}
+
+/* Classes of the network's detection layers ([yolo], [region], [detection]);
+ * -1 when it has none or they disagree. */
+int sdnn_detector_classes(const network *net);
+
+/* mAP of `net` over the images paths[0..n) with their Darknet label files
+ * (sdnn_label_path).  Every image and label file is checked and read first
+ * (nothing calls exit: a missing or malformed file is SDNN_ERR_IO /
+ * SDNN_ERR_INVALID naming it), then each image is letterboxed to the
+ * network's size and run with batch 1.  The network is not freed; its batch
+ * size is restored before returning, so a training replica can be passed
+ * between steps (not while a step runs on it).  per_class: NULL or
+ * sdnn_detector_classes(net) entries. */
+sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
+                                   const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
+                                   sdnn_map_result *result);
+
+typedef struct sdnn_cls_result {
+    int images;
+    int k;       /* the k of top-k */
+    double top1; /* fraction of images whose label scored highest */
+    double topk; /* fraction whose label is among the k highest */
+} sdnn_cls_result;
+
+/* Top-1 and top-k accuracy of `net` over paths[0..n); the label of an image
+ * is sdnn_label_of_path(path, labels, classes).  The image is resized so
+ * its shorter side is the network's width and the centre is cropped, as
+ * Darknet's classifier validation does.  A class ranks by its score; equal
+ * scores rank by class index.  class_total / class_top1: NULL or `classes`
+ * ints, images and top-1 hits per class.  Batch size restored as above. */
+sdnn_status sdnn_classifier_eval(network *net, char **paths, int n, char **labels, int classes,
+                                 int k, int *class_total, int *class_top1,
+                                 sdnn_cls_result *result);
+
+/* Darknet's classifier convention: the label whose name appears in the
+ * path.  When several do, the occurrence ending last in the path wins,
+ * then the longer name ("t-shirt" over "shirt"), then the lower index.
+ * -1 when none appears (empty names never match). */
+int sdnn_label_of_path(const char *path, char *const *labels, int n);
+
+/* Darknet's label file of a detection image: the first "images",
+ * "JPEGImages" and "raw" become "labels", the first ".jpg", ".png",
+ * ".JPG", ".JPEG" becomes ".txt".  0, or -1 when out is too small. */
+int sdnn_label_path(const char *img, char *out, size_t len);
+
+/* "png", "jpeg", "bmp" or "pnm" by the file's first bytes; NULL for
+ * anything else or an unreadable file (Darknet's image loader exits on
+ * what it cannot decode). */
+const char *sdnn_image_kind(const char *path);
+
+#endif
