@@ -24,7 +24,7 @@
 #define KNOWN_KEYS                                                       \
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup"
+    "stochastic_rounding, topk_momentum, topk_warmup, timeline"
 #define BUCKET_MB_MAX 4096.0
 #define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
@@ -247,16 +247,25 @@ static sdnn_status parse_interval(const line_ref *lr, sdnn_config *cfg)
     return SDNN_OK;
 }
 
-static sdnn_status parse_csv(const line_ref *lr, sdnn_config *cfg)
+static sdnn_status parse_path(const line_ref *lr, char *dst, size_t size)
 {
-    if (strlen(lr->value) >= sizeof cfg->csv) {
+    if (strlen(lr->value) >= size) {
         char what[96];
-        snprintf(what, sizeof what, "path too long (at most %zu characters)",
-                 sizeof cfg->csv - 1);
+        snprintf(what, sizeof what, "path too long (at most %zu characters)", size - 1);
         return line_error(lr, SDNN_ERR_INVALID, what);
     }
-    snprintf(cfg->csv, sizeof cfg->csv, "%s", lr->value);
+    snprintf(dst, size, "%s", lr->value);
     return SDNN_OK;
+}
+
+static sdnn_status parse_csv(const line_ref *lr, sdnn_config *cfg)
+{
+    return parse_path(lr, cfg->csv, sizeof cfg->csv);
+}
+
+static sdnn_status parse_timeline(const line_ref *lr, sdnn_config *cfg)
+{
+    return parse_path(lr, cfg->timeline, sizeof cfg->timeline);
 }
 
 static const key_spec g_keys[] = {
@@ -274,10 +283,11 @@ static const key_spec g_keys[] = {
     { "stochastic_rounding", parse_stochastic, "0 or 1" },
     { "topk_momentum", parse_topk_momentum, "a number >= 0 and < 1" },
     { "topk_warmup", parse_topk_warmup, "an integer >= 0" },
+    { "timeline", parse_timeline, "a file path (Chrome trace JSON)" },
 };
 enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
        K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
-       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP };
+       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE };
 #define N_KEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* ---- the line loop ------------------------------------------------------- */

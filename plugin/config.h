@@ -30,12 +30,13 @@ typedef struct sdnn_config {
     int stochastic_rounding; /* int8: 0|1 */
     double topk_momentum;    /* topk + error feedback: DGC momentum correction, [0, 1) */
     int topk_warmup;    /* topk: iterations over which the ratio falls from 1 */
+    char timeline[1024]; /* timeline=<path>: Chrome trace JSON, "" = none */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets. */
 #define SDNN_CONFIG_INIT                                            \
     { 0, SDNN_MODE_SCALEDNN, "local", 4.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0 }
+      0.0, 0.01, 256, -1, 0, 0.0, 0, "" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

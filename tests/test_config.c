@@ -309,7 +309,7 @@ typedef struct bad_case {
 #define KEYS                                                             \
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup"
+    "stochastic_rounding, topk_momentum, topk_warmup, timeline"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -370,6 +370,7 @@ static const bad_case g_bad[] = {
     { "topk_momentum=-0.1", SDNN_ERR_INVALID, "expected", ">= 0 and < 1" },
     { "topk_warmup=-5", SDNN_ERR_INVALID, "expected", ">= 0" },
     { "csv=", SDNN_ERR_INVALID, "empty value", "file path" },
+    { "timeline=", SDNN_ERR_INVALID, "empty value", "Chrome trace" },
 };
 #define N_BAD (sizeof g_bad / sizeof g_bad[0])
 
