@@ -523,10 +523,10 @@ SDNN_INLINE uint32_t maxabs_bits(const float *restrict x, size_t n)
 
 /* The fast kernels need a normal, finite scale: then |x / s| <= 127(1 + 2^-22),
  * the rounding trick is valid and the result only needs an integer clamp. */
-SDNN_INLINE void quant_nearest(const float *restrict x, size_t n, float s, int8_t *restrict q)
+SDNN_INLINE void quant_nearest(const float *restrict x, size_t n, float inv, int8_t *restrict q)
 {
     for (size_t i = 0; i < n; ++i) {
-        int32_t t = (int32_t)((x[i] / s + SDNN_ROUND_MAGIC) - SDNN_ROUND_MAGIC);
+        int32_t t = (int32_t)((x[i] * inv + SDNN_ROUND_MAGIC) - SDNN_ROUND_MAGIC);
         t = t < 127 ? t : 127;
         t = t > -127 ? t : -127;
         q[i] = (int8_t)t;
@@ -534,11 +534,11 @@ SDNN_INLINE void quant_nearest(const float *restrict x, size_t n, float s, int8_
 }
 
 /* floor(x/s + u): truncation, minus one where it rounded up (negatives). */
-SDNN_INLINE void quant_stochastic(const float *restrict x, size_t n, float s, uint64_t key,
+SDNN_INLINE void quant_stochastic(const float *restrict x, size_t n, float inv, uint64_t key,
                                   uint64_t base, int8_t *restrict q)
 {
     for (size_t i = 0; i < n; ++i) {
-        float r = x[i] / s + key_uniform(key, base + i);
+        float r = x[i] * inv + key_uniform(key, base + i);
         int32_t t = (int32_t)r;
         t -= (float)t > r;
         t = t < 127 ? t : 127;
@@ -550,14 +550,14 @@ SDNN_INLINE void quant_stochastic(const float *restrict x, size_t n, float s, ui
 /* Scales that are 0, subnormal or not finite (a chunk of zeros, of values
  * below ~1e-36, or holding inf/NaN): element by element with every guard.
  * Non-finite scales give q = 0, which decodes to NaN (inf * 0). */
-static void quant_guarded(const float *x, size_t n, float s, int stochastic, uint64_t key,
-                          uint64_t base, int8_t *q)
+static void quant_guarded(const float *x, size_t n, float s, float inv, int stochastic,
+                          uint64_t key, uint64_t base, int8_t *q)
 {
-    int usable = s > 0 && s <= FLT_MAX;
+    int usable = s > 0 && s <= FLT_MAX && inv > 0 && inv <= FLT_MAX;
     for (size_t i = 0; i < n; ++i) {
         float r = 0;
         if (usable) {
-            r = x[i] / s;
+            r = x[i] * inv;
             r = stochastic ? floorf(r + key_uniform(key, base + i)) : nearbyintf(r);
             r = fminf(fmaxf(r, -127.0f), 127.0f);
         }
@@ -614,14 +614,17 @@ SDNN_KERNEL_V4 static void int8_quantize(const float *restrict x, size_t n, size
 {
     for (size_t lo = 0, c = 0; lo < n; lo += chunk, ++c) {
         size_t len = n - lo < chunk ? n - lo : chunk;
-        float s = bits_f32(maxabs_bits(x + lo, len)) / 127.0f;
+        /* q = round(x * 127/m): a multiply, where x / s would be bound by
+         * the divider's throughput; |x - s*q| <= s/2 holds up to a few ulps. */
+        float m = bits_f32(maxabs_bits(x + lo, len));
+        float s = m / 127.0f, inv = 127.0f / m;
         stf(scales, c, s);
         if (!(s >= FLT_MIN && s <= FLT_MAX))
-            quant_guarded(x + lo, len, s, stochastic, key, lo, q + lo);
+            quant_guarded(x + lo, len, s, inv, stochastic, key, lo, q + lo);
         else if (stochastic)
-            quant_stochastic(x + lo, len, s, key, lo, q + lo);
+            quant_stochastic(x + lo, len, inv, key, lo, q + lo);
         else
-            quant_nearest(x + lo, len, s, q + lo);
+            quant_nearest(x + lo, len, inv, q + lo);
     }
 }
 

@@ -23,11 +23,13 @@
  *         the largest bf16 becomes +-inf, NaN stays a quiet NaN, float
  *         subnormals are rounded like any other value.  Error: at most half
  *         an ulp of an 8-bit significand, i.e. <= 2^-8 |x|.
- *  int8   per chunk of int8_chunk elements a float scale s = max|x| / 127
- *         and q = round(x / s) in [-127, 127] (nearest even, or stochastic:
- *         floor(x / s + u), u uniform in [0,1) from a counter-based
- *         generator keyed by seed, stream and element index).  Error:
- *         <= s/2 per element (nearest), < s (stochastic, unbiased).
+ *  int8   per chunk of int8_chunk elements, with m = max|x|, a float scale
+ *         s = m / 127 and q = round(x * (127 / m)) in [-127, 127] (nearest
+ *         even, or stochastic: floor(x * (127 / m) + u), u uniform in [0,1)
+ *         from a counter-based generator keyed by seed, stream and element
+ *         index); a multiply, not x / s, for speed.  Error: <= s/2 per
+ *         element (nearest) and < s (stochastic, unbiased), each up to a
+ *         few ulps of m from the two roundings of 127/m.
  *         An all-zero chunk has s = 0.
  *  topk   the k = clamp(ceil(ratio * n), 1, n) entries of largest magnitude
  *         as (uint32 index, float value) pairs, indices ascending; ties at
