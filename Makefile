@@ -16,7 +16,6 @@ BUILD        ?= build
 SAN          ?= 0
 DEBUG        ?= 0
 GPU          ?= 0
-MPI          ?= 0
 
 CC ?= cc
 
@@ -26,6 +25,12 @@ HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lopenb
 HAVE_CMOCKA := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lcmocka -o /dev/null 2>/dev/null && echo 1)
 HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+
+ifeq ($(HAVE_MPI),1)
+MPI ?= 1
+else
+MPI ?= 0
+endif
 
 ifeq ($(HAVE_OPENBLAS),1)
 BLAS ?= 1
@@ -44,8 +49,8 @@ $(info ---------------------------------------------------------------)
 $(info $(call found,$(HAVE_DARKNET),darknet,) ($(DARKNET_HOME)))
 $(info $(call found,$(HAVE_OPENBLAS),OpenBLAS,(BLAS=0: Darknet's own gemm)) BLAS=$(BLAS))
 $(info $(call found,$(HAVE_CMOCKA),CMocka,(make test needs libcmocka-dev)))
-$(info $(call found,$(HAVE_MPI),OpenMPI,) MPI=$(MPI) (MPI backend: not in this build yet))
-$(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU) (GPU engine: not in this build yet))
+$(info $(call found,$(HAVE_MPI),OpenMPI,) MPI=$(MPI))
+$(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU))
 $(info ---------------------------------------------------------------)
 
 # ---- flags ---------------------------------------------------------------
@@ -73,12 +78,17 @@ LDFLAGS += $(SANFLAGS) -pthread
 # Our gemm (in libscalednn) must come before -ldarknet.
 LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 
+# Optional parts: each fragment adds its flags, EXTRA_LIB_OBJ / EXTRA_PIC_OBJ
+# (objects of libscalednn) and their rules when its switch is on.
+-include mk/mpi.mk
+-include mk/gpu.mk
+
 # ---- sources ---------------------------------------------------------------
 LIB_SRC  := $(wildcard plugin/*.c)
 APP_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
-PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(EXTRA_LIB_OBJ)
+PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o) $(EXTRA_PIC_OBJ)
 APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
 APP_LIB_OBJ := $(filter-out $(BUILD)/cli/main.o,$(APP_OBJ))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
