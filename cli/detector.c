@@ -22,8 +22,8 @@ static int usage(void)
     fprintf(stderr,
             "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
             "                              [-max_batches N] [-csv FILE] [-seed S]\n"
-            "                              [-map [-map_every N]] (mAP on valid= every N\n"
-            "                              iterations, default 100)\n"
+            "                              [-map [-map_every N] [-target MAP]] (mAP on valid=\n"
+            "                              every N iterations, default 100; stop at MAP)\n"
             "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n"
             "       darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]\n");
     return 1;
@@ -33,7 +33,7 @@ static int usage(void)
 static int positional(int argc, char **argv, char **out, int max)
 {
     static const char *with_value[] = {"-gpus", "-max_batches", "-csv", "-seed", "-thresh",
-                                       "-hier", "-out", "-threads", "-map_every",
+                                       "-hier", "-out", "-threads", "-map_every", "-target",
                                        "-iou", "-nms"};
     int n = 0;
     for (int i = 0; i < argc; ++i) {
@@ -81,6 +81,11 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
         return 1;
     }
     job.map_every = map ? every : 0;
+    job.target = find_float_arg(argc, argv, "-target", 0);
+    if (job.target < 0 || job.target > 1) {
+        fprintf(stderr, "error: -target %g: expected an accuracy in (0, 1]\n", job.target);
+        return 1;
+    }
     return sdnn_train(&job);
 }
 

@@ -11,7 +11,9 @@
 #include "saveio.h"
 #include "trace.h"
 #include "trainer.h"
+#include "timeline.h"
 #include "blas.h"
+#include "clock.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -112,6 +114,8 @@ typedef struct run {
     const sdnn_train_job *job;
     char **valid;            /* -map: the valid list */
     int nvalid;
+    char **labels;           /* classifier: label names */
+    int classes;
     sdnn_config cfg;
     sdnn_trainer *t;
     sdnn_loader loader;
@@ -173,24 +177,40 @@ static void format_eta(char *out, size_t len, double elapsed, size_t done, size_
     else snprintf(out, len, "ETA %lds", t);
 }
 
-/* -map: mAP of replica 0 on the valid list, between steps (the replicas
- * wait only for the evaluation itself).  Replica 0's batch-norm running
- * statistics are averaged with the others' first, as a save would. */
+/* -map: replica 0 on the valid list, between steps (the replicas wait only
+ * for the evaluation itself): mAP@0.5 for a detector, top-1 accuracy for a
+ * classifier.  Replica 0's batch-norm running statistics are averaged with
+ * the others' first, as a save would. */
 static int evaluate_map(run *R, double *map)
 {
     double t0 = what_time_is_it_now();
     sdnn_trainer_average_bn(R->t);
-    sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
-    sdnn_map_result res;
     network *net = sdnn_trainer_net(R->t, 0);
-    if (sdnn_detector_map_eval(net, R->valid, R->nvalid, &o, NULL, &res) != SDNN_OK) {
-        fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
-        return 1;
+    size_t it = sdnn_trainer_iteration(R->t);
+    if (R->job->task == SDNN_TASK_DETECTOR) {
+        sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
+        sdnn_map_result res;
+        if (sdnn_detector_map_eval(net, R->valid, R->nvalid, &o, NULL, &res) != SDNN_OK) {
+            fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
+            return 1;
+        }
+        R->last_eval_s = what_time_is_it_now() - t0;
+        *map = res.map_all;
+        printf("mAP@0.50 at iteration %zu: all-point %.4f, 11-point %.4f over %d images (%.1f s)\n",
+               it, res.map_all, res.map11, res.images, R->last_eval_s);
+    } else {
+        sdnn_cls_result res;
+        int k = R->classes < 5 ? R->classes : 5;
+        if (sdnn_classifier_eval(net, R->valid, R->nvalid, R->labels, R->classes, k, NULL, NULL,
+                                 &res) != SDNN_OK) {
+            fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
+            return 1;
+        }
+        R->last_eval_s = what_time_is_it_now() - t0;
+        *map = res.top1;
+        printf("accuracy at iteration %zu: top-1 %.4f, top-%d %.4f over %d images (%.1f s)\n", it,
+               res.top1, res.k, res.topk, res.images, R->last_eval_s);
     }
-    R->last_eval_s = what_time_is_it_now() - t0;
-    *map = res.map_all;
-    printf("mAP@0.50 at iteration %zu: all-point %.4f, 11-point %.4f over %d images (%.1f s)\n",
-           sdnn_trainer_iteration(R->t), res.map_all, res.map11, res.images, R->last_eval_s);
     fflush(stdout);
     return 0;
 }
@@ -240,6 +260,8 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     int imgs = args.n;
     layer last = net->layers[net->n - 1];
     int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
+    sdnn_timeline *tl = sdnn_trainer_timeline(R->t);
+    R->loader.tl = tl;   /* load_data spans and the waits for data */
     sdnn_loader_start(&R->loader, args);
     float avg_loss = -1;
     int count = 0;
@@ -277,6 +299,12 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         images_done += (size_t)imgs;
         double step_t = st.seconds + wait;
         double ips = step_t > 0 ? imgs / step_t : 0;
+        if (tl) {
+            double now = sdnn_now_s();
+            sdnn_timeline_counter(tl, SDNN_TL_C_ITERATION, now, (double)i);
+            sdnn_timeline_counter(tl, SDNN_TL_C_LOSS, now, st.loss);
+            sdnn_timeline_counter(tl, SDNN_TL_C_IMAGES_S, now, ips);
+        }
         if (R->job->task == SDNN_TASK_DETECTOR)
             printf("%zu: %f, %f avg, %f rate, %f seconds, %zu images", i, st.loss, avg_loss,
                    get_current_rate(net), step_t, *net->seen);
@@ -309,6 +337,11 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                       ? detector_saves(R, before, i)
                       : classifier_saves(R, before, i, seen_before, *net->seen);
         if (bad) return 1;
+        if (R->job->target > 0 && map >= R->job->target) {
+            printf("scalednn: target %.4f reached at iteration %zu after %.2f s of training "
+                   "(%.4f)\n", R->job->target, i, elapsed, map);
+            break;
+        }
     }
     double total = what_time_is_it_now() - run_t0;
     printf("scalednn: %zu images in %.2f s (%.1f img/s), %d replicas, mode=%s\n", images_done, total,
@@ -365,11 +398,12 @@ int sdnn_train(const sdnn_train_job *job)
              R.cfg.mode == SDNN_MODE_STOCK || strcmp(R.cfg.compress, "none") == 0 ? "" : " ",
              R.cfg.mode == SDNN_MODE_STOCK || strcmp(R.cfg.compress, "none") == 0 ? "" : R.cfg.compress,
              job->nreplicas, job->nreplicas > 1 ? "s" : "");
+    if (job->target > 0 && job->map_every <= 0) {
+        fprintf(stderr, "error: -target %g needs -map (the accuracy is measured on valid=)\n",
+                job->target);
+        goto out;
+    }
     if (job->map_every > 0) {
-        if (job->task != SDNN_TASK_DETECTOR) {
-            fprintf(stderr, "error: -map is for detector train (use classifier valid afterwards)\n");
-            goto out;
-        }
         char *valid = option_find_str(options, "valid", NULL);
         if (!valid || sdnn_check_readable(valid) != SDNN_OK) {
             fprintf(stderr, "error: %s: -map needs a readable valid= list%s%s\n", job->datacfg,
@@ -436,8 +470,20 @@ int sdnn_train(const sdnn_train_job *job)
         llist = get_paths(label_file);
         labels = (char **)list_to_array(llist);
     }
+    R.labels = labels;
+    R.classes = classes;
     rc = train_loop(&R, paths, labels, classes);
     sdnn_loader_stop(&R.loader);
+    if (R.cfg.timeline[0]) {
+        /* Like the CSV, a trace that cannot be written costs no weights:
+         * a warning, and the exit code stays the training's. */
+        size_t dropped = sdnn_timeline_dropped(sdnn_trainer_timeline(R.t));
+        if (sdnn_trainer_close_timeline(R.t) != SDNN_OK)
+            fprintf(stderr, "warning: %s\n", sdnn_last_error());
+        else
+            printf("scalednn: timeline written to %s%s\n", R.cfg.timeline,
+                   dropped ? " (some records were dropped, see otherData)" : "");
+    }
 
 out:
     sdnn_csv_close(&R.csv);

@@ -20,7 +20,9 @@ typedef struct sdnn_train_job {
     const char *csv;         /* overrides [scalednn] csv= */
     long seed;               /* < 0: time-based, like Darknet */
     int loader_threads;      /* <= 0: default */
-    int map_every;           /* -map: mAP on the valid list every N iterations; 0 = off */
+    int map_every;           /* -map: accuracy on the valid list every N iterations; 0 = off
+                              * (detector: mAP@0.5, classifier: top-1) */
+    double target;           /* -target: stop once that accuracy is reached; 0 = off */
 } sdnn_train_job;
 
 /* Returns the process exit code. */

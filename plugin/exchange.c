@@ -10,6 +10,7 @@
 #include "collective.h"
 #include "replicas.h"
 #include "saveio.h"
+#include "timeline.h"
 
 #include <errno.h>
 #include <math.h>
@@ -78,6 +79,7 @@ struct sdnn_exchange {
     double comm_s;
     int exchanged;
     size_t wire;                       /* bytes sent between ranks this step */
+    sdnn_timeline *tl;                 /* NULL: no timeline */
 };
 
 #define SDNN_STREAM_SEED 0x5ca1ed5ca1edull
@@ -119,6 +121,11 @@ static void *comm_main(void *arg)
             }
         }
         double t1 = sdnn_now_s();
+        if (ex->tl) {
+            const sdnn_codec_ops *c = ex->b[k].codec;
+            sdnn_timeline_span(ex->tl, SDNN_TL_TRACK_COMM, SDNN_TL_ALLREDUCE, t0, t1,
+                               ex->iteration, k, (double)wire, c ? c->name : "none");
+        }
 
         pthread_mutex_lock(&ex->mu);
         ex->comm_s += t1 - t0;
@@ -535,6 +542,8 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
     bucket *bk = &ex->b[s->bucket];
     float *dst = bk->pack[r] + s->offset;
     const float *snap = bk->snap[r] + s->offset;
+    const int track = SDNN_TL_TRACK_REPLICA0 + r;
+    double tp = ex->tl ? sdnn_now_s() : 0;
     for (int j = 0; j < s->np; ++j) {
         const float *u = p[j].upd;
         int bad = 0;
@@ -550,6 +559,9 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
         dst += p[j].n;
         snap += p[j].n;
     }
+    if (ex->tl)
+        sdnn_timeline_span(ex->tl, track, SDNN_TL_PACK, tp, sdnn_now_s(), ex->iteration, layer,
+                           s->bucket, NULL);
     pthread_mutex_lock(&ex->mu);
     int mine_done = --bk->rem_r[r] == 0;
     pthread_mutex_unlock(&ex->mu);
@@ -559,9 +571,13 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
          * replica's own thread. */
         uint64_t stream = sdnn_stream_mix(ex->seed ^ 0xefefefefull, (uint64_t)ex->iteration,
                                           (uint64_t)s->bucket * 4096u + (uint64_t)r);
+        double te = ex->tl ? sdnn_now_s() : 0;
         sdnn_codec_ef_step(bk->codec, &ex->step_params, bk->pack[r], bk->resid[r],
                            bk->vel ? bk->vel[r] : NULL, ex->opts.topk_momentum, bk->count,
                            bk->efbuf[r], stream);
+        if (ex->tl)
+            sdnn_timeline_span(ex->tl, track, SDNN_TL_ENCODE, te, sdnn_now_s(), ex->iteration,
+                               s->bucket, (double)bk->count, bk->codec->name);
     }
     pthread_mutex_lock(&ex->mu);
     if (--bk->remaining == 0) {
@@ -592,13 +608,24 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
     /* Until the bucket was ready the replica waited for slower replicas;
      * after that, for the exchange itself. */
     double t1 = sdnn_now_s();
-    if (bk->ready_t > t0) {
-        ex->sync_s[r] += bk->ready_t - t0;
-        ex->wait_s[r] += t1 - bk->ready_t;
+    double ready = bk->ready_t;
+    if (ready > t0) {
+        ex->sync_s[r] += ready - t0;
+        ex->wait_s[r] += t1 - ready;
     } else {
         ex->wait_s[r] += t1 - t0;
     }
     pthread_mutex_unlock(&ex->mu);
+    const int track = SDNN_TL_TRACK_REPLICA0 + r;
+    if (ex->tl) {
+        /* The same readings as the counters above: the spans of a step add
+         * up to its sync_wait_s and exposed_s. */
+        if (ready > t0)
+            sdnn_timeline_span(ex->tl, track, SDNN_TL_SYNC_WAIT, t0, ready, ex->iteration, layer,
+                               s->bucket, NULL);
+        sdnn_timeline_span(ex->tl, track, SDNN_TL_EXCHANGE_WAIT, ready > t0 ? ready : t0, t1,
+                           ex->iteration, layer, s->bucket, NULL);
+    }
     if (aborted) return -1;
     const float *mean = (bk->codec ? bk->outs[r] : bk->mean) + s->offset;
     const float *snap = bk->snap[r] + s->offset;
@@ -609,7 +636,17 @@ int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
         mean += p[j].n;
         snap += p[j].n;
     }
+    if (ex->tl)
+        sdnn_timeline_span(ex->tl, track, SDNN_TL_UNPACK, t1, sdnn_now_s(), ex->iteration, layer,
+                           s->bucket, NULL);
     return 0;
+}
+
+void sdnn_exchange_set_timeline(sdnn_exchange *ex, sdnn_timeline *tl)
+{
+    pthread_mutex_lock(&ex->mu);
+    ex->tl = tl;
+    pthread_mutex_unlock(&ex->mu);
 }
 
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)

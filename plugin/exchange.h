@@ -28,6 +28,7 @@
 #include "comm.h"
 #include "config.h"
 #include "scalednn.h"
+#include "timeline.h"
 #include <darknet.h>
 #include <stddef.h>
 
@@ -101,6 +102,11 @@ void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer);
 /* Returns 0 when the layer may update, -1 when the step was aborted. */
 int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer);
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st);
+
+/* Record the protocol on tl (NULL: stop recording); call between steps.
+ * Replica r records pack, encode, waits and unpack on its own track, the
+ * comm thread each bucket's collective on the comm track. */
+void sdnn_exchange_set_timeline(sdnn_exchange *ex, sdnn_timeline *tl);
 
 /* 1 once the step was stopped. */
 int sdnn_exchange_aborted(sdnn_exchange *ex);

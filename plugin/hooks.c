@@ -1,19 +1,23 @@
 /*
- * hooks: see hooks.h.  Darknet sets one backward and one update function per
- * layer type, so the originals are kept per type; installing on a layer
- * whose pointer differs from the one recorded for its type is refused.
+ * hooks: see hooks.h.  Darknet sets one forward, backward and update
+ * function per layer type, so the originals are kept per type; installing
+ * on a layer whose pointer differs from the one recorded for its type is
+ * refused.
  */
 #include "hooks.h"
+#include "clock.h"
 #include "replicas.h"
 
 #include <pthread.h>
 
+typedef void (*forward_fn)(layer, network);
 typedef void (*backward_fn)(layer, network);
 typedef void (*update_fn)(layer, update_args);
 
 #define NTYPES ((int)BLANK + 1)
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static forward_fn g_forward[NTYPES];
 static backward_fn g_backward[NTYPES];
 static update_fn g_update[NTYPES];
 static _Thread_local sdnn_hook_ctx *tl_ctx;
@@ -31,6 +35,29 @@ static int maxpool_indexes_valid(const layer *l)
     return 1;
 }
 
+/* Which subdivision of the step train_network is in: it advances seen
+ * before each subdivision's forward. */
+static int subdivision(const network *net)
+{
+    size_t b = *net->seen / (size_t)net->batch;
+    size_t s = (size_t)net->subdivisions;
+    return (int)((b + s - 1) % s);
+}
+
+static void hook_forward(layer l, network net)
+{
+    sdnn_hook_ctx *c = tl_ctx;
+    if (!c || !c->tl) {
+        g_forward[l.type](l, net);
+        return;
+    }
+    double t0 = sdnn_now_s();
+    g_forward[l.type](l, net);
+    sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_FORWARD, t0,
+                       sdnn_now_s(), c->iteration, net.index, subdivision(&net),
+                       sdnn_layer_type_name(l.type));
+}
+
 static void hook_backward(layer l, network net)
 {
     sdnn_hook_ctx *c = tl_ctx;
@@ -44,7 +71,15 @@ static void hook_backward(layer l, network net)
             return;
         }
     }
-    g_backward[l.type](l, net);
+    if (c && c->tl) {
+        double t0 = sdnn_now_s();
+        g_backward[l.type](l, net);
+        sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_BACKWARD, t0,
+                           sdnn_now_s(), c->iteration, net.index, subdivision(&net),
+                           sdnn_layer_type_name(l.type));
+    } else {
+        g_backward[l.type](l, net);
+    }
     if (!c || !c->ex || !l.update) return;
     /* seen was advanced before this subdivision's forward; the update comes
      * after the subdivision that makes seen/batch a multiple of
@@ -74,8 +109,13 @@ static int find_layer(sdnn_hook_ctx *c, const layer *l)
 static void hook_update(layer l, update_args a)
 {
     sdnn_hook_ctx *c = tl_ctx;
-    if (c && c->ex) {
-        int i = find_layer(c, &l);
+    if (!c || (!c->ex && !c->tl)) {
+        g_update[l.type](l, a);
+        return;
+    }
+    double t0 = c->tl ? sdnn_now_s() : 0;
+    int i = find_layer(c, &l);
+    if (c->ex) {
         if (i < 0) {
             SDNN_ERROR(SDNN_ERR_INTERNAL, "update of an unknown layer on replica %d", c->replica);
             sdnn_exchange_abort(c->ex, SDNN_ERR_INTERNAL);
@@ -84,20 +124,33 @@ static void hook_update(layer l, update_args a)
         if (sdnn_exchange_layer_wait(c->ex, c->replica, i) != 0) return;
     }
     g_update[l.type](l, a);
+    if (c->tl)
+        sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_UPDATE, t0,
+                           sdnn_now_s(), c->iteration, i, 0, NULL);
 }
 
-sdnn_status sdnn_hooks_install(network *net)
+sdnn_status sdnn_hooks_install(network *net, int forward)
 {
     sdnn_status st = SDNN_OK;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        if (!l->backward) continue;
         int t = (int)l->type;
-        if (t < 0 || t >= NTYPES) {
+        if ((l->backward || (forward && l->forward)) && (t < 0 || t >= NTYPES)) {
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "layer %d has unknown type %d", i, t);
             break;
         }
+        if (forward && l->forward && l->forward != hook_forward) {
+            if (g_forward[t] && g_forward[t] != l->forward) {
+                st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                                "layer %d (%s) has its own forward function; cannot hook it", i,
+                                sdnn_layer_type_name(l->type));
+                break;
+            }
+            g_forward[t] = l->forward;
+            l->forward = hook_forward;
+        }
+        if (!l->backward) continue;
         if (l->backward == hook_backward) continue;   /* already installed */
         if ((l->update && g_update[t] && g_update[t] != l->update) ||
             (g_backward[t] && g_backward[t] != l->backward)) {
@@ -123,6 +176,7 @@ void sdnn_hooks_uninstall(network *net)
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
+        if (l->forward == hook_forward) l->forward = g_forward[l->type];
         if (l->update == hook_update) l->update = g_update[l->type];
         if (l->backward == hook_backward) l->backward = g_backward[l->type];
     }

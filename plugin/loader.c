@@ -1,12 +1,32 @@
 /*
  * loader: see loader.h.  Darknet's load_data already runs in a thread of its
  * own; this module keeps exactly one batch in flight and measures how long
- * training waits for it.
+ * training waits for it.  With a timeline, a thread of ours starts
+ * load_data and joins it, so the end of the load is seen and recorded;
+ * without one nothing is added.
  */
 #include "loader.h"
 #include "clock.h"
 
 #include <string.h>
+
+static void *traced_load(void *arg)
+{
+    sdnn_loader *L = arg;   /* the main thread leaves it alone until the join */
+    double t0 = sdnn_now_s();
+    pthread_t th = load_data(L->args);
+    pthread_join(th, NULL);
+    sdnn_timeline_span(L->tl, SDNN_TL_TRACK_LOADER, SDNN_TL_LOAD, t0, sdnn_now_s(), L->batches,
+                       L->args.n, 0, NULL);
+    return NULL;
+}
+
+static void launch(sdnn_loader *L)
+{
+    L->batches++;
+    if (L->tl && pthread_create(&L->thread, NULL, traced_load, L) == 0) return;
+    L->thread = load_data(L->args);
+}
 
 sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
 {
@@ -14,7 +34,7 @@ sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
     L->args = args;
     L->args.d = &L->buffer;
     L->wait_s = 0;
-    L->thread = load_data(L->args);
+    launch(L);
     L->running = 1;
     return SDNN_OK;
 }
@@ -24,10 +44,14 @@ sdnn_status sdnn_loader_next(sdnn_loader *L, data *out)
     if (!L->running) return SDNN_ERROR(SDNN_ERR_INTERNAL, "loader is not running");
     double t0 = sdnn_now_s();
     pthread_join(L->thread, NULL);
-    L->wait_s = sdnn_now_s() - t0;
+    double t1 = sdnn_now_s();
+    L->wait_s = t1 - t0;
+    if (L->tl)
+        sdnn_timeline_span(L->tl, SDNN_TL_TRACK_MAIN, SDNN_TL_DATA_WAIT, t0, t1, L->batches, 0, 0,
+                           NULL);
     *out = L->buffer;
     memset(&L->buffer, 0, sizeof L->buffer);
-    L->thread = load_data(L->args);
+    launch(L);
     if (out->X.rows != L->args.n)
         return SDNN_ERROR(SDNN_ERR_IO, "loader produced %d images, expected %d", out->X.rows,
                           L->args.n);

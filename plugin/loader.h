@@ -10,6 +10,7 @@
 #define SDNN_LOADER_H
 
 #include "scalednn.h"
+#include "timeline.h"
 #include <darknet.h>
 #include <pthread.h>
 
@@ -19,6 +20,9 @@ typedef struct sdnn_loader {
     pthread_t thread;
     int running;
     double wait_s;      /* time the last next() waited for the batch */
+    sdnn_timeline *tl;  /* set before start to record load_data on the loader
+                         * track and the waits on the main track; NULL: none */
+    int batches;        /* batches started (the timeline's batch number) */
 } sdnn_loader;
 
 /* Start loading the first batch.  args.d is set to &L->buffer. */

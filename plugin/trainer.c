@@ -14,6 +14,7 @@
 #include "replicas.h"
 #include "saveio.h"
 #include "stock.h"
+#include "timeline.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -37,6 +38,8 @@ struct sdnn_trainer {
     sdnn_config cfg;
     sdnn_comm *comm;
     sdnn_exchange *ex;
+    sdnn_timeline *tl;     /* timeline=, NULL without */
+    int hooked;            /* hooks installed on the replicas */
     worker *w;
     int nthreads;
 
@@ -47,6 +50,7 @@ struct sdnn_trainer {
     int finished;
     int stop;
     size_t seen_start;     /* seen each replica starts its part of the step at */
+    int iteration;         /* iteration the step ends at (timeline label) */
     sdnn_status failed;    /* first failed step: the replicas are no longer valid */
 };
 
@@ -54,22 +58,32 @@ static void run_replica(worker *w)
 {
     sdnn_trainer *t = w->t;
     network *net = t->nets[w->r];
+    sdnn_timeline *tl = w->ctx.tl;
+    const int track = SDNN_TL_TRACK_REPLICA0 + w->r;
+    double t0 = tl ? sdnn_now_s() : 0;
+    w->ctx.cursor = 0;
+    w->ctx.iteration = t->iteration;
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
         /* Start this replica's count where the step's last batch begins, so
          * train_network's own increments end at seen + n batches and the
          * learning rate of the update is the one for the whole step. */
         *net->seen = t->seen_start;
-        w->ctx.cursor = 0;
         sdnn_exchange_replica_begin(t->ex, w->r);
+        if (tl)
+            sdnn_timeline_span(tl, track, SDNN_TL_SNAPSHOT, t0, sdnn_now_s(), t->iteration, 0, 0,
+                               NULL);
     }
+    double t1 = tl ? sdnn_now_s() : 0;
     w->loss = train_network(net, w->slice);
+    if (tl)
+        sdnn_timeline_span(tl, track, SDNN_TL_TRAIN, t1, sdnn_now_s(), t->iteration, 0, 0, NULL);
 }
 
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     sdnn_trainer *t = w->t;
-    sdnn_hooks_set_context(t->ex ? &w->ctx : NULL);
+    sdnn_hooks_set_context(t->hooked ? &w->ctx : NULL);
     unsigned long seen_gen = 0;
     pthread_mutex_lock(&t->mu);
     for (;;) {
@@ -96,6 +110,7 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     for (int i = 0; i < t->nthreads; ++i) pthread_join(t->w[i].thread, NULL);
     sdnn_exchange_destroy(t->ex);
     sdnn_comm_close(t->comm);
+    (void)sdnn_timeline_close(t->tl);   /* a failure leaves its message */
     for (int r = 0; r < t->n; ++r) {
         sdnn_hooks_uninstall(t->nets[r]);
         t->nets[r]->learning_rate /= (float)t->n;
@@ -123,6 +138,8 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     t->cfg = *cfg;
     for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)n;
     sdnn_status st = SDNN_OK;
+    if (cfg->timeline[0])
+        SDNN_CHECKGOTO(sdnn_timeline_open(cfg->timeline, n, NULL, &t->tl), st, fail);
 
     if (cfg->mode == SDNN_MODE_SCALEDNN) {
         /* Darknet updates when seen/batch reaches a multiple of subdivisions;
@@ -143,7 +160,13 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &xo), st, fail);
         SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
         SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &xo, &t->ex), st, fail);
-        for (int r = 0; r < n; ++r) SDNN_CHECKGOTO(sdnn_hooks_install(nets[r]), st, fail);
+        sdnn_exchange_set_timeline(t->ex, t->tl);
+    }
+    /* scalednn mode needs the hooks; stock mode only for a timeline. */
+    if (t->ex || t->tl) {
+        t->hooked = 1;
+        for (int r = 0; r < n; ++r)
+            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL), st, fail);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
@@ -162,6 +185,7 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         w->t = t;
         w->r = r;
         w->ctx.ex = t->ex;
+        w->ctx.tl = t->tl;
         w->ctx.replica = r;
         w->ctx.net = nets[r];
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -183,6 +207,18 @@ int sdnn_trainer_replicas(const sdnn_trainer *t) { return t->n; }
 network *sdnn_trainer_net(sdnn_trainer *t, int r) { return t->nets[r]; }
 network **sdnn_trainer_nets(sdnn_trainer *t) { return t->nets; }
 const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t) { return t->ex; }
+sdnn_timeline *sdnn_trainer_timeline(sdnn_trainer *t) { return t->tl; }
+
+sdnn_status sdnn_trainer_close_timeline(sdnn_trainer *t)
+{
+    if (!t->tl) return SDNN_OK;
+    /* No step runs now: the workers read their context at the next one. */
+    if (t->ex) sdnn_exchange_set_timeline(t->ex, NULL);
+    for (int r = 0; r < t->nthreads; ++r) t->w[r].ctx.tl = NULL;
+    sdnn_timeline *tl = t->tl;
+    t->tl = NULL;
+    return sdnn_timeline_close(tl);
+}
 
 size_t sdnn_trainer_iteration(sdnn_trainer *t) { return get_current_batch(t->nets[0]); }
 
@@ -212,10 +248,11 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
 
     double t0 = sdnn_now_s();
     sdnn_status status = SDNN_OK;
+    size_t base = *net0->seen;
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
-        size_t base = *net0->seen;
         t->seen_start = base + (size_t)(t->n - 1) * (size_t)per;
         size_t iter_after = (base + (size_t)t->n * (size_t)per) / (size_t)per;
+        t->iteration = (int)iter_after;
         sdnn_exchange_step_begin(t->ex, (int)iter_after);
         run_workers(t);
         sdnn_exchange_stats xs;
@@ -225,15 +262,27 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         st->sync_wait_s = xs.sync_wait_s;
         st->comm_s = xs.comm_s;
     } else {
+        /* Replica 0's own count: the catch-up comes with the sync. */
+        t->iteration = (int)((base + (size_t)per) / (size_t)per);
         run_workers(t);
         if (sdnn_stock_due(t->nets, t->n, t->cfg.interval)) {
             double s0 = sdnn_now_s();
             status = sdnn_stock_sync(t->nets, t->n, t->cfg.interval, &st->bytes);
-            st->exposed_s = st->comm_s = sdnn_now_s() - s0;
+            double s1 = sdnn_now_s();
+            st->exposed_s = st->comm_s = s1 - s0;
             st->synced = 1;
+            if (t->tl)
+                sdnn_timeline_span(t->tl, SDNN_TL_TRACK_MAIN, SDNN_TL_STOCK_SYNC, s0, s1,
+                                   t->iteration, (double)st->bytes, 0, NULL);
         }
     }
-    st->seconds = sdnn_now_s() - t0;
+    double t1 = sdnn_now_s();
+    st->seconds = t1 - t0;
+    if (t->tl) {
+        sdnn_timeline_span(t->tl, SDNN_TL_TRACK_MAIN, SDNN_TL_STEP, t0, t1, t->iteration, 0, 0,
+                           NULL);
+        sdnn_timeline_counter(t->tl, SDNN_TL_C_BYTES, t1, (double)st->bytes);
+    }
     if (status != SDNN_OK) t->failed = status;
     float sum = 0;
     for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;
@@ -277,7 +326,19 @@ static sdnn_status check_finite(network *net)
     return SDNN_OK;
 }
 
+static sdnn_status save(sdnn_trainer *t, const char *path);
+
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path)
+{
+    double t0 = t->tl ? sdnn_now_s() : 0;
+    sdnn_status st = save(t, path);
+    if (t->tl)
+        sdnn_timeline_span(t->tl, SDNN_TL_TRACK_MAIN, SDNN_TL_SAVE, t0, sdnn_now_s(),
+                           (double)get_current_batch(t->nets[0]), 0, 0, NULL);
+    return st;
+}
+
+static sdnn_status save(sdnn_trainer *t, const char *path)
 {
     if (t->failed != SDNN_OK)
         return SDNN_ERROR(SDNN_ERR_ABORTED, "not saving %s: the trainer stopped after a failed "

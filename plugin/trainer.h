@@ -15,6 +15,7 @@
 #include "config.h"
 #include "exchange.h"
 #include "scalednn.h"
+#include "timeline.h"
 #include <darknet.h>
 
 typedef struct sdnn_trainer sdnn_trainer;
@@ -39,6 +40,14 @@ int sdnn_trainer_replicas(const sdnn_trainer *t);
 network *sdnn_trainer_net(sdnn_trainer *t, int r);
 network **sdnn_trainer_nets(sdnn_trainer *t);
 const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t);
+
+/* The timeline the trainer records (timeline= key; opened by create,
+ * SDNN_ERR_IO naming the file when it cannot be written), or NULL.  Other
+ * parts of a run (the loader, the front-end) record on it until
+ * sdnn_trainer_close_timeline, which writes the end of the file and
+ * reports a failed write; destroy closes it if still open. */
+sdnn_timeline *sdnn_trainer_timeline(sdnn_trainer *t);
+sdnn_status sdnn_trainer_close_timeline(sdnn_trainer *t);
 
 /* One step on d, which holds batch x subdivisions x n rows; replica r
  * trains rows [r*rows/n, (r+1)*rows/n).  After a failed step the replicas

@@ -163,7 +163,8 @@ static double tail_loss(const char *path, int k)
 }
 
 /* The shapes detector with each codec for 200 iterations on 2 replicas
- * (fixed seed: the same images in the same order) ends with a loss within
+ * (fixed seed, one loader thread: the same images in the same order, so
+ * runs are repeatable and differ only by the codec) ends with a loss within
  * 10% of the uncompressed run's; top-k with error feedback leaves its
  * residuals next to the weights and a resumed run restores them. */
 static void test_train_every_codec(void **state)
@@ -178,8 +179,10 @@ static void test_train_every_codec(void **state)
         snprintf(csv, sizeof csv, "%s/%s.csv", g_dir, codecs[c]);
         assert_int_equal(run("sed 's/^compress=none/compress=%s/' cfg/shapes-scalednn.cfg > %s",
                              codecs[c], cfg), 0);
+        /* One loader thread: Darknet's loader threads share rand(), so with
+         * several the images' order and augmentation differ run to run. */
         int rc = run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 200 -seed 1 "
-                     "-csv %s >%s/%s.log 2>&1", g_bin, g_dir, cfg, csv, g_dir, codecs[c]);
+                     "-threads 1 -csv %s >%s/%s.log 2>&1", g_bin, g_dir, cfg, csv, g_dir, codecs[c]);
         if (rc != 0) run("tail -20 %s/%s.log", g_dir, codecs[c]);
         assert_int_equal(rc, 0);
         csv_stats s = read_csv(csv);
@@ -225,6 +228,58 @@ static void test_train_every_codec(void **state)
     log = slurp(path);
     assert_non_null(strstr(log, "warning: error-feedback residuals not restored"));
     assert_non_null(strstr(log, "saved for 2 replicas"));
+    free(log);
+}
+
+/* -map evaluates on valid= during training: the log has a line per
+ * evaluation and the CSV's map column is filled on those rows only;
+ * -target without -map is refused before training (-target itself: see
+ * test_classifier_train). */
+static void test_map_during_training(void **state)
+{
+    (void)state;
+    int rc = run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 "
+                 "-max_batches 40 -seed 1 -map -map_every 20 -csv %s/map.csv >%s/map.log 2>&1",
+                 g_bin, g_dir, g_dir, g_dir);
+    if (rc != 0) run("tail -20 %s/map.log", g_dir);
+    assert_int_equal(rc, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/map.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "mAP@0.50 at iteration 20: all-point "));
+    assert_non_null(strstr(log, "mAP@0.50 at iteration 40: all-point "));
+    free(log);
+    snprintf(path, sizeof path, "%s/map.csv", g_dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    int rows = 0, measured = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] < '0' || line[0] > '9') continue;
+        rows++;
+        line[strcspn(line, "\n")] = '\0';
+        const char *last = strrchr(line, ',');
+        assert_non_null(last);
+        int it = atoi(line);
+        if (last[1] != '\0') {
+            measured++;
+            double m = atof(last + 1);
+            assert_true(m >= 0 && m <= 1);
+            assert_true(it % 20 == 0);
+        } else {
+            assert_true(it % 20 != 0);
+        }
+    }
+    fclose(f);
+    assert_int_equal(rows, 20);
+    assert_int_equal(measured, 2);
+
+    rc = run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -target 0.5 "
+             ">%s/notarget.log 2>&1", g_bin, g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    snprintf(path, sizeof path, "%s/notarget.log", g_dir);
+    log = slurp(path);
+    assert_non_null(strstr(log, "-target 0.5 needs -map"));
     free(log);
 }
 
@@ -421,7 +476,7 @@ static void test_classifier_train(void **state)
     (void)state;
     struct stat st;
     if (stat("/usr/share/datasets/fashion-mnist", &st) != 0) skip();
-    assert_int_equal(run("%s scalednn fmnist %s/fm -n 256 -valid 8 >%s/fm.log 2>&1", g_bin, g_dir,
+    assert_int_equal(run("%s scalednn fmnist %s/fm -n 256 -valid 64 >%s/fm.log 2>&1", g_bin, g_dir,
                          g_dir), 0);
     char path[512];
     snprintf(path, sizeof path, "%s/fm.data", g_dir);
@@ -445,6 +500,25 @@ static void test_classifier_train(void **state)
     assert_int_equal(stat(path, &st), 0);
     snprintf(path, sizeof path, "%s/fmbackup/fmnist-scalednn.weights", g_dir);
     assert_int_equal(stat(path, &st), 0);
+
+    /* -map on a classifier measures top-1 on valid=; -target stops at the
+     * first evaluation at or above it (one loader thread: repeatable). */
+    rc = run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 48 "
+             "-seed 2 -threads 1 -map -map_every 4 -target 0.000001 -csv %s/fmt.csv "
+             ">%s/fmt.log 2>&1", g_bin, g_dir, g_dir, g_dir);
+    if (rc != 0) run("tail -20 %s/fmt.log", g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/fmt.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "accuracy at iteration 4: top-1 "));
+    const char *hit = strstr(log, "target 0.0000 reached at iteration ");
+    assert_non_null(hit);
+    int at = atoi(hit + strlen("target 0.0000 reached at iteration "));
+    free(log);
+    snprintf(path, sizeof path, "%s/fmt.csv", g_dir);
+    s = read_csv(path);
+    assert_int_equal(s.iteration, at);   /* the run ended at that evaluation */
+    assert_true(at < 48 && at % 4 == 0);
 }
 
 int main(void)
@@ -453,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_train_stock),
         cmocka_unit_test(test_train_scalednn),
         cmocka_unit_test(test_train_every_codec),
+        cmocka_unit_test(test_map_during_training),
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_nan_stops_training),
