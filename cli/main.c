@@ -4,6 +4,7 @@
  */
 #include "bench_comm.h"
 #include "commands.h"
+#include "plan_cmd.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,8 +17,11 @@ static int usage(const char *prog)
             "       %s scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX]\n"
             "       %s scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n"
             "       %s scalednn bench-comm [-b MIN] [-e MAX] [-f F] [-n N] [-w W] [-g REPLICAS]\n"
-            "                              [-z CODEC[,CODEC...]] [-J FILE] (-h for all)\n",
-            prog, prog, prog, prog, prog);
+            "                              [-z CODEC[,CODEC...]] [-J FILE] (-h for all)\n"
+            "       %s scalednn plan DATA CFG [-gpus LIST] [-link NAME] [-compress_allow LIST] (-h)\n"
+            "       %s scalednn simulate CFG --topology pcie|nvlink|eth|ib [--gpus N] [--nodes M]\n"
+            "                              [--speed F] [--csv FILE] (-h)\n",
+            prog, prog, prog, prog, prog, prog, prog);
     return 1;
 }
 
@@ -30,6 +34,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "gen-shapes") == 0) return sdnn_cmd_gen_shapes(argc - 2, argv + 2);
         if (strcmp(argv[2], "fmnist") == 0) return sdnn_cmd_fmnist(argc - 2, argv + 2);
         if (strcmp(argv[2], "bench-comm") == 0) return sdnn_cmd_bench_comm(argc - 2, argv + 2);
+        if (strcmp(argv[2], "plan") == 0) return sdnn_cmd_plan(argc - 2, argv + 2);
+        if (strcmp(argv[2], "simulate") == 0) return sdnn_cmd_simulate(argc - 2, argv + 2);
     }
     return usage(argv[0]);
 }

@@ -11,6 +11,7 @@
 #include "saveio.h"
 #include "trace.h"
 #include "trainer.h"
+#include "autoplan.h"
 #include "timeline.h"
 #include "blas.h"
 #include "clock.h"
@@ -318,6 +319,10 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s | %s\n", ips,
                (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "", eta);
         fflush(stdout);
+        if (st.replanned) {
+            sdnn_autoplan_print(sdnn_trainer_autoplan(R->t), stdout);
+            fflush(stdout);
+        }
         double map = -1;
         if (R->valid && (crossed(before, i, (size_t)R->job->map_every) ||
                          i >= (size_t)net->max_batches)) {

@@ -10,6 +10,7 @@
  * key=value.  Lines outside our section are copied byte for byte.
  */
 #include "config.h"
+#include "costmodel.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -24,7 +25,8 @@
 #define KNOWN_KEYS                                                       \
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup, timeline"
+    "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
+    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift"
 #define BUCKET_MB_MAX 4096.0
 #define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
@@ -111,8 +113,8 @@ static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
 {
     static const char *const codecs[] = { "none", "fp16", "bf16", "int8",
                                           "topk", NULL };
-    static const char *const later[] = { "auto", NULL };
-    if (in_list(lr->value, codecs)) {
+    static const char *const later[] = { NULL };
+    if (in_list(lr->value, codecs) || strcmp(lr->value, "auto") == 0) {
         snprintf(cfg->compress, sizeof cfg->compress, "%s", lr->value);
         return SDNN_OK;
     }
@@ -209,11 +211,11 @@ static sdnn_status parse_topk_warmup(const line_ref *lr, sdnn_config *cfg)
 
 static sdnn_status parse_bucket_mb(const line_ref *lr, sdnn_config *cfg)
 {
-    static const char allowed[] = "a number of MiB > 0 and <= 4096";
-    if (strcmp(lr->value, "auto") == 0)
-        return line_error(lr, SDNN_ERR_UNSUPPORTED,
-                          "not available in this build (available: a number "
-                          "of MiB > 0 and <= 4096)");
+    static const char allowed[] = "auto or a number of MiB > 0 and <= 4096";
+    if (strcmp(lr->value, "auto") == 0) {
+        cfg->bucket_mb = 0.0;
+        return SDNN_OK;
+    }
     char *end = NULL;
     errno = 0;
     double v = strtod(lr->value, &end);
@@ -268,13 +270,81 @@ static sdnn_status parse_timeline(const line_ref *lr, sdnn_config *cfg)
     return parse_path(lr, cfg->timeline, sizeof cfg->timeline);
 }
 
+static sdnn_status parse_compress_allow(const line_ref *lr, sdnn_config *cfg)
+{
+    static const char *const codecs[] = { "none", "fp16", "bf16", "int8",
+                                          "topk", NULL };
+    if (strlen(lr->value) >= sizeof cfg->compress_allow)
+        return expected(lr, "a comma-separated list of codecs (none, fp16, bf16, int8, topk)");
+    char buf[sizeof cfg->compress_allow];
+    snprintf(buf, sizeof buf, "%s", lr->value);
+    int lossless = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!in_list(tok, codecs)) {
+            char what[160];
+            snprintf(what, sizeof what, "unknown codec %.32s in the list (none, fp16, bf16, "
+                     "int8, topk)", tok);
+            return line_error(lr, SDNN_ERR_INVALID, what);
+        }
+        lossless |= strcmp(tok, "none") == 0;
+    }
+    if (!lossless)
+        return line_error(lr, SDNN_ERR_INVALID,
+                          "the list must include none (small buckets stay uncompressed)");
+    snprintf(cfg->compress_allow, sizeof cfg->compress_allow, "%s", lr->value);
+    return SDNN_OK;
+}
+
+static sdnn_status parse_link(const line_ref *lr, sdnn_config *cfg)
+{
+    sdnn_link l;
+    if (strlen(lr->value) >= sizeof cfg->link || sdnn_link_find(lr->value, &l) != SDNN_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "unknown link (%s)", sdnn_link_names());
+        sdnn_clear_error();
+        return line_error(lr, SDNN_ERR_INVALID, what);
+    }
+    snprintf(cfg->link, sizeof cfg->link, "%s", lr->value);
+    return SDNN_OK;
+}
+
+static sdnn_status parse_link_gbps(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 1e6, 1, 0, &cfg->link_gbps))
+        return expected(lr, "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_link_us(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 1e7, 0, 0, &cfg->link_us))
+        return expected(lr, "a latency in microseconds >= 0");
+    return SDNN_OK;
+}
+
+static sdnn_status parse_profile_iters(const line_ref *lr, sdnn_config *cfg)
+{
+    long v;
+    if (!parse_integer(lr->value, 1, 100000, &v))
+        return expected(lr, "an integer number of steps >= 1");
+    cfg->profile_iters = (int)v;
+    return SDNN_OK;
+}
+
+static sdnn_status parse_replan_drift(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 100.0, 1, 0, &cfg->replan_drift))
+        return expected(lr, "a fraction > 0 (e.g. 0.25)");
+    return SDNN_OK;
+}
+
 static const key_spec g_keys[] = {
     { "mode", parse_mode, "scalednn or stock" },
     { "backend", parse_backend, "a backend (available: local)" },
-    { "bucket_mb", parse_bucket_mb, "a number of MiB > 0 and <= 4096" },
+    { "bucket_mb", parse_bucket_mb, "auto or a number of MiB > 0 and <= 4096" },
     { "overlap", parse_overlap, "0 or 1" },
     { "interval", parse_interval, "an integer >= 1 and <= 1000000" },
-    { "compress", parse_compress, "a codec (none, fp16, bf16, int8, topk)" },
+    { "compress", parse_compress, "a codec (none, fp16, bf16, int8, topk, auto)" },
     { "csv", parse_csv, "a file path" },
     { "compress_min_kb", parse_compress_min_kb, "a number of KiB >= 0" },
     { "topk_ratio", parse_topk_ratio, "a fraction > 0 and <= 1" },
@@ -284,10 +354,17 @@ static const key_spec g_keys[] = {
     { "topk_momentum", parse_topk_momentum, "a number >= 0 and < 1" },
     { "topk_warmup", parse_topk_warmup, "an integer >= 0" },
     { "timeline", parse_timeline, "a file path (Chrome trace JSON)" },
+    { "compress_allow", parse_compress_allow, "a list of codecs including none" },
+    { "link", parse_link, "a link name" },
+    { "link_gbps", parse_link_gbps, "a bandwidth in Gbit/s" },
+    { "link_us", parse_link_us, "a latency in microseconds" },
+    { "profile_iters", parse_profile_iters, "an integer >= 1" },
+    { "replan_drift", parse_replan_drift, "a fraction > 0" },
 };
 enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
        K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
-       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE };
+       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE, K_COMPRESS_ALLOW,
+       K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT };
 #define N_KEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* ---- the line loop ------------------------------------------------------- */
@@ -440,6 +517,18 @@ static sdnn_status check_combinations(parse_state *ps)
                                  "momentum correction accumulates in the error-"
                                  "feedback residual; it needs error_feedback=1");
     (void)int8;
+    int autoc = strcmp(c->compress, "auto") == 0;
+    if (set[K_COMPRESS_ALLOW] && !autoc)
+        return combination_error(ps, K_COMPRESS_ALLOW, "applies to compress=auto only");
+    if (autoc && set[K_ERROR_FEEDBACK] && c->error_feedback)
+        return combination_error(ps, K_ERROR_FEEDBACK,
+                                 "with compress=auto error feedback follows the codec chosen "
+                                 "for each bucket (on for topk, off otherwise)");
+    if (set[K_LINK] && (set[K_LINK_GBPS] || set[K_LINK_US]))
+        return combination_error(ps, set[K_LINK_GBPS] ? K_LINK_GBPS : K_LINK_US,
+                                 "give either link= or link_gbps=/link_us=, not both");
+    if (set[K_LINK_US] && !set[K_LINK_GBPS])
+        return combination_error(ps, K_LINK_US, "needs link_gbps= (the bandwidth)");
     return SDNN_OK;
 }
 
@@ -599,11 +688,14 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
         buf[0] = '\0';
         return;
     }
+    char bucket[32];
+    if (cfg->bucket_mb > 0) snprintf(bucket, sizeof bucket, "%g", cfg->bucket_mb);
+    else snprintf(bucket, sizeof bucket, "auto");
     snprintf(buf, len,
-             "mode=%s backend=%s bucket_mb=%g overlap=%d interval=%d "
+             "mode=%s backend=%s bucket_mb=%s overlap=%d interval=%d "
              "compress=%s csv=%s",
              cfg->mode == SDNN_MODE_STOCK ? "stock" : "scalednn", cfg->backend,
-             cfg->bucket_mb, cfg->overlap, cfg->interval, cfg->compress,
+             bucket, cfg->overlap, cfg->interval, cfg->compress,
              cfg->csv[0] != '\0' ? cfg->csv : "-");
     size_t used = strlen(buf);
     if (strcmp(cfg->compress, "none") == 0 || used + 1 >= len) return;
@@ -614,6 +706,8 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
     else if (strcmp(cfg->compress, "int8") == 0)
         snprintf(extra, sizeof extra, " int8_chunk=%d stochastic_rounding=%d",
                  cfg->int8_chunk, cfg->stochastic_rounding);
+    else if (strcmp(cfg->compress, "auto") == 0)
+        snprintf(extra, sizeof extra, " compress_allow=%s", cfg->compress_allow);
     else
         extra[0] = '\0';
     snprintf(buf + used, len - used, "%s error_feedback=%d compress_min_kb=%g", extra,

@@ -18,10 +18,11 @@ typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
     char backend[16];   /* backend=local (mpi, nccl: later builds) */
-    double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB */
+    double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB;
+                         * 0 = auto (planned from the profile, the default) */
     int overlap;        /* overlap=0|1 */
     int interval;       /* interval=<int >= 1>: stock-mode sync period */
-    char compress[16];  /* compress=none|fp16|bf16|int8|topk */
+    char compress[16];  /* compress=none|fp16|bf16|int8|topk|auto */
     char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
     double compress_min_kb; /* buckets below this many KiB stay uncompressed */
     double topk_ratio;  /* topk: fraction kept, (0, 1] */
@@ -31,12 +32,18 @@ typedef struct sdnn_config {
     double topk_momentum;    /* topk + error feedback: DGC momentum correction, [0, 1) */
     int topk_warmup;    /* topk: iterations over which the ratio falls from 1 */
     char timeline[1024]; /* timeline=<path>: Chrome trace JSON, "" = none */
+    char compress_allow[64]; /* compress=auto: codecs the planner may use */
+    char link[24];      /* link=<name>: link model; "" = probe the backend */
+    double link_gbps;   /* link_gbps=<Gbit/s>: explicit link (0 = unset) */
+    double link_us;     /* link_us=<latency us> with link_gbps */
+    int profile_iters;  /* bucket_mb=auto: steps profiled before planning */
+    double replan_drift; /* re-plan when the step drifts this fraction from the prediction */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets. */
 #define SDNN_CONFIG_INIT                                            \
-    { 0, SDNN_MODE_SCALEDNN, "local", 4.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0, "" }
+    { 0, SDNN_MODE_SCALEDNN, "local", 0.0, 1, 4, "none", "",        \
+      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25 }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

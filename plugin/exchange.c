@@ -180,6 +180,7 @@ void sdnn_exchange_destroy(sdnn_exchange *ex)
         pthread_join(ex->thread, NULL);
     }
     free_buckets(ex);
+    free((void *)ex->opts.plan);
     free(ex->slots);
     free(ex->rp);
     free(ex->queue);
@@ -237,7 +238,7 @@ static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
 {
     bucket *bk = &ex->b[k];
     const sdnn_exchange_opts *o = &ex->opts;
-    int ef = o->error_feedback && bk->codec->lossy;
+    int ef = (o->auto_ef ? bk->codec == &sdnn_codec_topk : o->error_feedback) && bk->codec->lossy;
     bk->outs = calloc((size_t)ex->nrep, sizeof *bk->outs);
     if (!bk->outs) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
     bk->outs[0] = bk->mean;
@@ -266,31 +267,72 @@ static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
     return SDNN_OK;
 }
 
+/* Put layer i at the end of bucket k. */
+static void assign(sdnn_exchange *ex, int k, int i, size_t n)
+{
+    slot *s = &ex->slots[i];
+    if (ex->b[k].nlayers == 0) {
+        ex->b[k].hi = i;
+        ex->b[k].count = 0;
+    }
+    s->bucket = k;
+    s->offset = ex->b[k].count;
+    ex->b[k].count += n;
+    ex->b[k].lo = i;
+    ex->b[k].nlayers++;
+}
+
+/* Buckets from an explicit plan: checked to cover every exchanged layer
+ * once, in exchange order, none empty. */
+static sdnn_status plan_buckets(sdnn_exchange *ex)
+{
+    const sdnn_bucket_spec *sp = ex->opts.plan;
+    int above = ex->nlayers;
+    for (int k = 0; k < ex->opts.nplan; ++k) {
+        if (sp[k].lo < 0 || sp[k].hi < sp[k].lo || sp[k].hi >= above)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan bucket %d: layers %d..%d are not below "
+                              "the previous bucket's (%d)", k, sp[k].hi, sp[k].lo, above);
+        for (int i = sp[k].hi + 1; i < above; ++i)
+            if (slot_floats(&ex->slots[i]))
+                return SDNN_ERROR(SDNN_ERR_INVALID, "plan leaves layer %d out", i);
+        for (int i = sp[k].hi; i >= sp[k].lo; --i) {
+            size_t n = slot_floats(&ex->slots[i]);
+            if (n) assign(ex, k, i, n);
+        }
+        if (ex->b[k].nlayers == 0)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan bucket %d (layers %d..%d) exchanges nothing",
+                              k, sp[k].hi, sp[k].lo);
+        above = sp[k].lo;
+    }
+    for (int i = above - 1; i >= 0; --i)
+        if (slot_floats(&ex->slots[i]))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan leaves layer %d out", i);
+    ex->nb = ex->opts.nplan;
+    return SDNN_OK;
+}
+
 static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
 {
     size_t target = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
     if (target < 1) target = 1;
-    ex->b = calloc((size_t)ex->nlayers + 1, sizeof *ex->b);
+    int cap = ex->nlayers + 1;
+    if (ex->opts.plan && ex->opts.nplan > cap) cap = ex->opts.nplan;
+    ex->b = calloc((size_t)cap, sizeof *ex->b);
     if (!ex->b) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
-    int k = -1;
-    for (int i = ex->nlayers - 1; i >= 0; --i) {
-        slot *s = &ex->slots[i];
-        size_t n = slot_floats(s);
-        if (n == 0) continue;
-        if (k < 0 || ex->b[k].count >= target) {
-            ++k;
-            ex->b[k].hi = i;
-            ex->b[k].count = 0;
+    if (ex->opts.plan) {
+        SDNN_CHECK(plan_buckets(ex));
+    } else {
+        int k = -1;
+        for (int i = ex->nlayers - 1; i >= 0; --i) {
+            size_t n = slot_floats(&ex->slots[i]);
+            if (n == 0) continue;
+            if (k < 0 || ex->b[k].count >= target) ++k;
+            assign(ex, k, i, n);
         }
-        s->bucket = k;
-        s->offset = ex->b[k].count;
-        ex->b[k].count += n;
-        ex->b[k].lo = i;
-        ex->b[k].nlayers++;
+        ex->nb = k + 1;
     }
-    ex->nb = k + 1;
     ex->total = 0;
-    for (k = 0; k < ex->nb; ++k) {
+    for (int k = 0; k < ex->nb; ++k) {
         bucket *bk = &ex->b[k];
         ex->total += bk->count;
         if (ex->world == 1) continue;   /* nothing to pack for a world of one */
@@ -300,7 +342,7 @@ static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
         bk->rem_r = calloc((size_t)ex->nrep, sizeof *bk->rem_r);
         if (!bk->pack || !bk->snap || !bk->mean || !bk->rem_r)
             return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
-        const sdnn_codec_ops *c = ex->opts.codec;
+        const sdnn_codec_ops *c = ex->opts.plan ? ex->opts.plan[k].codec : ex->opts.codec;
         if (c && c != &sdnn_codec_none &&
             (double)bk->count * sizeof(float) >= ex->opts.compress_min_kb * 1024.0) {
             bk->codec = c;
@@ -321,7 +363,10 @@ sdnn_status sdnn_exchange_opts_from_config(const sdnn_config *cfg, sdnn_exchange
     memset(o, 0, sizeof *o);
     o->bucket_mb = cfg->bucket_mb;
     o->overlap = cfg->overlap;
-    o->codec = sdnn_codec_find(cfg->compress);
+    /* compress=auto: the plan gives each bucket its codec; until then none. */
+    int autoc = strcmp(cfg->compress, "auto") == 0;
+    o->codec = autoc ? &sdnn_codec_none : sdnn_codec_find(cfg->compress);
+    o->auto_ef = autoc;
     if (!o->codec)
         return SDNN_ERROR(SDNN_ERR_INVALID, "compress=%s: unknown codec (%s)", cfg->compress,
                           sdnn_codec_names());
@@ -346,7 +391,8 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
         return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs replicas, a comm and options");
     double bucket_mb = opts->bucket_mb;
     int overlap = opts->overlap;
-    if (!(bucket_mb > 0)) return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0");
+    if (!(bucket_mb > 0) && !opts->plan)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0 (or an explicit plan)");
     if (opts->codec && opts->codec != &sdnn_codec_none && !comm->ops->allreduce_mean_coded)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s has no compressed allreduce",
                           comm->ops->name);
@@ -359,6 +405,15 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
     ex->nrep = nrep;
     ex->comm = comm;
     ex->opts = *opts;
+    if (opts->plan) {
+        sdnn_bucket_spec *copy = malloc((size_t)(opts->nplan > 0 ? opts->nplan : 1) * sizeof *copy);
+        if (!copy) {
+            free(ex);
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange plan");
+        }
+        memcpy(copy, opts->plan, (size_t)opts->nplan * sizeof *copy);
+        ex->opts.plan = copy;
+    }
     ex->step_params = opts->params;
     ex->seed = opts->params.seed;
     ex->overlap = overlap;
@@ -835,4 +890,26 @@ sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t 
 out:
     free(buf);
     return st;
+}
+
+int sdnn_exchange_carry_ef(sdnn_exchange *dst, const sdnn_exchange *src)
+{
+    if (!dst->has_ef || !src->has_ef || dst->nrep != src->nrep || dst->nlayers != src->nlayers)
+        return 0;
+    int carried = 0;
+    for (int i = 0; i < dst->nlayers; ++i) {
+        const slot *a = &src->slots[i], *b = &dst->slots[i];
+        if (a->bucket < 0 || b->bucket < 0) continue;
+        const bucket *from = &src->b[a->bucket];
+        bucket *to = &dst->b[b->bucket];
+        if (!from->resid || !to->resid) continue;
+        size_t n = slot_floats(b);
+        for (int r = 0; r < dst->nrep; ++r) {
+            memcpy(to->resid[r] + b->offset, from->resid[r] + a->offset, n * sizeof(float));
+            if (to->vel && from->vel)
+                memcpy(to->vel[r] + b->offset, from->vel[r] + a->offset, n * sizeof(float));
+        }
+        carried++;
+    }
+    return carried;
 }

@@ -34,6 +34,13 @@
 
 typedef struct sdnn_exchange sdnn_exchange;
 
+/* One bucket of an explicit plan: layers hi down to lo (those with
+ * parameters among them), carried by `codec` (NULL or none: uncompressed). */
+typedef struct sdnn_bucket_spec {
+    int lo, hi;
+    const sdnn_codec_ops *codec;
+} sdnn_bucket_spec;
+
 /* How buckets are formed and encoded. */
 typedef struct sdnn_exchange_opts {
     double bucket_mb;              /* target bucket size, MiB, > 0 */
@@ -44,6 +51,13 @@ typedef struct sdnn_exchange_opts {
     int error_feedback;            /* keep what a lossy codec did not send */
     float topk_momentum;           /* > 0: DGC momentum correction (topk) */
     int topk_warmup;               /* iterations over which the ratio falls from 1 */
+    /* An explicit plan (bucket_mb=auto): buckets in exchange order, from the
+     * last layers down, covering every exchanged layer once; NULL: buckets
+     * of bucket_mb.  With a plan each bucket has its own codec, and error
+     * feedback follows it when auto_ef is set (on for topk only). */
+    const sdnn_bucket_spec *plan;
+    int nplan;
+    int auto_ef;
 } sdnn_exchange_opts;
 
 /* Options from a parsed [scalednn] section; SDNN_ERR_INVALID for a codec
@@ -90,6 +104,11 @@ double sdnn_exchange_topk_ratio(const sdnn_exchange *ex, int iteration);
  * any error.
  */
 int sdnn_exchange_has_ef(const sdnn_exchange *ex);
+/* Carry error-feedback state over a re-plan: for every layer whose bucket
+ * keeps residuals in both, copy its slice of every replica's residual (and
+ * velocity) from src to dst.  Layers whose new bucket keeps none lose
+ * theirs.  Returns the number of layers carried. */
+int sdnn_exchange_carry_ef(sdnn_exchange *dst, const sdnn_exchange *src);
 sdnn_status sdnn_exchange_ef_save(const sdnn_exchange *ex, const char *path, uint64_t seen);
 sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t seen);
 /* Replica r's residual (and velocity, NULL without momentum correction)

@@ -47,15 +47,18 @@ static int subdivision(const network *net)
 static void hook_forward(layer l, network net)
 {
     sdnn_hook_ctx *c = tl_ctx;
-    if (!c || !c->tl) {
+    if (!c || (!c->tl && !c->prof)) {
         g_forward[l.type](l, net);
         return;
     }
     double t0 = sdnn_now_s();
     g_forward[l.type](l, net);
-    sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_FORWARD, t0,
-                       sdnn_now_s(), c->iteration, net.index, subdivision(&net),
-                       sdnn_layer_type_name(l.type));
+    double t1 = sdnn_now_s();
+    if (c->prof) c->prof[3 * net.index] += t1 - t0;
+    if (c->tl)
+        sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_FORWARD, t0, t1,
+                           c->iteration, net.index, subdivision(&net),
+                           sdnn_layer_type_name(l.type));
 }
 
 static void hook_backward(layer l, network net)
@@ -71,12 +74,15 @@ static void hook_backward(layer l, network net)
             return;
         }
     }
-    if (c && c->tl) {
+    if (c && (c->tl || c->prof)) {
         double t0 = sdnn_now_s();
         g_backward[l.type](l, net);
-        sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_BACKWARD, t0,
-                           sdnn_now_s(), c->iteration, net.index, subdivision(&net),
-                           sdnn_layer_type_name(l.type));
+        double t1 = sdnn_now_s();
+        if (c->prof) c->prof[3 * net.index + 1] += t1 - t0;
+        if (c->tl)
+            sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_BACKWARD, t0,
+                               t1, c->iteration, net.index, subdivision(&net),
+                               sdnn_layer_type_name(l.type));
     } else {
         g_backward[l.type](l, net);
     }
@@ -123,7 +129,9 @@ static void hook_update(layer l, update_args a)
         }
         if (sdnn_exchange_layer_wait(c->ex, c->replica, i) != 0) return;
     }
+    double u0 = c->prof ? sdnn_now_s() : 0;
     g_update[l.type](l, a);
+    if (c->prof && i >= 0) c->prof[3 * i + 2] += sdnn_now_s() - u0;
     if (c->tl)
         sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_UPDATE, t0,
                            sdnn_now_s(), c->iteration, i, 0, NULL);

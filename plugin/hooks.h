@@ -7,8 +7,8 @@
  * the layer through net.index (forward, backward) or its parameter pointers
  * (update), tell the exchange, record the timeline, and call Darknet's own
  * function.  Without a context (a thread that is not a replica) they are
- * transparent.  Forward is wrapped only for a timeline: the exchange has no
- * use for it.
+ * transparent.  Forward is wrapped only for a timeline or the planner's
+ * profile: the exchange has no use for it.
  */
 #ifndef SDNN_HOOKS_H
 #define SDNN_HOOKS_H
@@ -25,6 +25,9 @@ typedef struct sdnn_hook_ctx {
     int iteration;       /* the step's iteration, for the timeline */
     network *net;
     int cursor;          /* next layer index update_network will reach */
+    double *prof;        /* NULL, or [3 * layers]: seconds of each layer's forward,
+                          * backward and update (Darknet's own functions only),
+                          * accumulated for the planner (bucket_mb=auto) */
 } sdnn_hook_ctx;
 
 /* Wrap the backward pointer of every layer, the update pointer of every

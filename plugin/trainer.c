@@ -6,6 +6,7 @@
  * reported.  Nothing inside the step allocates.
  */
 #include "trainer.h"
+#include "autoplan.h"
 #include "clock.h"
 #include "blas.h"
 #include "comm.h"
@@ -38,6 +39,8 @@ struct sdnn_trainer {
     sdnn_config cfg;
     sdnn_comm *comm;
     sdnn_exchange *ex;
+    sdnn_exchange_opts xo; /* what the exchange was made with (plans replace buckets) */
+    sdnn_autoplan *ap;     /* bucket_mb=auto, NULL otherwise */
     sdnn_timeline *tl;     /* timeline=, NULL without */
     int hooked;            /* hooks installed on the replicas */
     worker *w;
@@ -109,6 +112,7 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     pthread_mutex_unlock(&t->mu);
     for (int i = 0; i < t->nthreads; ++i) pthread_join(t->w[i].thread, NULL);
     sdnn_exchange_destroy(t->ex);
+    sdnn_autoplan_destroy(t->ap);
     sdnn_comm_close(t->comm);
     (void)sdnn_timeline_close(t->tl);   /* a failure leaves its message */
     for (int r = 0; r < t->n; ++r) {
@@ -156,17 +160,26 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
                             cfg->topk_momentum, nets[0]->momentum);
             goto fail;
         }
-        sdnn_exchange_opts xo;
-        SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &xo), st, fail);
+        SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &t->xo), st, fail);
         SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
-        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &xo, &t->ex), st, fail);
+        if (cfg->bucket_mb <= 0) {
+            /* bucket_mb=auto: fixed 1 MiB buckets, uncompressed under
+             * compress=auto, until the profile gives a plan. */
+            t->xo.bucket_mb = 1.0;
+            if (strcmp(cfg->compress, "auto") == 0) {
+                t->xo.codec = &sdnn_codec_none;
+                t->xo.auto_ef = 1;
+            }
+            SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->comm, cfg, &t->ap), st, fail);
+        }
+        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &t->xo, &t->ex), st, fail);
         sdnn_exchange_set_timeline(t->ex, t->tl);
     }
     /* scalednn mode needs the hooks; stock mode only for a timeline. */
     if (t->ex || t->tl) {
         t->hooked = 1;
         for (int r = 0; r < n; ++r)
-            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL), st, fail);
+            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL || t->ap != NULL), st, fail);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
@@ -186,6 +199,7 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         w->r = r;
         w->ctx.ex = t->ex;
         w->ctx.tl = t->tl;
+        w->ctx.prof = t->ap ? sdnn_autoplan_prof(t->ap, r) : NULL;
         w->ctx.replica = r;
         w->ctx.net = nets[r];
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -221,6 +235,25 @@ sdnn_status sdnn_trainer_close_timeline(sdnn_trainer *t)
 }
 
 size_t sdnn_trainer_iteration(sdnn_trainer *t) { return get_current_batch(t->nets[0]); }
+
+/* Between steps (the workers wait): a new exchange with the plan's buckets,
+ * the error-feedback residuals carried layer by layer, the old one gone. */
+static sdnn_status replan(sdnn_trainer *t, const sdnn_bucket_spec *spec, int nb)
+{
+    sdnn_exchange_opts xo = t->xo;
+    xo.plan = spec;
+    xo.nplan = nb;
+    sdnn_exchange *ex = NULL;
+    SDNN_CHECK(sdnn_exchange_create(t->nets, t->n, t->comm, &xo, &ex));
+    (void)sdnn_exchange_carry_ef(ex, t->ex);
+    sdnn_exchange_set_timeline(ex, t->tl);
+    sdnn_exchange_destroy(t->ex);
+    t->ex = ex;
+    for (int r = 0; r < t->nthreads; ++r) t->w[r].ctx.ex = ex;
+    return SDNN_OK;
+}
+
+const sdnn_autoplan *sdnn_trainer_autoplan(const sdnn_trainer *t) { return t->ap; }
 
 static void run_workers(sdnn_trainer *t)
 {
@@ -284,6 +317,18 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         sdnn_timeline_counter(t->tl, SDNN_TL_C_BYTES, t1, (double)st->bytes);
     }
     if (status != SDNN_OK) t->failed = status;
+    if (t->ap) {
+        const sdnn_bucket_spec *spec;
+        int nb;
+        if (sdnn_autoplan_after_step(t->ap, net0, st->seconds, status == SDNN_OK, &spec, &nb)) {
+            sdnn_status ps = replan(t, spec, nb);
+            if (ps != SDNN_OK) {
+                t->failed = ps;
+                return ps;
+            }
+            st->replanned = 1;
+        }
+    }
     float sum = 0;
     for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;
     st->loss = sum / (float)t->n;

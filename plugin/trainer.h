@@ -28,6 +28,7 @@ typedef struct sdnn_step_stats {
     double comm_s;         /* time spent in collectives (may be hidden) */
     size_t bytes;          /* bytes exchanged in this step */
     int synced;            /* stock mode: weights were averaged */
+    int replanned;         /* bucket_mb=auto: a new plan takes over from the next step */
 } sdnn_step_stats;
 
 /* Take ownership of `nets` (n replicas with identical weights, see
@@ -64,6 +65,10 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
  * Non-finite parameters or running statistics on any replica are
  * SDNN_ERR_NONFINITE and nothing is written or averaged. */
 sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
+
+/* bucket_mb=auto: the planner (plan in force, printing), NULL otherwise. */
+struct sdnn_autoplan;
+const struct sdnn_autoplan *sdnn_trainer_autoplan(const sdnn_trainer *t);
 
 /* scalednn mode: average the batch-norm running statistics over the
  * replicas (before an evaluation of replica 0; saves do it themselves). */

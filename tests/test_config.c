@@ -84,7 +84,7 @@ static void assert_defaults(const sdnn_config *cfg)
     assert_int_equal(cfg->present, 1);
     assert_int_equal(cfg->mode, SDNN_MODE_SCALEDNN);
     assert_string_equal(cfg->backend, "local");
-    assert_true(cfg->bucket_mb == 4.0);
+    assert_true(cfg->bucket_mb == 0.0);   /* auto */
     assert_int_equal(cfg->overlap, 1);
     assert_int_equal(cfg->interval, 4);
     assert_string_equal(cfg->compress, "none");
@@ -129,7 +129,7 @@ static void test_no_section(void **state)
     assert_int_equal(cfg.present, 0);
     assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
     assert_string_equal(cfg.backend, "local");
-    assert_true(cfg.bucket_mb == 4.0);
+    assert_true(cfg.bucket_mb == 0.0);   /* auto */
     assert_int_equal(cfg.overlap, 1);
     assert_int_equal(cfg.interval, 4);
     assert_string_equal(cfg.compress, "none");
@@ -309,7 +309,8 @@ typedef struct bad_case {
 #define KEYS                                                             \
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup, timeline"
+    "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
+    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -335,7 +336,13 @@ static const bad_case g_bad[] = {
     { "bucket_mb=inf", SDNN_ERR_INVALID, "expected", BUCKET },
     { "bucket_mb=nan", SDNN_ERR_INVALID, "expected", BUCKET },
     { "bucket_mb=1e999", SDNN_ERR_INVALID, "expected", BUCKET },
-    { "bucket_mb=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, BUCKET },
+    { "link=eth2g", SDNN_ERR_INVALID, "unknown link", "pcie3" },
+    { "link_gbps=0", SDNN_ERR_INVALID, "expected", "Gbit/s > 0" },
+    { "link_us=-1", SDNN_ERR_INVALID, "expected", "microseconds >= 0" },
+    { "profile_iters=0", SDNN_ERR_INVALID, "expected", ">= 1" },
+    { "replan_drift=0", SDNN_ERR_INVALID, "expected", "fraction > 0" },
+    { "compress_allow=fp16,int8", SDNN_ERR_INVALID, "must include none", "none" },
+    { "compress_allow=none,fp8", SDNN_ERR_INVALID, "unknown codec fp8", "none, fp16" },
     { "bucket_mb=", SDNN_ERR_INVALID, "empty value", BUCKET },
     { "overlap=2", SDNN_ERR_INVALID, "expected", "0 or 1" },
     { "overlap=yes", SDNN_ERR_INVALID, "expected", "0 or 1" },
@@ -352,8 +359,6 @@ static const bad_case g_bad[] = {
     { "interval=", SDNN_ERR_INVALID, "empty value", INTERVAL },
     { "compress=fp12", SDNN_ERR_INVALID, "unknown codec", CODECS },
     { "compress=FP16", SDNN_ERR_INVALID, "unknown codec", CODECS },
-    { "compress=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE,
-      "(available: none, fp16, bf16, int8, topk)" },
     { "compress=", SDNN_ERR_INVALID, "empty value", "none, fp16, bf16, int8, topk" },
     { "compress_min_kb=-1", SDNN_ERR_INVALID, "expected", "KiB >= 0" },
     { "compress_min_kb=x", SDNN_ERR_INVALID, "expected", "KiB >= 0" },
@@ -428,6 +433,10 @@ static void test_bad_combinations(void **state)
         { "error_feedback=1\n", 3, "error_feedback", "needs a lossy codec" },
         { "compress=topk\nerror_feedback=0\ntopk_momentum=0.9\n", 5, "topk_momentum", "needs error_feedback=1" },
         { "mode=stock\ncompress=int8\n", 4, "compress", "needs mode=scalednn" },
+        { "compress=fp16\ncompress_allow=none,int8\n", 4, "compress_allow", "compress=auto only" },
+        { "link=eth1g\nlink_gbps=1\n", 4, "link_gbps", "either link= or link_gbps=" },
+        { "link_us=5\n", 3, "link_us", "needs link_gbps=" },
+        { "compress=auto\nerror_feedback=1\n", 4, "error_feedback", "follows the codec" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         char text[512], prefix[256];
@@ -469,6 +478,32 @@ static void test_codec_keys(void **state)
     char desc[512];
     sdnn_config_describe(&cfg, desc, sizeof desc);
     assert_non_null(strstr(desc, "compress=bf16 csv=- error_feedback=0 compress_min_kb=0"));
+}
+
+/* bucket_mb=auto and compress=auto with their keys. */
+static void test_auto_keys(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    const char *text = "[scalednn]\nbucket_mb=auto\ncompress=auto\ncompress_allow=none,bf16,topk\n"
+                       "link_gbps=10\nlink_us=20\nprofile_iters=3\nreplan_drift=0.5\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_true(cfg.bucket_mb == 0.0);
+    assert_string_equal(cfg.compress, "auto");
+    assert_string_equal(cfg.compress_allow, "none,bf16,topk");
+    assert_true(cfg.link_gbps == 10.0 && cfg.link_us == 20.0);
+    assert_int_equal(cfg.profile_iters, 3);
+    assert_true(cfg.replan_drift == 0.5);
+    text = "[scalednn]\nlink=nvlink3\nbucket_mb=2\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_string_equal(cfg.link, "nvlink3");
+    assert_true(cfg.bucket_mb == 2.0);
+    char desc[512];
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "bucket_mb=2 "));
+    assert_int_equal(sdnn_config_parse_text(NAME, "[scalednn]\n", &cfg, NULL), SDNN_OK);
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "bucket_mb=auto "));
 }
 
 static void test_csv_too_long(void **state)
@@ -523,7 +558,7 @@ static void test_describe(void **state)
     sdnn_config cfg = SDNN_CONFIG_INIT;
     char buf[256];
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=scalednn backend=local bucket_mb=4 overlap=1 "
+    assert_string_equal(buf, "mode=scalednn backend=local bucket_mb=auto overlap=1 "
                              "interval=4 compress=none csv=-");
     cfg.mode = SDNN_MODE_STOCK;
     cfg.bucket_mb = 0.5;
@@ -675,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_csv_too_long),
         cmocka_unit_test(test_bad_combinations),
         cmocka_unit_test(test_codec_keys),
+        cmocka_unit_test(test_auto_keys),
         cmocka_unit_test(test_repeated_key),
         cmocka_unit_test(test_two_sections),
         cmocka_unit_test(test_long_unknown_key_is_shortened),

@@ -1,0 +1,289 @@
+/*
+ * autoplan: see autoplan.h.  The accumulators are written by the replica
+ * threads during a step and read here between steps, when the replicas
+ * wait for the next one.
+ */
+#include "autoplan.h"
+#include "profile.h"
+#include "replicas.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DRIFT_WINDOW = 10, MIN_STEPS_BETWEEN_PLANS = 20, MAX_CODECS = 8 };
+
+struct sdnn_autoplan {
+    int nrep;
+    int nlayers;
+    int world;
+    int overlap;
+    double drift;
+    int profile_iters;
+    double compress_min_bytes;
+    int fixed_codec;                        /* not compress=auto: one codec for all */
+    double *prof;                           /* [nrep][3 x nlayers] */
+    double *bytes;                          /* [nlayers] exchanged fp32 bytes */
+    char (*types)[16];                      /* [nlayers] */
+    sdnn_cm_env env;
+    sdnn_codec_model models[MAX_CODECS];
+    const sdnn_codec_ops *ops[MAX_CODECS];
+    int state;                              /* 0 warm-up, 1 profiling, 2 planned */
+    int steps;                              /* steps counted in this state */
+    int since_plan;
+    double window[DRIFT_WINDOW];
+    int nwindow;
+    sdnn_plan plan;
+    int have_plan;
+    int plans;
+    int backoff;                            /* steps to wait before the next drift check */
+    sdnn_bucket_spec *spec;
+    sdnn_bucket_spec *prev;                 /* the plan before, to notice a repeat */
+    int nprev;
+};
+
+static void reset_prof(sdnn_autoplan *a)
+{
+    memset(a->prof, 0, (size_t)a->nrep * 3 * (size_t)a->nlayers * sizeof(double));
+}
+
+static sdnn_status add_codec(sdnn_autoplan *a, const char *name, const sdnn_config *cfg, int ef)
+{
+    if (a->env.ncodecs >= MAX_CODECS) return SDNN_ERROR(SDNN_ERR_INVALID, "too many codecs");
+    const sdnn_codec_ops *c = sdnn_codec_find(name);
+    if (!c) return SDNN_ERROR(SDNN_ERR_INVALID, "unknown codec %s", name);
+    sdnn_codec_model m;
+    if (c == &sdnn_codec_none) {
+        m = sdnn_codec_model_none();
+    } else {
+        sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+        p.int8_chunk = cfg->int8_chunk;
+        p.stochastic = cfg->stochastic_rounding;
+        p.topk_ratio = cfg->topk_ratio;
+        SDNN_CHECK(sdnn_probe_codec(c, &p, (size_t)1 << 18, 3, &m));
+        m.ef = ef;
+    }
+    a->ops[a->env.ncodecs] = c;
+    a->models[a->env.ncodecs++] = m;
+    return SDNN_OK;
+}
+
+static sdnn_status setup_link(sdnn_autoplan *a, sdnn_comm *comm, const sdnn_config *cfg)
+{
+    if (cfg->link[0]) return sdnn_link_find(cfg->link, &a->env.link);
+    if (cfg->link_gbps > 0)
+        return sdnn_link_custom(cfg->link_gbps / 8.0, cfg->link_us, &a->env.link);
+    if (a->world < 2) {
+        /* Nothing crosses a link: any link gives the same plan. */
+        return sdnn_link_custom(1000.0, 0.0, &a->env.link);
+    }
+    double rms = 0;
+    SDNN_CHECK(sdnn_probe_link(comm, a->nrep, 5, &a->env.link, &rms));
+    snprintf(a->env.link.name, sizeof a->env.link.name, "probed %s", comm->ops->name);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_autoplan_create(const network *net, int nrep, sdnn_comm *comm,
+                                 const sdnn_config *cfg, sdnn_autoplan **out)
+{
+    *out = NULL;
+    sdnn_autoplan *a = calloc(1, sizeof *a);
+    if (!a) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner");
+    a->nrep = nrep;
+    a->nlayers = net->n;
+    a->world = nrep * comm->size;
+    a->overlap = cfg->overlap;
+    a->drift = cfg->replan_drift;
+    a->profile_iters = cfg->profile_iters;
+    a->compress_min_bytes = cfg->compress_min_kb * 1024.0;
+    a->prof = calloc((size_t)nrep * 3 * (size_t)net->n, sizeof *a->prof);
+    a->bytes = calloc((size_t)net->n, sizeof *a->bytes);
+    a->types = calloc((size_t)net->n, sizeof *a->types);
+    a->spec = calloc((size_t)net->n + 1, sizeof *a->spec);
+    a->prev = calloc((size_t)net->n + 1, sizeof *a->prev);
+    a->backoff = MIN_STEPS_BETWEEN_PLANS;
+    sdnn_status st = SDNN_OK;
+    if (!a->prof || !a->bytes || !a->types || !a->spec || !a->prev) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner");
+        goto fail;
+    }
+    int first = 0;
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].stopbackward) first = i + 1;
+    for (int i = 0; i < net->n; ++i) {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&net->layers[i], p);
+        size_t floats = 0;
+        for (int j = 0; j < np; ++j) floats += p[j].n;
+        a->bytes[i] = i < first ? 0.0 : 4.0 * (double)floats;
+        snprintf(a->types[i], sizeof a->types[i], "%s", sdnn_layer_type_name(net->layers[i].type));
+    }
+    a->env.world = a->world;
+    a->env.overlap = cfg->overlap;
+    a->env.codecs = a->models;
+    SDNN_CHECKGOTO(setup_link(a, comm, cfg), st, fail);
+    if (strcmp(cfg->compress, "auto") == 0) {
+        char list[sizeof cfg->compress_allow];
+        snprintf(list, sizeof list, "%s", cfg->compress_allow);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save))
+            SDNN_CHECKGOTO(add_codec(a, tok, cfg, strcmp(tok, "topk") == 0), st, fail);
+    } else {
+        a->fixed_codec = 1;
+        SDNN_CHECKGOTO(add_codec(a, cfg->compress, cfg, cfg->error_feedback > 0), st, fail);
+    }
+    *out = a;
+    return SDNN_OK;
+fail:
+    sdnn_autoplan_destroy(a);
+    return st;
+}
+
+void sdnn_autoplan_destroy(sdnn_autoplan *a)
+{
+    if (!a) return;
+    if (a->have_plan) sdnn_plan_free(&a->plan);
+    free(a->prof);
+    free(a->bytes);
+    free(a->types);
+    free(a->spec);
+    free(a->prev);
+    free(a);
+}
+
+double *sdnn_autoplan_prof(sdnn_autoplan *a, int r)
+{
+    return a->prof + (size_t)r * 3 * (size_t)a->nlayers;
+}
+
+const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a)
+{
+    return a->have_plan ? &a->plan : NULL;
+}
+
+int sdnn_autoplan_count(const sdnn_autoplan *a) { return a->plans; }
+
+/* The per-layer costs of one replica and one mini-batch, averaged over the
+ * replicas and the profiled steps. */
+static sdnn_status make_profile(sdnn_autoplan *a, const network *net, sdnn_cost_profile *p)
+{
+    SDNN_CHECK(sdnn_cost_profile_alloc(a->nlayers, p));
+    p->batch = net->batch;
+    p->subdivisions = net->subdivisions > 0 ? net->subdivisions : 1;
+    double per_fb = 1.0 / ((double)a->nrep * a->steps * p->subdivisions);
+    double per_u = 1.0 / ((double)a->nrep * a->steps);
+    for (int i = 0; i < a->nlayers; ++i) {
+        sdnn_layer_cost *l = &p->layer[i];
+        double f = 0, b = 0, u = 0;
+        for (int r = 0; r < a->nrep; ++r) {
+            const double *x = sdnn_autoplan_prof(a, r) + 3 * i;
+            f += x[0];
+            b += x[1];
+            u += x[2];
+        }
+        l->fwd_s = f * per_fb;
+        l->bwd_s = b * per_fb;
+        l->upd_s = u * per_u;
+        l->bytes = a->bytes[i];
+        l->tensors = a->bytes[i] > 0;
+        snprintf(l->type, sizeof l->type, "%s", a->types[i]);
+    }
+    return SDNN_OK;
+}
+
+static sdnn_status make_plan(sdnn_autoplan *a, const network *net)
+{
+    sdnn_cost_profile p;
+    SDNN_CHECK(make_profile(a, net, &p));
+    sdnn_plan_opts o = SDNN_PLAN_OPTS_INIT;
+    if (!a->fixed_codec) o.compress_min_bytes = a->compress_min_bytes;
+    sdnn_plan pl;
+    sdnn_status st = sdnn_plan_auto(&p, &a->env, &o, &pl);
+    sdnn_cost_profile_free(&p);
+    if (st != SDNN_OK) return st;
+    if (a->have_plan) {
+        a->nprev = a->plan.nb;
+        memcpy(a->prev, a->spec, (size_t)a->nprev * sizeof *a->prev);
+        sdnn_plan_free(&a->plan);
+    }
+    a->plan = pl;
+    a->have_plan = 1;
+    a->plans++;
+    for (int k = 0; k < pl.nb; ++k) {
+        a->spec[k].lo = pl.b[k].lo;
+        a->spec[k].hi = pl.b[k].hi;
+        a->spec[k].codec = a->ops[pl.b[k].codec];
+        /* A codec the user chose applies from compress_min_kb up, as with
+         * fixed buckets. */
+        if (a->fixed_codec && pl.b[k].bytes < a->compress_min_bytes)
+            a->spec[k].codec = &sdnn_codec_none;
+    }
+    return SDNN_OK;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+int sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s, int ok,
+                             const sdnn_bucket_spec **spec, int *n)
+{
+    if (!ok) return 0;
+    a->steps++;
+    if (a->state == 0) {            /* warm-up: caches, first allocations */
+        reset_prof(a);
+        a->state = 1;
+        a->steps = 0;
+        return 0;
+    }
+    if (a->state == 1) {
+        if (a->steps < a->profile_iters) return 0;
+        sdnn_status st = make_plan(a, net);
+        reset_prof(a);
+        a->state = 2;
+        a->steps = 0;
+        a->since_plan = 0;
+        a->nwindow = 0;
+        if (st != SDNN_OK) return 0;   /* keep the buckets in force */
+        /* The model cannot explain the drift (e.g. more replicas than
+         * cores): the same plan again means wait longer before the next
+         * check. */
+        if (a->plans > 1 && a->nprev == a->plan.nb &&
+            memcmp(a->prev, a->spec, (size_t)a->nprev * sizeof *a->prev) == 0) {
+            a->backoff *= 2;
+            return 0;
+        }
+        *spec = a->spec;
+        *n = a->plan.nb;
+        return 1;
+    }
+    /* Planned: watch the drift.  The accumulators keep running, so a
+     * re-plan profiles the next profile_iters steps afresh. */
+    reset_prof(a);
+    a->steps = 0;
+    a->since_plan++;
+    a->window[a->nwindow++ % DRIFT_WINDOW] = step_s;
+    if (a->nwindow < DRIFT_WINDOW || a->since_plan < a->backoff) return 0;
+    double w[DRIFT_WINDOW];
+    memcpy(w, a->window, sizeof w);
+    qsort(w, DRIFT_WINDOW, sizeof w[0], cmp_double);
+    double med = 0.5 * (w[DRIFT_WINDOW / 2 - 1] + w[DRIFT_WINDOW / 2]);
+    double pred = a->plan.pred.step_s;
+    if (pred > 0 && fabs(med - pred) / pred > a->drift) {
+        a->state = 1;                /* profile again, then plan */
+        a->steps = 0;
+    }
+    return 0;
+}
+
+void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f)
+{
+    if (!a->have_plan) return;
+    fprintf(f, "scalednn: plan %d (bucket_mb=auto), link %s: alpha %.1f us, beta %.2f GB/s, "
+               "world %d\n", a->plans, a->env.link.name, a->env.link.alpha_s * 1e6,
+            a->env.link.beta_Bps / 1e9, a->env.world);
+    sdnn_plan_print(f, &a->plan, &a->env);
+    sdnn_plan_print_prediction(f, "predicted", &a->plan);
+}

@@ -1,0 +1,374 @@
+/*
+ * costmodel: links, collectives, codecs and the event simulation of one
+ * step (see costmodel.h for the model).
+ *
+ * The named links are typical values, not measurements of this machine
+ * (`plan` measures the local backend instead).  beta is the sustained rate
+ * one rank gets in one direction, alpha the per-message cost of the stack
+ * that drives the link (driver, NCCL or MPI step, TCP):
+ *
+ *  pcie3   12 GB/s,  5 us  PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 =
+ *                          15.75 GB/s raw per direction; CUDA's
+ *                          bandwidthTest reaches 12-13 GB/s pinned.
+ *  pcie4   24 GB/s,  5 us  PCIe 4.0 x16: 31.5 GB/s raw; ~24-26 GB/s seen.
+ *  pcie5   48 GB/s,  5 us  PCIe 5.0 x16: 63 GB/s raw; ~48-55 GB/s seen.
+ *  nvlink2 150 GB/s, 3 us  V100 SXM2: 6 NVLink2 links x 25 GB/s per
+ *                          direction (300 GB/s both directions together).
+ *  nvlink3 300 GB/s, 3 us  A100 SXM: 12 NVLink3 links x 25 GB/s.
+ *  nvlink4 450 GB/s, 3 us  H100 SXM: 18 NVLink4 links x 25 GB/s.
+ *  eth1g   0.117 GB/s, 50 us  1 Gb/s = 125 MB/s; TCP over a 1500-byte MTU
+ *                          delivers ~94% of it; a kernel TCP round of a
+ *                          small message costs tens of microseconds.
+ *  eth10g  1.17 GB/s, 20 us   the same at 10 Gb/s.
+ *  eth100g 11.7 GB/s, 10 us   the same at 100 Gb/s (RoCE would be lower).
+ *  ib_edr  12 GB/s,   3 us    InfiniBand EDR 4x: 100 Gb/s, 64b/66b coding.
+ *  ib_hdr  24 GB/s,   3 us    InfiniBand HDR 4x: 200 Gb/s.
+ * The NVLink rates assume a ring that uses every link of a GPU (NCCL runs
+ * several rings at once); a machine whose topology gives a ring fewer
+ * links is slower.
+ */
+#include "costmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sdnn_link links[] = {
+    {"pcie3", 5e-6, 12e9},     {"pcie4", 5e-6, 24e9},     {"pcie5", 5e-6, 48e9},
+    {"nvlink2", 3e-6, 150e9},  {"nvlink3", 3e-6, 300e9},  {"nvlink4", 3e-6, 450e9},
+    {"eth1g", 50e-6, 0.117e9}, {"eth10g", 20e-6, 1.17e9}, {"eth100g", 10e-6, 11.7e9},
+    {"ib_edr", 3e-6, 12e9},    {"ib_hdr", 3e-6, 24e9},
+};
+#define NLINKS ((int)(sizeof links / sizeof links[0]))
+
+int sdnn_link_count(void) { return NLINKS; }
+
+const sdnn_link *sdnn_link_at(int i)
+{
+    return i >= 0 && i < NLINKS ? &links[i] : NULL;
+}
+
+const char *sdnn_link_names(void)
+{
+    return "pcie3, pcie4, pcie5, nvlink2, nvlink3, nvlink4, eth1g, eth10g, eth100g, "
+           "ib_edr, ib_hdr";
+}
+
+sdnn_status sdnn_link_find(const char *name, sdnn_link *out)
+{
+    for (int i = 0; name && i < NLINKS; ++i)
+        if (strcmp(name, links[i].name) == 0) {
+            *out = links[i];
+            return SDNN_OK;
+        }
+    return SDNN_ERROR(SDNN_ERR_INVALID, "link %s: unknown link (%s)", name ? name : "(null)",
+                      sdnn_link_names());
+}
+
+sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *out)
+{
+    if (!(gbytes_per_s > 0) || !isfinite(gbytes_per_s))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link bandwidth %g GB/s: expected a number > 0",
+                          gbytes_per_s);
+    if (!(latency_us >= 0) || !isfinite(latency_us))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link latency %g us: expected a number >= 0",
+                          latency_us);
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "custom");
+    out->alpha_s = latency_us * 1e-6;
+    out->beta_Bps = gbytes_per_s * 1e9;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
+                          sdnn_link *out)
+{
+    if (n < 2) return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: %d timings, need 2 or more", n);
+    if (world < 2)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: a world of %d moves nothing", world);
+    /* Weights 1/t^2: the residual of each point relative to its time. */
+    double sw = 0, sx = 0, sxx = 0, sy = 0, sxy = 0;
+    for (int i = 0; i < n; ++i) {
+        if (!(secs[i] > 0) || !isfinite(secs[i]) || !(bytes[i] >= 0))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: timing %d (%g s for %g bytes) is "
+                              "not a positive time", i, secs[i], bytes[i]);
+        double w = 1.0 / (secs[i] * secs[i]);
+        sw += w;
+        sx += w * bytes[i];
+        sxx += w * bytes[i] * bytes[i];
+        sy += w * secs[i];
+        sxy += w * bytes[i] * secs[i];
+    }
+    double det = sw * sxx - sx * sx;
+    if (!(det > 1e-12 * sw * sxx))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: every timing has the same size");
+    double a = (sxx * sy - sx * sxy) / det;
+    double b = (sw * sxy - sx * sy) / det;
+    if (a < 0) {                 /* no measurable latency: fit through 0 */
+        a = 0;
+        b = sxy / sxx;
+    }
+    if (!(b > 0))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: times do not grow with the size");
+    double steps = 2.0 * (world - 1);
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "measured");
+    out->alpha_s = a / steps;
+    out->beta_Bps = steps / ((double)world * b);
+    return SDNN_OK;
+}
+
+/* ---- collectives and codecs ------------------------------------------ */
+
+double sdnn_cm_ring_allreduce_s(const sdnn_link *l, int world, double bytes)
+{
+    if (world <= 1) return 0;
+    return 2.0 * (world - 1) * (l->alpha_s + bytes / ((double)world * l->beta_Bps));
+}
+
+double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank)
+{
+    if (world <= 1) return 0;
+    return (double)(world - 1) * (l->alpha_s + bytes_per_rank / l->beta_Bps);
+}
+
+sdnn_codec_model sdnn_codec_model_none(void)
+{
+    sdnn_codec_model m = {"none", 1.0, 0, 0, 1, 0, 0};
+    return m;
+}
+
+sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_params *p,
+                                     double enc_Bps, double dec_Bps)
+{
+    const size_t n = (size_t)1 << 20;
+    sdnn_codec_model m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "%s", c->name);
+    m.ratio = (double)c->encoded_size(p, n) / (double)(n * sizeof(float));
+    m.enc_Bps = enc_Bps;
+    m.dec_Bps = dec_Bps;
+    m.dense = c->dense;
+    m.lossy = c->lossy;
+    return m;
+}
+
+/*
+ * Codec work of one rank, after collective.c.  Dense ring: the rank
+ * encodes its chunk, re-encodes a chunk after each of the W-1 reduce-scatter
+ * hops (W chunk encodings, B in all), decodes a chunk at each of those hops
+ * ((W-1)/W B) and decodes every chunk of the all-gather (B).  Sparse: one
+ * selection over the bucket, W lists accumulated.
+ */
+sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
+                                       double bytes)
+{
+    sdnn_cm_exchange x = {0, 0, 0, 0};
+    int w = env->world;
+    if (w <= 1 || !(bytes > 0)) return x;
+    double enc = m->enc_Bps > 0 ? bytes / m->enc_Bps : 0;
+    double dec = m->dec_Bps > 0 ? bytes / m->dec_Bps : 0;
+    double coded = bytes * m->ratio;
+    if (m->dense) {
+        x.wire_s = sdnn_cm_ring_allreduce_s(&env->link, w, coded);
+        x.wire_bytes = 2.0 * (w - 1) / w * coded;
+        x.codec_s = enc + (2.0 * w - 1.0) / w * dec;
+    } else {
+        x.wire_s = sdnn_cm_allgather_s(&env->link, w, coded);
+        x.wire_bytes = (double)(w - 1) * coded;
+        x.codec_s = enc + (double)w * dec;
+    }
+    x.total_s = x.codec_s + x.wire_s;
+    return x;
+}
+
+double sdnn_cm_ef_s(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes)
+{
+    if (!m->ef || !m->lossy || env->world <= 1 || !(bytes > 0)) return 0;
+    return (m->enc_Bps > 0 ? bytes / m->enc_Bps : 0) + (m->dec_Bps > 0 ? bytes / m->dec_Bps : 0);
+}
+
+/* ---- profiles ------------------------------------------------------------ */
+
+sdnn_status sdnn_cost_profile_alloc(int n, sdnn_cost_profile *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "a profile needs at least one layer, got %d", n);
+    out->layer = calloc((size_t)n, sizeof *out->layer);
+    if (!out->layer) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a %d-layer profile", n);
+    out->n = n;
+    out->batch = 1;
+    out->subdivisions = 1;
+    return SDNN_OK;
+}
+
+void sdnn_cost_profile_free(sdnn_cost_profile *p)
+{
+    if (!p) return;
+    free(p->layer);
+    memset(p, 0, sizeof *p);
+}
+
+sdnn_status sdnn_cost_profile_scaled(const sdnn_cost_profile *p, double speed,
+                                     sdnn_cost_profile *out)
+{
+    if (!(speed > 0) || !isfinite(speed))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "speed factor %g: expected a number > 0", speed);
+    SDNN_CHECK(sdnn_cost_profile_alloc(p->n, out));
+    out->batch = p->batch;
+    out->subdivisions = p->subdivisions;
+    for (int i = 0; i < p->n; ++i) {
+        out->layer[i] = p->layer[i];
+        out->layer[i].fwd_s /= speed;
+        out->layer[i].bwd_s /= speed;
+        out->layer[i].upd_s /= speed;
+    }
+    return SDNN_OK;
+}
+
+/* Start of the last subdivision's backward. */
+static double last_backward_start(const sdnn_cost_profile *p)
+{
+    double f = 0, b = 0;
+    for (int i = 0; i < p->n; ++i) {
+        f += p->layer[i].fwd_s;
+        b += p->layer[i].bwd_s;
+    }
+    int s = p->subdivisions > 0 ? p->subdivisions : 1;
+    return (double)(s - 1) * (f + b) + f;
+}
+
+static double backward_end(const sdnn_cost_profile *p)
+{
+    return sdnn_cm_ready_s(p, 1, 0);
+}
+
+double sdnn_cm_ready_s(const sdnn_cost_profile *p, int overlap, int lo)
+{
+    if (!overlap) lo = 0;
+    double t = last_backward_start(p);
+    for (int j = p->n - 1; j >= lo; --j) t += p->layer[j].bwd_s;
+    return t;
+}
+
+double sdnn_cost_profile_compute_s(const sdnn_cost_profile *p)
+{
+    double t = backward_end(p);
+    for (int i = 0; i < p->n; ++i) t += p->layer[i].upd_s;
+    return t;
+}
+
+double sdnn_cost_profile_bytes(const sdnn_cost_profile *p)
+{
+    double s = 0;
+    for (int i = 0; i < p->n; ++i) s += p->layer[i].bytes;
+    return s;
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+void sdnn_cm_bucket_bytes(const sdnn_cost_profile *p, sdnn_cm_bucket *b, int nb)
+{
+    for (int k = 0; k < nb; ++k) {
+        double s = 0;
+        for (int i = b[k].lo; i <= b[k].hi && i < p->n; ++i)
+            if (i >= 0) s += p->layer[i].bytes;
+        b[k].bytes = s;
+    }
+}
+
+static sdnn_status check_buckets(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                                 const sdnn_cm_bucket *b, int nb)
+{
+    int above = p->n;   /* every layer of the next bucket lies below this */
+    for (int k = 0; k < nb; ++k) {
+        if (b[k].lo < 0 || b[k].hi < b[k].lo || b[k].hi >= above)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "bucket %d: layers %d..%d are not a range below "
+                              "layer %d (buckets go from the last layer down)",
+                              k, b[k].lo, b[k].hi, above);
+        if (b[k].codec < 0 || b[k].codec >= env->ncodecs)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "bucket %d: codec %d of %d", k, b[k].codec,
+                              env->ncodecs);
+        double bytes = 0;
+        for (int i = b[k].lo; i <= b[k].hi; ++i) bytes += p->layer[i].bytes;
+        if (!(bytes > 0))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "bucket %d: layers %d..%d have nothing to "
+                              "exchange", k, b[k].lo, b[k].hi);
+        for (int i = b[k].hi + 1; i < above; ++i)
+            if (p->layer[i].bytes > 0)
+                return SDNN_ERROR(SDNN_ERR_INVALID, "layer %d has parameters but no bucket", i);
+        above = b[k].lo;
+    }
+    for (int i = 0; i < above; ++i)
+        if (p->layer[i].bytes > 0)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "layer %d has parameters but no bucket", i);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_cm_simulate(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                             sdnn_cm_bucket *b, int nb, sdnn_cm_result *r)
+{
+    memset(r, 0, sizeof *r);
+    SDNN_CHECK(check_buckets(p, env, b, nb));
+
+    /* The error-feedback passes run on the replica threads in bucket
+     * order; without overlap every bucket waits for the whole backward,
+     * passes included. */
+    double shift = 0;
+    if (!env->overlap)
+        for (int k = 0; k < nb; ++k) shift += sdnn_cm_ef_s(env, &env->codecs[b[k].codec], b[k].bytes);
+    double prev_end = 0;
+    for (int k = 0; k < nb; ++k) {
+        const sdnn_codec_model *m = &env->codecs[b[k].codec];
+        sdnn_cm_exchange x = sdnn_cm_exchange_cost(env, m, b[k].bytes);
+        if (env->overlap) shift += sdnn_cm_ef_s(env, m, b[k].bytes);
+        b[k].ready_s = sdnn_cm_ready_s(p, env->overlap, b[k].lo) + shift;
+        b[k].start_s = b[k].ready_s > prev_end ? b[k].ready_s : prev_end;
+        b[k].end_s = b[k].start_s + x.total_s;
+        prev_end = b[k].end_s;
+        r->comm_s += x.total_s;
+    }
+    r->last_end_s = nb > 0 ? prev_end : 0;
+    r->ef_s = shift;
+    r->backward_end_s = backward_end(p) + shift;
+
+    /* Darknet's update: forward order, each layer after its bucket. */
+    double t = r->backward_end_s, compute = backward_end(p);
+    int k = nb - 1;
+    for (int i = 0; i < p->n; ++i) {
+        while (k >= 0 && b[k].hi < i) --k;
+        if (k >= 0 && b[k].lo <= i && p->layer[i].bytes > 0 && b[k].end_s > t) t = b[k].end_s;
+        t += p->layer[i].upd_s;
+        compute += p->layer[i].upd_s;
+    }
+    r->step_s = t;
+    r->compute_s = compute;
+    r->exposed_s = t - compute;
+    return SDNN_OK;
+}
+
+/* ---- stock Darknet --------------------------------------------------------- */
+
+double sdnn_cm_stock_sync_s(const sdnn_cm_stock *s, double bytes)
+{
+    if (s->world <= 1) return 0;
+    int share = s->share < 1 ? 1 : s->share > s->world ? s->world : s->share;
+    double t = share * (2.0 * bytes / s->host.beta_Bps + 2.0 * s->host.alpha_s);
+    if (s->host_reduce_Bps > 0) t += (double)s->world * bytes / s->host_reduce_Bps;
+    return t;
+}
+
+sdnn_status sdnn_cm_stock_step(const sdnn_cost_profile *p, const sdnn_cm_stock *s,
+                               sdnn_cm_result *r)
+{
+    memset(r, 0, sizeof *r);
+    if (s->interval < 1)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "stock interval %d: expected >= 1", s->interval);
+    r->backward_end_s = backward_end(p);
+    r->compute_s = sdnn_cost_profile_compute_s(p);
+    r->comm_s = sdnn_cm_stock_sync_s(s, sdnn_cost_profile_bytes(p)) / s->interval;
+    r->step_s = r->compute_s + r->comm_s;
+    r->exposed_s = r->comm_s;
+    return SDNN_OK;
+}

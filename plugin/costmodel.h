@@ -1,0 +1,215 @@
+/*
+ * costmodel: what one training step costs on a given machine, predicted
+ * from per-layer compute times, bucket sizes, codec rates and one link.
+ *
+ * It is a model of the step exactly as exchange.c runs it:
+ *   - forward of every subdivision, then backward of the last one walks the
+ *     layers in reverse; bucket k is ready when the backward of its lowest
+ *     layer ends (overlap=1) or when the whole backward ends (overlap=0);
+ *   - one comm thread/stream: exchanges run one at a time in ready order,
+ *     each starting at max(ready, end of the previous one).  An exchange is
+ *     the codec work and the collective together, because the comm thread
+ *     encodes, runs the ring and decodes before it takes the next bucket;
+ *   - Darknet's update then visits the layers in forward order and each
+ *     layer's update waits for the end of its bucket's exchange.
+ * step = end of the last update; compute = forward + backward + update;
+ * exposed communication = step - compute.  A world of one exchanges
+ * nothing, so step == compute.
+ *
+ * Collectives (per rank, W ranks, B bytes, link latency a, bandwidth b):
+ *   ring allreduce (dense)       2(W-1) (a + B/(W b))
+ *   all-gather of sparse lists   (W-1) (a + B_enc/b)
+ * Stock Darknet (no per-step exchange): every `interval` steps all weights
+ * cross the host link to the host and back; the GPUs that share one host
+ * link (all N in a PCIe tree under one CPU) are served one after another.
+ *
+ * Everything here is pure arithmetic: no clocks, no threads, no Darknet.
+ * Times are seconds, sizes bytes, rates bytes per second (GB = 1e9 B).
+ */
+#ifndef SDNN_COSTMODEL_H
+#define SDNN_COSTMODEL_H
+
+#include "codec.h"
+#include "scalednn.h"
+#include <stddef.h>
+
+/* ---- links -------------------------------------------------------------- */
+
+/* One link: a message of B bytes takes alpha_s + B / beta_Bps, where beta is
+ * what one rank pushes in one direction while it receives as much. */
+typedef struct sdnn_link {
+    char name[24];
+    double alpha_s;
+    double beta_Bps;
+} sdnn_link;
+
+/* The named link `name` (pcie3, pcie4, pcie5, nvlink2, nvlink3, nvlink4,
+ * eth1g, eth10g, eth100g, ib_edr, ib_hdr); SDNN_ERR_INVALID naming the
+ * choices otherwise.  costmodel.c states where each number comes from. */
+sdnn_status sdnn_link_find(const char *name, sdnn_link *out);
+/* "pcie3, pcie4, ..." for messages. */
+const char *sdnn_link_names(void);
+/* The i-th named link (0 <= i < sdnn_link_count()). */
+int sdnn_link_count(void);
+const sdnn_link *sdnn_link_at(int i);
+/* An explicit link ("custom"): GB/s (1e9 bytes/s) and microseconds. */
+sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *out);
+
+/* Least-squares fit of measured allreduce times to the ring formula:
+ * t(S) = 2(W-1) alpha + 2(W-1)/W * S/beta for a buffer of S bytes per rank
+ * on W >= 2 ranks.  The fit minimises the relative error, so small sizes
+ * (latency) count as much as large ones (bandwidth).  alpha < 0 is clamped
+ * to 0.  SDNN_ERR_INVALID when n < 2, W < 2, sizes are all equal or the
+ * times do not grow with the size. */
+sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
+                          sdnn_link *out);
+
+/* ---- collectives -------------------------------------------------------- */
+
+/* 2(W-1)(alpha + B/(W beta)); 0 for W <= 1. */
+double sdnn_cm_ring_allreduce_s(const sdnn_link *l, int world, double bytes);
+/* (W-1)(alpha + B/beta) for B bytes contributed by every rank; 0 for W <= 1. */
+double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank);
+
+/* ---- codecs ------------------------------------------------------------- */
+
+/* How a codec changes an exchange: bytes on the wire per fp32 byte, and
+ * how fast it runs, in fp32 bytes per second of the bucket (0: free).
+ * dec_Bps of a sparse codec is the rate of accumulating one rank's list
+ * into the bucket. */
+typedef struct sdnn_codec_model {
+    char name[16];
+    double ratio;      /* encoded bytes / fp32 bytes */
+    double enc_Bps;
+    double dec_Bps;
+    int dense;         /* 1: ring (re-encoded hop by hop), 0: all-gather */
+    int lossy;
+    /* 1: error feedback (error_feedback=1, always for topk): each replica
+     * encodes and decodes its part of a bucket once more in its own thread
+     * when the part is complete (exchange.c, sdnn_codec_ef_step), which
+     * delays the bucket and the backward of every layer below it. */
+    int ef;
+} sdnn_codec_model;
+
+/* The identity codec: ratio 1, free, dense, lossless, no error feedback. */
+sdnn_codec_model sdnn_codec_model_none(void);
+/* A model of codec `c` with its wire ratio taken from c->encoded_size at a
+ * large size and the given measured rates; ef = 0 (the caller sets it). */
+sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_params *p,
+                                     double enc_Bps, double dec_Bps);
+
+/* ---- profiles ----------------------------------------------------------- */
+
+/* One layer of one replica, for one mini-batch (net->batch images). */
+typedef struct sdnn_layer_cost {
+    double fwd_s;
+    double bwd_s;      /* 0 for layers at or before a stopbackward */
+    double upd_s;      /* Darknet's update of the layer (once per step) */
+    double bytes;      /* fp32 bytes exchanged (0: nothing to exchange) */
+    int tensors;       /* parameter tensors (weights, biases, scales) */
+    char type[16];     /* Darknet layer type, for tables */
+} sdnn_layer_cost;
+
+typedef struct sdnn_cost_profile {
+    int n;                  /* layers */
+    sdnn_layer_cost *layer; /* [n] */
+    int batch;              /* images per mini-batch of one replica */
+    int subdivisions;       /* mini-batches per step */
+} sdnn_cost_profile;
+
+/* A profile of n zeroed layers (batch 1, 1 subdivision). */
+sdnn_status sdnn_cost_profile_alloc(int n, sdnn_cost_profile *out);
+void sdnn_cost_profile_free(sdnn_cost_profile *p);
+/* A copy with every time divided by `speed` (> 0): the same network on a
+ * device `speed` times faster. */
+sdnn_status sdnn_cost_profile_scaled(const sdnn_cost_profile *p, double speed,
+                                     sdnn_cost_profile *out);
+/* Totals per step: forward and backward of every subdivision + updates. */
+double sdnn_cost_profile_compute_s(const sdnn_cost_profile *p);
+double sdnn_cost_profile_bytes(const sdnn_cost_profile *p);
+
+/* ---- one step ----------------------------------------------------------- */
+
+/* A bucket: layers [lo, hi] (the exchanged ones among them), travelling
+ * with codec index `codec` of the environment.  Buckets are listed in
+ * exchange order: bucket 0 holds the last layers.  The simulation fills in
+ * the predicted times (seconds from the start of the step). */
+typedef struct sdnn_cm_bucket {
+    int lo, hi;
+    double bytes;      /* fp32 bytes (filled by sdnn_cm_bucket_bytes or a plan) */
+    int codec;
+    double ready_s, start_s, end_s;
+} sdnn_cm_bucket;
+
+typedef struct sdnn_cm_env {
+    sdnn_link link;
+    int world;                       /* ranks of the collective */
+    int overlap;                     /* 1: a bucket leaves when it is ready */
+    const sdnn_codec_model *codecs;  /* codec indices of buckets point here */
+    int ncodecs;
+} sdnn_cm_env;
+
+/* Parts of one bucket's exchange on the comm thread. */
+typedef struct sdnn_cm_exchange {
+    double codec_s;    /* encoding and decoding work */
+    double wire_s;     /* the collective */
+    double total_s;    /* codec_s + wire_s */
+    double wire_bytes; /* bytes one rank sends */
+} sdnn_cm_exchange;
+
+/* Cost of exchanging `bytes` fp32 bytes with codec model m. */
+sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
+                                       double bytes);
+/* Time the error-feedback pass of such a bucket takes on a replica thread:
+ * one encode and one decode of the bucket for a lossy codec with m->ef in
+ * a world of two or more, else 0. */
+double sdnn_cm_ef_s(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes);
+
+typedef struct sdnn_cm_result {
+    double step_s;
+    double compute_s;        /* forward, backward, update: no exchange work */
+    double exposed_s;        /* step - compute */
+    double backward_end_s;   /* end of the last backward of the step, with
+                              * the error-feedback passes it waited for */
+    double last_end_s;       /* end of the last exchange (0 when none) */
+    double comm_s;           /* sum of exchange durations, hidden or not */
+    double ef_s;             /* sum of error-feedback passes (replica threads) */
+} sdnn_cm_result;
+
+/* Bytes of each bucket from the profile. */
+void sdnn_cm_bucket_bytes(const sdnn_cost_profile *p, sdnn_cm_bucket *b, int nb);
+
+/* Simulate one step.  Buckets must be contiguous, in reverse layer order
+ * and not overlap; SDNN_ERR_INVALID (naming the bucket) otherwise or for a
+ * codec index outside env.  Fills b[k].ready_s/start_s/end_s.  Bucket k is
+ * ready at sdnn_cm_ready_s(lo_k) + the error-feedback passes of buckets
+ * 0..k (each pushes the rest of the backward back). */
+sdnn_status sdnn_cm_simulate(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                             sdnn_cm_bucket *b, int nb, sdnn_cm_result *r);
+
+/* Ready time of a bucket whose lowest layer is `lo`: the end of that
+ * layer's backward in the last subdivision (overlap), or of the whole
+ * backward (overlap=0).  The simulation and the planner both use it, so
+ * they agree to the last bit. */
+double sdnn_cm_ready_s(const sdnn_cost_profile *p, int overlap, int lo);
+
+/* ---- stock Darknet ------------------------------------------------------ */
+
+typedef struct sdnn_cm_stock {
+    sdnn_link host;          /* the link between a device and the host */
+    int world;               /* devices */
+    int share;               /* devices served one after another on one host
+                              * link (N for a PCIe tree under one CPU) */
+    int interval;            /* steps between weight averages (4) */
+    double host_reduce_Bps;  /* host averaging rate, fp32 bytes/s (0: free) */
+} sdnn_cm_stock;
+
+/* Time of one weight average: share x (pull + push of every weight) over
+ * the host link, one latency per pull and per push, plus the host's sum of
+ * the N copies.  0 for a world of one. */
+double sdnn_cm_stock_sync_s(const sdnn_cm_stock *s, double bytes);
+/* Step time of stock mode: compute + the average amortised over interval. */
+sdnn_status sdnn_cm_stock_step(const sdnn_cost_profile *p, const sdnn_cm_stock *s,
+                               sdnn_cm_result *r);
+
+#endif

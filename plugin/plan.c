@@ -1,0 +1,283 @@
+/*
+ * plan: the dynamic programme over bucket boundaries, the per-bucket codec
+ * choice and exchange.c's fixed-size partition (see plan.h for why the
+ * programme is exact).
+ */
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sdnn_plan_free(sdnn_plan *pl)
+{
+    if (!pl) return;
+    free(pl->b);
+    memset(pl, 0, sizeof *pl);
+}
+
+sdnn_status sdnn_plan_from_buckets(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                                   sdnn_cm_bucket *b, int nb, sdnn_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    out->b = b;
+    out->nb = nb;
+    sdnn_cm_bucket_bytes(p, b, nb);
+    sdnn_status st = sdnn_cm_simulate(p, env, b, nb, &out->pred);
+    if (st != SDNN_OK) sdnn_plan_free(out);
+    return st;
+}
+
+/* What a bucket costs the step with codec m: its exchange, plus the
+ * error-feedback pass the replicas run for it. */
+static double bucket_cost(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes)
+{
+    return sdnn_cm_exchange_cost(env, m, bytes).total_s + sdnn_cm_ef_s(env, m, bytes);
+}
+
+int sdnn_plan_codec_allowed(const sdnn_cm_env *env, const sdnn_plan_opts *o, double bytes,
+                            int c)
+{
+    if (c < 0 || c >= env->ncodecs) return 0;
+    const sdnn_codec_model *m = &env->codecs[c];
+    if (!m->lossy) return 1;
+    if (bytes < o->compress_min_bytes) return 0;
+    double exact = INFINITY;
+    for (int k = 0; k < env->ncodecs; ++k)
+        if (!env->codecs[k].lossy) {
+            double t = bucket_cost(env, &env->codecs[k], bytes);
+            if (t < exact) exact = t;
+        }
+    return !isfinite(exact) || bucket_cost(env, m, bytes) <= (1.0 - o->codec_gain_min) * exact;
+}
+
+int sdnn_plan_best_codec(const sdnn_cm_env *env, const sdnn_plan_opts *o, double bytes)
+{
+    int best = -1;
+    double tbest = INFINITY;
+    for (int c = 0; c < env->ncodecs; ++c) {
+        if (!sdnn_plan_codec_allowed(env, o, bytes, c)) continue;
+        double t = bucket_cost(env, &env->codecs[c], bytes);
+        if (t < tbest) {
+            best = c;
+            tbest = t;
+        }
+    }
+    /* only lossy codecs and a bucket below compress_min: the first one */
+    return best < 0 ? 0 : best;
+}
+
+/* Layers that exchange something, from the last one down. */
+static int exchanged_layers(const sdnn_cost_profile *p, int *q)
+{
+    int m = 0;
+    for (int i = p->n - 1; i >= 0; --i)
+        if (p->layer[i].bytes > 0) q[m++] = i;
+    return m;
+}
+
+/* A partial plan of a prefix of the exchanged layers: the end of its last
+ * exchange, the backward delay of its error-feedback passes, and how it
+ * was reached (the prefix it extends, which of that prefix's labels, the
+ * codec of its last bucket). */
+typedef struct label {
+    double end, shift;
+    int from, from_label, codec;
+} label;
+
+typedef struct front {
+    label *v;
+    int n, cap;
+} front;
+
+/* Keep l unless a label already there is as good on both counts; drop the
+ * labels l beats on both.  -1: out of memory. */
+static int front_add(front *f, label l)
+{
+    for (int k = 0; k < f->n; ++k)
+        if (f->v[k].end <= l.end && f->v[k].shift <= l.shift) return 0;
+    int w = 0;
+    for (int k = 0; k < f->n; ++k)
+        if (!(l.end <= f->v[k].end && l.shift <= f->v[k].shift)) f->v[w++] = f->v[k];
+    f->n = w;
+    if (f->n == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 4;
+        label *v = realloc(f->v, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        f->v = v;
+        f->cap = cap;
+    }
+    f->v[f->n++] = l;
+    return 0;
+}
+
+/* The buckets of label `li` of front m, in exchange order. */
+static sdnn_cm_bucket *unwind(const front *fr, const int *q, int m, int li, int *nb)
+{
+    int n = 0;
+    for (int j = m, k = li; j > 0;) {
+        const label *l = &fr[j].v[k];
+        ++n;
+        k = l->from_label;
+        j = l->from;
+    }
+    sdnn_cm_bucket *b = calloc((size_t)(n ? n : 1), sizeof *b);
+    if (!b) return NULL;
+    int at = n;
+    for (int j = m, k = li; j > 0;) {
+        const label *l = &fr[j].v[k];
+        --at;
+        b[at].hi = q[l->from];
+        b[at].lo = q[j - 1];
+        b[at].codec = l->codec;
+        k = l->from_label;
+        j = l->from;
+    }
+    *nb = n;
+    return b;
+}
+
+sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                           const sdnn_plan_opts *o, sdnn_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (env->ncodecs < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "plan: no codec allowed");
+    for (int i = 0; i < p->n; ++i)
+        if (!(p->layer[i].bytes >= 0) || p->layer[i].bytes != floor(p->layer[i].bytes))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan: layer %d has %g bytes (expected a "
+                              "whole number)", i, p->layer[i].bytes);
+    int lossless = 0;
+    for (int c = 0; c < env->ncodecs; ++c) lossless |= !env->codecs[c].lossy;
+    if (!lossless && o->compress_min_bytes > 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "plan: buckets below compress_min travel "
+                          "uncompressed, but codec none is not allowed");
+    sdnn_status st = SDNN_OK;
+    int *q = malloc((size_t)p->n * sizeof *q);
+    front *fr = calloc((size_t)p->n + 1, sizeof *fr);
+    if (!q || !fr) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory for %d layers", p->n);
+        goto done;
+    }
+    int m = exchanged_layers(p, q);
+    if (front_add(&fr[0], (label){0, 0, -1, -1, -1})) goto nomem;
+
+    /* fr[j]: the partial plans of q[0..j-1] that no other beats on both
+     * the end of the last exchange and the backward delay.  Without
+     * overlap every bucket waits for the whole backward, so `end` counts
+     * from there (the exchanges' sum) and the simulation adds the rest. */
+    for (int j = 1; j <= m; ++j) {
+        double ready = sdnn_cm_ready_s(p, env->overlap, q[j - 1]);
+        double bytes = 0;
+        for (int i = j - 1; i >= 0; --i) {
+            bytes += p->layer[q[i]].bytes;
+            if (j < m && bytes < o->min_bucket_bytes) continue;
+            for (int c = 0; c < env->ncodecs; ++c) {
+                if (!sdnn_plan_codec_allowed(env, o, bytes, c)) continue;
+                const sdnn_codec_model *cm = &env->codecs[c];
+                double x = sdnn_cm_exchange_cost(env, cm, bytes).total_s;
+                double ef = sdnn_cm_ef_s(env, cm, bytes);
+                for (int k = 0; k < fr[i].n; ++k) {
+                    const label *a = &fr[i].v[k];
+                    label l = {0, a->shift + ef, i, k, c};
+                    if (env->overlap) {
+                        double r = ready + l.shift;
+                        l.end = (r > a->end ? r : a->end) + x;
+                    } else {
+                        l.end = a->end + x;
+                    }
+                    if (front_add(&fr[j], l)) goto nomem;
+                }
+            }
+        }
+    }
+    if (fr[m].n == 0) {
+        st = SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: no plan for %d layers", m);
+        goto done;
+    }
+
+    /* The step is non-decreasing in both numbers: simulate each survivor. */
+    if (m == 0) {
+        st = sdnn_plan_from_buckets(p, env, NULL, 0, out);
+        goto done;
+    }
+    for (int k = 0; k < fr[m].n; ++k) {
+        int nb;
+        sdnn_cm_bucket *b = unwind(fr, q, m, k, &nb);
+        if (!b) goto nomem;
+        sdnn_plan cand;
+        SDNN_CHECKGOTO(sdnn_plan_from_buckets(p, env, b, nb, &cand), st, done);
+        if (!out->b || cand.pred.step_s < out->pred.step_s) {
+            sdnn_plan_free(out);
+            *out = cand;
+        } else {
+            sdnn_plan_free(&cand);
+        }
+    }
+    goto done;
+nomem:
+    st = SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory");
+done:
+    if (st != SDNN_OK) sdnn_plan_free(out);
+    if (fr)
+        for (int j = 0; j <= p->n; ++j) free(fr[j].v);
+    free(fr);
+    free(q);
+    return st;
+}
+
+sdnn_status sdnn_plan_fixed(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                            double bucket_mb, int codec, double compress_min_bytes,
+                            sdnn_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!(bucket_mb > 0))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb=%g: expected a number > 0", bucket_mb);
+    if (codec < 0 || codec >= env->ncodecs)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "plan: codec %d of %d", codec, env->ncodecs);
+    /* exchange.c counts floats against a target in floats. */
+    size_t target = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
+    if (target < 1) target = 1;
+    sdnn_cm_bucket *b = calloc((size_t)p->n + 1, sizeof *b);
+    if (!b) return SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory for buckets");
+    int k = -1;
+    size_t count = 0;
+    for (int i = p->n - 1; i >= 0; --i) {
+        size_t floats = (size_t)(p->layer[i].bytes / sizeof(float));
+        if (!(p->layer[i].bytes > 0)) continue;
+        if (k < 0 || count >= target) {
+            ++k;
+            b[k].hi = i;
+            count = 0;
+        }
+        b[k].lo = i;
+        count += floats;
+    }
+    int nb = k + 1;
+    sdnn_cm_bucket_bytes(p, b, nb);
+    for (k = 0; k < nb; ++k)
+        b[k].codec = b[k].bytes >= compress_min_bytes ? codec : 0;
+    return sdnn_plan_from_buckets(p, env, b, nb, out);
+}
+
+void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env)
+{
+    fprintf(f, "bucket  layers        bytes  codec      wire_KB   ready_ms   start_ms     end_ms\n");
+    for (int k = 0; k < pl->nb; ++k) {
+        const sdnn_cm_bucket *b = &pl->b[k];
+        sdnn_cm_exchange x = sdnn_cm_exchange_cost(env, &env->codecs[b->codec], b->bytes);
+        char layers[32];
+        if (b->lo == b->hi) snprintf(layers, sizeof layers, "%d", b->hi);
+        else snprintf(layers, sizeof layers, "%d..%d", b->hi, b->lo);
+        fprintf(f, "%6d  %-9s %9.0f  %-8s %9.1f %10.3f %10.3f %10.3f\n", k, layers, b->bytes,
+                env->codecs[b->codec].name, x.wire_bytes / 1024.0, b->ready_s * 1e3,
+                b->start_s * 1e3, b->end_s * 1e3);
+    }
+}
+
+void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl)
+{
+    fprintf(f, "%s: %d bucket%s, step %.3f ms = compute %.3f ms + exposed %.3f ms "
+               "(communication %.3f ms)\n",
+            what, pl->nb, pl->nb == 1 ? "" : "s", pl->pred.step_s * 1e3,
+            pl->pred.compute_s * 1e3, pl->pred.exposed_s * 1e3, pl->pred.comm_s * 1e3);
+}

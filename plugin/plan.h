@@ -1,0 +1,105 @@
+/*
+ * plan: layers -> buckets (+ a codec per bucket), chosen with the cost
+ * model so that the predicted step time is smallest (bucket_mb=auto,
+ * compress=auto), and the fixed-size partition exchange.c builds from
+ * bucket_mb, for comparison.
+ *
+ * The automatic plan is exact for the cost model, not a heuristic.  The
+ * layers that exchange something, walked from the last one down, are cut
+ * into contiguous buckets.  On one serial comm thread a bucket's exchange
+ * ends at
+ *     end_k = max(ready_k, end_{k-1}) + x(bucket k, codec k)
+ * where ready_k depends only on the bucket's lowest layer and x only on
+ * the bucket's bytes and codec: a non-decreasing function of end_{k-1}.
+ * So among all partitions of the first j layers, one with the smallest end
+ * of its last exchange is the best start for any continuation, and
+ *     E[j] = min over i < j and codecs of max(E[i], ready(j)) + x(i..j)
+ * (O(L^2 C) for L exchanged layers and C codecs) gives the smallest end of
+ * the last exchange.  The step is max(backward end + updates of the layers
+ * that exchange nothing and come first, end of the last exchange) + the
+ * remaining updates, because Darknet updates the layers in forward order
+ * and the lowest layer's bucket is exchanged last: also non-decreasing in
+ * that end, so the smallest E[L] gives the smallest step.
+ *
+ * Error feedback adds a second number.  A lossy bucket's error-feedback
+ * pass runs in the replica threads and pushes the backward of every layer
+ * below it back, so a partial plan is (end of its last exchange, backward
+ * delay so far), and both only ever make the rest later.  The programme
+ * keeps, per prefix, every partial plan that no other one beats on both
+ * numbers (a Pareto front) and simulates the survivors for the whole
+ * layers: still exact.  Without error feedback (or without lossy codecs)
+ * the delay is 0 and each front holds one plan: the recurrence above.
+ * Without overlap every bucket waits for the whole backward, and the
+ * front orders partial plans by the sum of their exchanges instead.
+ * The tests check the plan against every partition and codec assignment
+ * for up to 10 layers.
+ */
+#ifndef SDNN_PLAN_H
+#define SDNN_PLAN_H
+
+#include "costmodel.h"
+#include "scalednn.h"
+
+typedef struct sdnn_plan_opts {
+    /* Buckets (all but the last, which takes what is left) hold at least
+     * this many bytes; 0: any size. */
+    double min_bucket_bytes;
+    /* Lossy codecs only for buckets of at least this many bytes (the
+     * [scalednn] compress_min_kb rule). */
+    double compress_min_bytes;
+    /* A lossy codec is chosen only when it cuts the bucket's exchange time
+     * by at least this fraction against the best lossless codec of the
+     * environment (0: whatever is fastest).  Where latency dominates, a
+     * codec saves little and its error is not worth it. */
+    double codec_gain_min;
+} sdnn_plan_opts;
+
+#define SDNN_PLAN_OPTS_INIT { 0.0, 0.0, 0.05 }
+
+typedef struct sdnn_plan {
+    int nb;
+    sdnn_cm_bucket *b;    /* [nb], exchange order, times predicted */
+    sdnn_cm_result pred;  /* the predicted step */
+} sdnn_plan;
+
+/* 1 when codec c may carry a bucket of `bytes` under o: lossless codecs
+ * always; lossy ones from compress_min_bytes up, and only when they cut the
+ * bucket's cost (exchange + error-feedback pass) by codec_gain_min against
+ * the best lossless codec of env. */
+int sdnn_plan_codec_allowed(const sdnn_cm_env *env, const sdnn_plan_opts *o, double bytes,
+                            int c);
+
+/* The allowed codec (index into env->codecs) that costs a bucket of
+ * `bytes` least on its own. */
+int sdnn_plan_best_codec(const sdnn_cm_env *env, const sdnn_plan_opts *o, double bytes);
+
+/* bucket_mb=auto, compress=auto: the partition and codecs (among those
+ * sdnn_plan_codec_allowed lets through) that minimise the predicted step
+ * time.  Layer byte counts must be whole numbers (they are: 4 x floats).
+ * With compress_min_bytes > 0, env must hold a lossless codec. */
+sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                           const sdnn_plan_opts *o, sdnn_plan *out);
+
+/* What exchange.c builds for bucket_mb (layers from the last down, a bucket
+ * closed once it holds bucket_mb MiB or more); buckets of at least
+ * compress_min_bytes get codec `codec`, the others codec 0. */
+sdnn_status sdnn_plan_fixed(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                            double bucket_mb, int codec, double compress_min_bytes,
+                            sdnn_plan *out);
+
+/* A plan from explicit buckets (lo, hi, codec set by the caller); bytes and
+ * times are filled in.  Takes ownership of b (freed by sdnn_plan_free, also
+ * on error). */
+sdnn_status sdnn_plan_from_buckets(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                                   sdnn_cm_bucket *b, int nb, sdnn_plan *out);
+
+void sdnn_plan_free(sdnn_plan *pl);
+
+/* The plan as a table (bucket, layers, bytes, codec, wire KB, predicted
+ * ready/start/end ms) and a one-line prediction ("WHAT: N buckets, step ...
+ * = compute ... + exposed ..."). */
+#include <stdio.h>
+void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env);
+void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl);
+
+#endif

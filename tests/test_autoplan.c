@@ -1,0 +1,261 @@
+/*
+ * bucket_mb=auto in training: the plan arrives after the warm-up step and
+ * profile_iters profiled steps, the exchange then uses exactly the plan's
+ * buckets, uncompressed training gives the same weights bit for bit as
+ * fixed buckets (the mean is elementwise, so boundaries change nothing),
+ * compress=auto over a slow link compresses the big buckets and leaves tiny
+ * ones alone, replicas stay in lockstep, error-feedback residuals survive a
+ * re-plan layer by layer, and a drift re-plans.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "autoplan.h"
+#include "config.h"
+#include "exchange.h"
+#include "replicas.h"
+#include "trainer.h"
+#include "testutil.h"
+
+static const char *CFG =
+    "[net]\nbatch=4\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.02\npolicy=constant\nmax_batches=1000\n"
+    "[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=64\nactivation=leaky\n"
+    "[connected]\noutput=5\nactivation=linear\n"
+    "[softmax]\n";
+
+#define INPUTS (8 * 8 * 3)
+
+static network **replicas(int n)
+{
+    network **nets = calloc((size_t)n, sizeof *nets);
+    assert_non_null(nets);
+    srand(77);
+    for (int r = 0; r < n; ++r) {
+        nets[r] = tu_parse(CFG);
+        assert_non_null(nets[r]);
+    }
+    assert_int_equal(sdnn_replicas_broadcast(nets, n), SDNN_OK);
+    return nets;
+}
+
+static sdnn_trainer *trainer(int n, const char *keys)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "[scalednn]\n%s", keys);
+    sdnn_config cfg;
+    if (sdnn_config_parse_text("test.cfg", text, &cfg, NULL) != SDNN_OK)
+        fail_msg("%s", sdnn_last_error());
+    sdnn_trainer *t = NULL;
+    if (sdnn_trainer_create(replicas(n), n, &cfg, 1, &t) != SDNN_OK)
+        fail_msg("%s", sdnn_last_error());
+    return t;
+}
+
+/* One step on a batch from seed; returns whether it re-planned. */
+static int step(sdnn_trainer *t, uint64_t *seed)
+{
+    data d = tu_batch(seed, 4 * sdnn_trainer_replicas(t), INPUTS, 5);
+    sdnn_step_stats st;
+    if (sdnn_trainer_step(t, d, &st) != SDNN_OK) fail_msg("%s", sdnn_last_error());
+    free_data(d);
+    return st.replanned;
+}
+
+static int params_equal(network *a, network *b)
+{
+    for (int i = 0; i < a->n; ++i) {
+        sdnn_param pa[SDNN_MAX_PARAMS_PER_LAYER], pb[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(&a->layers[i], pa);
+        sdnn_layer_params(&b->layers[i], pb);
+        for (int j = 0; j < k; ++j)
+            if (memcmp(pa[j].val, pb[j].val, pa[j].n * sizeof(float)) ||
+                memcmp(pa[j].upd, pb[j].upd, pa[j].n * sizeof(float)))
+                return 0;
+    }
+    return 1;
+}
+
+static void test_plan_arrives_and_is_used(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = trainer(2, "bucket_mb=auto\nprofile_iters=2\n");
+    const sdnn_autoplan *a = sdnn_trainer_autoplan(t);
+    assert_non_null(a);
+    assert_null(sdnn_autoplan_current(a));
+    uint64_t seed = 1;
+    assert_false(step(t, &seed));   /* warm-up */
+    assert_false(step(t, &seed));   /* profiled */
+    assert_true(step(t, &seed));    /* profiled, then planned */
+    const sdnn_plan *pl = sdnn_autoplan_current(a);
+    assert_non_null(pl);
+    assert_int_equal(sdnn_autoplan_count(a), 1);
+    const sdnn_exchange *ex = sdnn_trainer_exchange(t);
+    assert_int_equal(sdnn_exchange_nbuckets(ex), pl->nb);
+    for (int k = 0; k < pl->nb; ++k) {
+        int lo, hi;
+        size_t n = sdnn_exchange_bucket(ex, k, &lo, &hi);
+        /* The exchange's lo/hi are the outermost layers with parameters. */
+        assert_true(lo >= pl->b[k].lo && hi <= pl->b[k].hi);
+        assert_true((double)n * 4.0 == pl->b[k].bytes);
+        assert_ptr_equal(sdnn_exchange_bucket_codec(ex, k), &sdnn_codec_none);
+    }
+    assert_true(pl->pred.step_s > 0);
+    assert_true(pl->pred.step_s >= pl->pred.compute_s);
+    for (int i = 0; i < 4; ++i) assert_false(step(t, &seed));
+    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sdnn_autoplan_print(a, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "plan 1 (bucket_mb=auto), link probed local"));
+    assert_non_null(strstr(buf, "predicted:"));
+    free(buf);
+    sdnn_trainer_destroy(t);
+}
+
+/* Buckets only decide when values move, not what they are: the weights
+ * after the plan equal those of fixed buckets bit for bit. */
+static void test_auto_equals_fixed(void **state)
+{
+    (void)state;
+    sdnn_trainer *a = trainer(2, "bucket_mb=auto\nprofile_iters=1\n");
+    sdnn_trainer *b = trainer(2, "bucket_mb=0.01\n");
+    uint64_t sa = 5, sb = 5;
+    int planned = 0;
+    for (int i = 0; i < 6; ++i) {
+        planned += step(a, &sa);
+        step(b, &sb);
+    }
+    assert_int_equal(planned, 1);
+    assert_true(params_equal(sdnn_trainer_net(a, 0), sdnn_trainer_net(b, 0)));
+    sdnn_trainer_destroy(a);
+    sdnn_trainer_destroy(b);
+}
+
+/* Over a 10 Mbit/s link (as the cost model sees it) the big buckets are
+ * worth compressing; a tiny last layer is not. */
+static void test_compress_auto_slow_link(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = trainer(2, "bucket_mb=auto\ncompress=auto\ncompress_allow=none,fp16,int8\n"
+                                 "link_gbps=0.01\nlink_us=100\nprofile_iters=1\n");
+    uint64_t seed = 9;
+    int planned = 0;
+    for (int i = 0; i < 4; ++i) planned += step(t, &seed);
+    assert_int_equal(planned, 1);
+    const sdnn_exchange *ex = sdnn_trainer_exchange(t);
+    int lossy = 0;
+    size_t biggest = 0;
+    const sdnn_codec_ops *big_codec = NULL;
+    for (int k = 0; k < sdnn_exchange_nbuckets(ex); ++k) {
+        size_t n = sdnn_exchange_bucket(ex, k, NULL, NULL);
+        const sdnn_codec_ops *c = sdnn_exchange_bucket_codec(ex, k);
+        lossy += c->lossy;
+        if (n > biggest) {
+            biggest = n;
+            big_codec = c;
+        }
+    }
+    assert_true(lossy >= 1);
+    assert_true(big_codec->lossy);
+    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    const sdnn_plan *pl = sdnn_autoplan_current(sdnn_trainer_autoplan(t));
+    assert_true(pl->pred.exposed_s > 0);   /* 10 Mbit/s cannot hide everything */
+    sdnn_trainer_destroy(t);
+}
+
+/* sdnn_exchange_carry_ef moves every layer's residual slice into its new
+ * bucket, whatever the boundaries. */
+static void test_carry_ef(void **state)
+{
+    (void)state;
+    network **nets = replicas(2);
+    sdnn_comm *comm = NULL;
+    assert_int_equal(sdnn_comm_open("local", &comm), SDNN_OK);
+    sdnn_exchange_opts xo = {.bucket_mb = 100, .overlap = 1, .codec = &sdnn_codec_topk,
+                             .error_feedback = 1, .topk_momentum = 0.5f};
+    sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+    xo.params = p;
+    sdnn_exchange *one = NULL, *per = NULL;
+    assert_int_equal(sdnn_exchange_create(nets, 2, comm, &xo, &one), SDNN_OK);
+    assert_int_equal(sdnn_exchange_nbuckets(one), 1);
+    /* One bucket per layer with parameters: 4, 3, 2, 0. */
+    sdnn_bucket_spec spec[4] = {{4, 5, &sdnn_codec_topk}, {3, 3, &sdnn_codec_topk},
+                                {1, 2, &sdnn_codec_topk}, {0, 0, &sdnn_codec_none}};
+    xo.plan = spec;
+    xo.nplan = 4;
+    assert_int_equal(sdnn_exchange_create(nets, 2, comm, &xo, &per), SDNN_OK);
+    assert_int_equal(sdnn_exchange_nbuckets(per), 4);
+    size_t total = sdnn_exchange_bucket(one, 0, NULL, NULL);
+    for (int r = 0; r < 2; ++r) {
+        float *v, *res = sdnn_exchange_ef_residual(one, r, 0, &v);
+        for (size_t i = 0; i < total; ++i) {
+            res[i] = (float)(r * 100000 + (int)i);
+            v[i] = -res[i];
+        }
+    }
+    assert_int_equal(sdnn_exchange_carry_ef(per, one), 3);   /* layer 0 is uncompressed now */
+    /* In `one` the layers sit from the last down: 4, 3, 2, 0. */
+    size_t off = 0;
+    for (int b = 0; b < 4; ++b) {
+        size_t n = sdnn_exchange_bucket(per, b, NULL, NULL);
+        for (int r = 0; r < 2; ++r) {
+            float *v, *res = sdnn_exchange_ef_residual(per, r, b, &v);
+            if (b == 3) {
+                assert_null(res);
+                continue;
+            }
+            for (size_t i = 0; i < n; ++i) {
+                assert_true(res[i] == (float)(r * 100000 + (int)(off + i)));
+                assert_true(v[i] == -res[i]);
+            }
+        }
+        off += n;
+    }
+    assert_int_equal(off, total);
+    /* A plan that misses a layer is refused. */
+    sdnn_bucket_spec bad[2] = {{3, 5, NULL}, {1, 2, NULL}};
+    xo.plan = bad;
+    xo.nplan = 2;
+    sdnn_exchange *x = NULL;
+    sdnn_clear_error();
+    assert_int_equal(sdnn_exchange_create(nets, 2, comm, &xo, &x), SDNN_ERR_INVALID);
+    assert_non_null(strstr(sdnn_last_error(), "plan leaves layer 0 out"));
+    sdnn_exchange_destroy(one);
+    sdnn_exchange_destroy(per);
+    sdnn_comm_close(comm);
+    sdnn_replicas_free(nets, 2);
+}
+
+/* With a drift threshold nothing can meet, the planner profiles again
+ * after the minimum 20 steps and plans a second time. */
+static void test_drift_replans(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = trainer(2, "bucket_mb=auto\nprofile_iters=1\nreplan_drift=0.000001\n");
+    uint64_t seed = 3;
+    for (int i = 0; i < 26; ++i) step(t, &seed);
+    assert_true(sdnn_autoplan_count(sdnn_trainer_autoplan(t)) >= 2);
+    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    sdnn_trainer_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_arrives_and_is_used),
+        cmocka_unit_test(test_auto_equals_fixed),
+        cmocka_unit_test(test_compress_auto_slow_link),
+        cmocka_unit_test(test_carry_ef),
+        cmocka_unit_test(test_drift_replans),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
