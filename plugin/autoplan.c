@@ -164,14 +164,25 @@ const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a)
 int sdnn_autoplan_count(const sdnn_autoplan *a) { return a->plans; }
 
 /* The per-layer costs of one replica and one mini-batch, averaged over the
- * replicas and the profiled steps. */
+ * replicas and the profiled steps, then scaled so that they add up to the
+ * slowest replica's: a step waits for the last replica (on shared cores the
+ * replicas do not run at the same speed). */
 static sdnn_status make_profile(sdnn_autoplan *a, const network *net, sdnn_cost_profile *p)
 {
     SDNN_CHECK(sdnn_cost_profile_alloc(a->nlayers, p));
     p->batch = net->batch;
     p->subdivisions = net->subdivisions > 0 ? net->subdivisions : 1;
-    double per_fb = 1.0 / ((double)a->nrep * a->steps * p->subdivisions);
-    double per_u = 1.0 / ((double)a->nrep * a->steps);
+    double sum = 0, slowest = 0;
+    for (int r = 0; r < a->nrep; ++r) {
+        const double *x = sdnn_autoplan_prof(a, r);
+        double tr = 0;
+        for (int i = 0; i < 3 * a->nlayers; ++i) tr += x[i];
+        sum += tr;
+        if (tr > slowest) slowest = tr;
+    }
+    double imbalance = sum > 0 ? slowest * a->nrep / sum : 1.0;
+    double per_fb = imbalance / ((double)a->nrep * a->steps * p->subdivisions);
+    double per_u = imbalance / ((double)a->nrep * a->steps);
     for (int i = 0; i < a->nlayers; ++i) {
         sdnn_layer_cost *l = &p->layer[i];
         double f = 0, b = 0, u = 0;
