@@ -283,6 +283,46 @@ static void test_map_during_training(void **state)
     free(log);
 }
 
+/* `scalednn plan` prints the automatic plan and its prediction next to the
+ * cfg's; `scalednn simulate` writes a CSV with every variant; a bad
+ * topology is refused with exit 2 naming it. */
+static void test_plan_and_simulate(void **state)
+{
+    (void)state;
+    int rc = run("%s scalednn plan %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -link eth1g "
+                 "-compress_allow none,fp16,int8 >%s/plan.log 2>&1", g_bin, g_dir, g_dir);
+    if (rc != 0) run("tail -20 %s/plan.log", g_dir);
+    assert_int_equal(rc, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan.log", g_dir);
+    char *log = slurp(path);
+    assert_non_null(strstr(log, "automatic plan (bucket_mb=auto, compress=auto"));
+    assert_non_null(strstr(log, "predicted: "));
+    assert_non_null(strstr(log, "cfg plan (bucket_mb=0.25"));
+    free(log);
+    rc = run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 4 --iters 2 "
+             "--csv %s/sim.csv >%s/sim.log 2>&1", g_bin, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/sim.csv", g_dir);
+    char *csv = slurp(path);
+    assert_non_null(csv);
+    assert_non_null(strstr(csv, "topology,link,variant,"));
+    const char *variants[] = {"stock", "no-overlap", "overlap", "planned"};
+    for (int v = 0; v < 4; ++v) {
+        char want[64];
+        snprintf(want, sizeof want, "pcie,pcie3,%s,1,4,4,", variants[v]);
+        assert_non_null(strstr(csv, want));
+    }
+    free(csv);
+    rc = run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology torus >%s/sim2.log 2>&1",
+             g_bin, g_dir);
+    assert_int_equal(rc, 2);
+    snprintf(path, sizeof path, "%s/sim2.log", g_dir);
+    log = slurp(path);
+    assert_non_null(strstr(log, "--topology torus: unknown topology"));
+    free(log);
+}
+
 static void test_train_stock(void **state)
 {
     (void)state;
@@ -528,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_train_scalednn),
         cmocka_unit_test(test_train_every_codec),
         cmocka_unit_test(test_map_during_training),
+        cmocka_unit_test(test_plan_and_simulate),
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_nan_stops_training),
