@@ -15,6 +15,13 @@
  * its documented rounding carried hop by hop round the ring (bc_bound_for
  * derives the bound), topk must equal the mean of the replicas' own top-k
  * selections bit for bit, and every replica must hold the same bits.
+ *
+ * Several processes (-d mpi under mpirun): every process regenerates every
+ * rank's input from the seed (bc_fill_range is random access) to check its
+ * own outputs; the ring's ranks are then the processes, each holding the
+ * fp32 mean of its replicas (comm.h, `hierarchical`), which the bounds and
+ * the topk reference follow.  Rank 0 prints and writes the JSON; the
+ * #wrong counts are summed over the processes.
  */
 #include "bench_comm.h"
 #include "clock.h"
@@ -81,11 +88,20 @@ typedef struct bc_bound {
 /* Everything a row needs; buffers are sized for the largest row once. */
 typedef struct bc_ctx {
     sdnn_comm *comm;
-    int nrep, world;             /* world = processes x replicas = ring ranks */
+    int nrep, world;             /* world = processes x replicas = buffers */
+    int ring;                    /* ranks of the ring: world, or the processes
+                                  * of a hierarchical backend */
+    int local;                   /* buffers a ring rank averages first (1 or nrep) */
     sdnn_codec_params params;
     float **in, **out;           /* nrep buffers each */
     float *ref;                  /* topk's expected result (check only) */
     size_t *hist;                /* radix-select counters (check only) */
+    /* check with several processes: other processes' inputs regenerated */
+    float **regen;               /* topk: `local` whole buffers */
+    float *lmean;                /* topk: a ring rank's local mean */
+    float *blkbuf;               /* dense: world blocks of blk floats */
+    size_t blk;
+    const float **ptrs, **optrs; /* world inputs, nrep outputs of a block */
     long long wire_mismatches;
 } bc_ctx;
 
@@ -124,7 +140,8 @@ static void bc_usage(FILE *f)
             "  -s           int8: stochastic rounding (default nearest)\n"
             "  -c 0|1       check every result (1)\n"
             "  -J FILE      also write the settings and rows as JSON (atomically)\n"
-            "  -d BACKEND   comm backend (local; this build: %s)\n"
+            "  -d BACKEND   comm backend: local, or mpi under mpirun -np P (usable\n"
+            "               here now: %s)\n"
             "  -h           this text\n"
             "Exit status: 0 all checks passed, 1 a check or a collective failed,\n"
             "2 bad usage.\n",
@@ -351,15 +368,18 @@ static uint64_t bc_mix(uint64_t z)
  * an odd multiple of 2^-24 in (-1, 1): never an integer, never 0, exact in
  * a float, so every reordering or lost rounding shows.  Magnitudes repeat
  * (2^23 of them), which exercises topk's tie rule on large buffers. */
-static void bc_fill(float *x, size_t n, int rank)
+static void bc_fill_range(float *x, size_t lo, size_t n, int rank)
 {
     const uint64_t golden = 0x9e3779b97f4a7c15ull;
     uint64_t state = bc_mix(BC_INPUT_SEED ^ ((uint64_t)(rank + 1) * 0xd1b54a32d192ed03ull));
+    state += golden * (uint64_t)lo;     /* element i is bc_mix(state0 + (i+1) golden) */
     for (size_t i = 0; i < n; ++i) {
         uint64_t k = bc_mix(state += golden) >> 40;
         x[i] = (float)((int32_t)(2 * k + 1) - (1 << 24)) * 0x1p-24f;
     }
 }
+
+static void bc_fill(float *x, size_t n, int rank) { bc_fill_range(x, 0, n, rank); }
 
 /* ---- the check ---------------------------------------------------------- */
 
@@ -388,8 +408,15 @@ static uint32_t bc_bits(float f)
  * also lose an absolute alpha in its subnormal range (fp16: 2^-25, bf16:
  * 2^-134, fp32: 2^-149); the ones before the owner are divided by N, so
  * all of them together stay below 2*alpha*(1+coef).
+ *
+ * A hierarchical backend first averages L > 1 local buffers per process in
+ * fp32 (L-1 additions and two roundings for the scale: (1+u)^(L+1)), then
+ * runs the ring over the R = N/L processes on those means, so the bound is
+ *         mag/N * ((1+u)^(L+1) (1+e)^R (1+u)^(R+1) - 1)
+ * (the local error adds to the ring's, whose magnitudes grow by the same
+ * factor).
  */
-static bc_bound bc_bound_for(const bc_codec *k, const sdnn_codec_params *p, int N)
+static bc_bound bc_bound_for(const bc_codec *k, const sdnn_codec_params *p, int R, int L)
 {
     bc_bound b = {0, 0, 0, 0};
     const char *name = k->ops ? k->ops->name : "none";
@@ -412,7 +439,8 @@ static bc_bound bc_bound_for(const bc_codec *k, const sdnn_codec_params *p, int 
     }
     const double u = 0x1p-24;
     double g = 1.0 + u;
-    for (int j = 0; j < N; ++j) g *= (1.0 + e) * (1.0 + u);
+    for (int j = 0; j < R; ++j) g *= (1.0 + e) * (1.0 + u);
+    for (int j = 0; L > 1 && j < L + 1; ++j) g *= 1.0 + u;
     b.coef = g - 1.0;
     b.abs = 2.0 * alpha * g;
     return b;
@@ -496,15 +524,36 @@ static void bc_topk_add(const float *x, size_t n, size_t k, float *ref, size_t *
     }
 }
 
-/* topk: the collective is the mean of every rank's own selection, summed in
- * rank order into zeros and scaled by float(1/N): recompute it and demand
- * the same bits. */
+/* Buffer g of the world (g = process x nrep + replica): this process's own
+ * input, or regenerated from the seed into `spare` (elements [lo, lo+len)). */
+static const float *bc_input(const bc_ctx *x, int g, size_t lo, size_t len, float *spare)
+{
+    if (g / x->nrep == x->comm->rank) return x->in[g % x->nrep] + lo;
+    bc_fill_range(spare, lo, len, g);
+    return spare;
+}
+
+/* topk: the collective is the mean of every ring rank's own selection,
+ * summed in rank order into zeros and scaled by float(1/R): recompute it
+ * and demand the same bits.  A ring rank of a hierarchical backend selects
+ * from the fp32 mean of its process's buffers (sdnn_mean_buffers, the
+ * backend's own definition of that mean). */
 static void bc_check_topk(const bc_ctx *x, size_t n, bc_tally *t)
 {
     const size_t k = sdnn_codec_topk_k(x->params.topk_ratio, n);
     memset(x->ref, 0, n * sizeof(float));
-    for (int r = 0; r < x->nrep; ++r) bc_topk_add(x->in[r], n, k, x->ref, x->hist);
-    const float inv = 1.0f / (float)x->nrep;
+    for (int q = 0; q < x->ring; ++q) {
+        const float *src[BC_MAX_REPLICAS] = {NULL};
+        for (int j = 0; j < x->local; ++j)
+            src[j] = bc_input(x, q * x->local + j, 0, n, x->regen ? x->regen[j] : NULL);
+        const float *sel = src[0];
+        if (x->local > 1) {
+            sdnn_mean_buffers(src, x->local, x->lmean, n);
+            sel = x->lmean;
+        }
+        bc_topk_add(sel, n, k, x->ref, x->hist);
+    }
+    const float inv = 1.0f / (float)x->ring;
     for (size_t i = 0; i < n; ++i) x->ref[i] *= inv;
     for (size_t i = 0; i < n; ++i)
         for (int r = 0; r < x->nrep; ++r) {
@@ -515,6 +564,67 @@ static void bc_check_topk(const bc_ctx *x, size_t n, bc_tally *t)
         }
 }
 
+/* Dense codecs and the plain path over every buffer of the world, in
+ * blocks (multiples of the int8 chunk) so another process's inputs are
+ * regenerated a block at a time. */
+static void bc_check_world(const bc_ctx *x, const bc_bound *b, const float *const *out, int nout,
+                           size_t n, bc_tally *t)
+{
+    if (x->comm->size == 1) {
+        bc_check_bound(b, (const float *const *)x->in, x->nrep, out, nout, n, t);
+        return;
+    }
+    for (size_t lo = 0; lo < n; lo += x->blk) {
+        const size_t len = n - lo < x->blk ? n - lo : x->blk;
+        for (int g = 0; g < x->world; ++g)
+            x->ptrs[g] = bc_input(x, g, lo, len, x->blkbuf + (size_t)g * x->blk);
+        for (int r = 0; r < nout; ++r) x->optrs[r] = out[r] + lo;
+        bc_check_bound(b, x->ptrs, x->world, x->optrs, nout, len, t);
+    }
+}
+
+/* This process's share of sdnn_coded_wire_bytes: the dense ring sends
+ * chunk r-s in reduce-scatter hop s and chunk r+1-s in all-gather hop s;
+ * the sparse all-gather sends R-1 lists. */
+static size_t bc_own_wire(const sdnn_codec_ops *c, const sdnn_codec_params *p, size_t n, int R,
+                          int r)
+{
+    if (R <= 1) return 0;
+    if (!c->dense) return (size_t)(R - 1) * c->encoded_size(p, n);
+    size_t total = 0;
+    for (int s = 0; s < R - 1; ++s) {
+        size_t lo, len;
+        sdnn_ring_chunk(n, c->align(p), R, ((r - s) % R + R) % R, &lo, &len);
+        total += c->encoded_size(p, len);
+        sdnn_ring_chunk(n, c->align(p), R, ((r + 1 - s) % R + R) % R, &lo, &len);
+        total += c->encoded_size(p, len);
+    }
+    return total;
+}
+
+/* Sums non-negative counts (< 2^48) over the processes.  The comm interface
+ * only averages floats, so each count travels as six 8-bit digits: a digit's
+ * sum over at most 2^16 processes is an integer below 2^24, and rounding
+ * mean x P recovers it exactly. */
+static sdnn_status bc_sum_counts(bc_ctx *x, long long *v, int k)
+{
+    enum { DIGITS = 6, MAXK = 4 };
+    if (x->comm->size == 1) return SDNN_OK;
+    float d[MAXK * DIGITS];
+    const float *in[BC_MAX_REPLICAS];
+    for (int i = 0; i < k * DIGITS; ++i)
+        d[i] = (float)((v[i / DIGITS] >> (8 * (i % DIGITS))) & 0xff);
+    for (int r = 0; r < x->nrep; ++r) in[r] = d;   /* every local buffer the same */
+    SDNN_CHECK(x->comm->ops->allreduce_mean(x->comm, in, x->nrep, d, (size_t)(k * DIGITS)));
+    for (int j = 0; j < k; ++j) {
+        long long sum = 0;
+        for (int i = DIGITS - 1; i >= 0; --i)
+            sum = sum * 256 + llround((double)d[j * DIGITS + i] * x->comm->size);
+        v[j] = sum;
+    }
+    return SDNN_OK;
+}
+
 /* ---- one row ------------------------------------------------------------ */
 
 static sdnn_status bc_call(bc_ctx *x, const bc_codec *k, uint64_t stream, size_t n,
@@ -522,7 +632,7 @@ static sdnn_status bc_call(bc_ctx *x, const bc_codec *k, uint64_t stream, size_t
 {
     const float *const *in = (const float *const *)x->in;
     if (!k->ops) {
-        *wire = 2 * (size_t)(x->world - 1) * n * sizeof(float);
+        *wire = 2 * (size_t)(x->ring - 1) * n * sizeof(float);
         return x->comm->ops->allreduce_mean(x->comm, in, x->nrep, x->out[0], n);
     }
     return x->comm->ops->allreduce_mean_coded(x->comm, k->ops, &x->params, stream, in, x->nrep,
@@ -534,19 +644,23 @@ static sdnn_status bc_run_row(bc_ctx *x, const bc_opts *o, const bc_codec *k, si
 {
     size_t wire = 0;
     for (int w = 0; w < o->warmup; ++w) SDNN_CHECK(bc_call(x, k, (uint64_t)w, n, &wire));
+    if (x->comm->size > 1) SDNN_CHECK(x->comm->ops->barrier(x->comm));
     const double t0 = sdnn_now_s();
     for (int it = 0; it < o->iters; ++it)
         SDNN_CHECK(bc_call(x, k, (uint64_t)o->warmup + (uint64_t)it, n, &wire));
     const double t = (sdnn_now_s() - t0) / o->iters;
 
-    const double size = (double)n * sizeof(float), N = x->world;
+    const double size = (double)n * sizeof(float), N = x->ring;
+    /* Several processes report their own bytes; the row shows all of them. */
+    const size_t timed_wire = wire;
+    if (k->ops && x->comm->size > 1) wire = sdnn_coded_wire_bytes(k->ops, &x->params, n, x->ring);
     row->codec = k;
     row->size = n * sizeof(float);
     row->count = n;
     row->wire = wire;
     row->time_us = t * 1e6;
-    row->busbw = x->world > 1 && t > 0 ? (double)wire / N / t / 1e9 : 0;
-    row->algbw = x->world > 1 ? row->busbw * N / (2 * (N - 1)) : 0;
+    row->busbw = x->ring > 1 && t > 0 ? (double)wire / N / t / 1e9 : 0;
+    row->algbw = x->ring > 1 ? row->busbw * N / (2 * (N - 1)) : 0;
     row->effbw = t > 0 ? size / t / 1e9 : 0;
     row->wrong = -1;
     row->maxerr = 0;
@@ -556,35 +670,46 @@ static sdnn_status bc_run_row(bc_ctx *x, const bc_opts *o, const bc_codec *k, si
     const int nout = k->ops ? x->nrep : 1;
     for (int r = 0; r < nout; ++r) memset(x->out[r], 0xff, n * sizeof(float));
     SDNN_CHECK(bc_call(x, k, BC_CHECK_STREAM, n, &wire));
+    long long counts[2] = {0, 0};     /* #wrong, wire mismatches */
     if (k->ops) {
-        size_t want = sdnn_coded_wire_bytes(k->ops, &x->params, n, x->world);
-        if (wire != want || wire != row->wire) {
-            printf("# wire mismatch: %s, %zu B: the backend reported %zu B (timed: %zu B), "
-                   "sdnn_coded_wire_bytes says %zu B\n",
-                   k->label, row->size, wire, row->wire, want);
-            x->wire_mismatches++;
+        const int multi = x->comm->size > 1;
+        size_t want = multi ? bc_own_wire(k->ops, &x->params, n, x->ring, x->comm->rank)
+                            : sdnn_coded_wire_bytes(k->ops, &x->params, n, x->ring);
+        if (wire != want || wire != timed_wire) {
+            fprintf(x->comm->rank ? stderr : stdout,
+                    "# wire mismatch: %s, %zu B: rank %d's backend reported %zu B (timed: %zu B), "
+                    "%s says %zu B\n",
+                    k->label, row->size, x->comm->rank, wire, timed_wire,
+                    multi ? "its share of sdnn_coded_wire_bytes" : "sdnn_coded_wire_bytes", want);
+            counts[1] = 1;
         }
     }
     bc_tally t2 = {0, 0, 0};
-    const bc_bound b = bc_bound_for(k, &x->params, x->world);
+    const bc_bound b = bc_bound_for(k, &x->params, x->ring, x->local);
     if (b.exact_topk) {
         bc_check_topk(x, n, &t2);
     } else {
-        const float *const *outv = (const float *const *)x->out;
-        bc_check_bound(&b, (const float *const *)x->in, x->nrep, outv, nout, n, &t2);
+        bc_check_world(x, &b, (const float *const *)x->out, nout, n, &t2);
     }
-    row->wrong = t2.wrong;
+    counts[0] = t2.wrong;
+    SDNN_CHECK(bc_sum_counts(x, counts, 2));
+    x->wire_mismatches += counts[1];
+    row->wrong = counts[0];
     row->maxerr = t2.nan ? NAN : t2.maxerr;
     return SDNN_OK;
 }
 
 /* ---- output ------------------------------------------------------------- */
 
-static void bc_print_codec(const bc_codec *k, const sdnn_codec_params *p)
+static void bc_print_codec(const bc_codec *k, const sdnn_codec_params *p, const sdnn_comm *c)
 {
     const char *name = k->ops ? k->ops->name : "none";
     printf("#   %-10s ", k->label);
-    if (!k->ops) printf("plain allreduce_mean: fp32 sum in replica order, no ring, nothing encoded\n");
+    if (!k->ops && c->size > 1)
+        printf("plain allreduce_mean: %s's own fp32 ring (chunk c summed c, c+1, ...), nothing "
+               "encoded\n", c->ops->name);
+    else if (!k->ops)
+        printf("plain allreduce_mean: fp32 sum in replica order, no ring, nothing encoded\n");
     else if (strcmp(k->label, "none-ring") == 0) printf("identity codec on the compressed ring\n");
     else if (strcmp(name, "fp16") == 0) printf("IEEE binary16, round to nearest even, ring\n");
     else if (strcmp(name, "bf16") == 0) printf("bfloat16, round to nearest even, ring\n");
@@ -597,9 +722,9 @@ static void bc_print_codec(const bc_codec *k, const sdnn_codec_params *p)
     else printf("ring or all-gather as the codec declares\n");
 }
 
-static void bc_print_bound(const bc_codec *k, const sdnn_codec_params *p, int N)
+static void bc_print_bound(const bc_codec *k, const sdnn_codec_params *p, int R, int L)
 {
-    const bc_bound b = bc_bound_for(k, p, N);
+    const bc_bound b = bc_bound_for(k, p, R, L);
     printf("#   %-10s ", k->label);
     if (b.exact_topk)
         printf("out == the mean of every rank's own top-k (lowest index wins ties), bit for "
@@ -616,9 +741,15 @@ static void bc_print_header(const bc_opts *o, const bc_ctx *x, int argc, char **
     printf("# scalednn bench-comm: allreduce-mean of one buffer per rank\n#\n");
     printf("# command  : darknet scalednn");
     for (int i = 0; i < argc; ++i) printf(" %s", argv[i]);
-    printf("\n# backend  : %s, %d process%s x %d replica%s = N = %d rank%s\n", o->backend,
-           x->comm->size, x->comm->size == 1 ? "" : "es", x->nrep, x->nrep == 1 ? "" : "s",
-           x->world, x->world == 1 ? "" : "s");
+    if (x->comm->ops->hierarchical)
+        printf("\n# backend  : %s, %d process%s x %d replica%s; each process averages its "
+               "replicas, then N = %d rank%s (one per process) form the ring\n",
+               o->backend, x->comm->size, x->comm->size == 1 ? "" : "es", x->nrep,
+               x->nrep == 1 ? "" : "s", x->ring, x->ring == 1 ? "" : "s");
+    else
+        printf("\n# backend  : %s, %d process%s x %d replica%s = N = %d rank%s\n", o->backend,
+               x->comm->size, x->comm->size == 1 ? "" : "es", x->nrep, x->nrep == 1 ? "" : "s",
+               x->world, x->world == 1 ? "" : "s");
     printf("# sizes    : %zu .. %zu B per replica, factor %g; %d warm-up + %d timed "
            "iterations per size\n",
            o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters);
@@ -626,11 +757,12 @@ static void bc_print_header(const bc_opts *o, const bc_ctx *x, int argc, char **
            "0x%016" PRIx64 ", one stream per rank\n",
            (uint64_t)BC_INPUT_SEED);
     printf("# codecs   :\n");
-    for (int c = 0; c < o->ncodecs; ++c) bc_print_codec(&o->codecs[c], &x->params);
+    for (int c = 0; c < o->ncodecs; ++c) bc_print_codec(&o->codecs[c], &x->params, x->comm);
     if (o->check) {
         printf("# check    : one more call per size into NaN-poisoned outputs; bounds "
                "(mean in double):\n");
-        for (int c = 0; c < o->ncodecs; ++c) bc_print_bound(&o->codecs[c], &x->params, x->world);
+        for (int c = 0; c < o->ncodecs; ++c)
+            bc_print_bound(&o->codecs[c], &x->params, x->ring, x->local);
     } else {
         printf("# check    : off (-c 0)\n");
     }
@@ -695,8 +827,8 @@ static sdnn_status bc_write_json(const bc_opts *o, const bc_ctx *x, const bc_row
     }
     fputs(",\n  \"backend\": ", f);
     bc_json_str(f, o->backend);
-    fprintf(f, ",\n  \"processes\": %d,\n  \"replicas\": %d,\n  \"ranks\": %d,\n", x->comm->size,
-            x->nrep, x->world);
+    fprintf(f, ",\n  \"processes\": %d,\n  \"replicas\": %d,\n  \"ranks\": %d,\n  \"ring\": %d,\n",
+            x->comm->size, x->nrep, x->world, x->ring);
     fprintf(f, "  \"minbytes\": %zu,\n  \"maxbytes\": %zu,\n  \"factor\": ", o->minbytes,
             o->maxbytes);
     bc_json_num(f, o->factor);
@@ -720,7 +852,7 @@ static sdnn_status bc_write_json(const bc_opts *o, const bc_ctx *x, const bc_row
     }
     fputs("\n  },\n  \"bounds\": {", f);
     for (int c = 0; c < o->ncodecs; ++c) {
-        const bc_bound b = bc_bound_for(&o->codecs[c], &x->params, x->world);
+        const bc_bound b = bc_bound_for(&o->codecs[c], &x->params, x->ring, x->local);
         fputs(c ? ",\n    " : "\n    ", f);
         bc_json_str(f, o->codecs[c].label);
         if (b.exact_topk) {
@@ -785,6 +917,12 @@ static void bc_free(bc_ctx *x)
     free(x->out);
     free(x->ref);
     free(x->hist);
+    for (int j = 0; x->regen && j < x->local; ++j) free(x->regen[j]);
+    free(x->regen);
+    free(x->lmean);
+    free(x->blkbuf);
+    free(x->ptrs);
+    free(x->optrs);
     sdnn_comm_close(x->comm);
 }
 
@@ -795,7 +933,8 @@ static int bc_alloc(bc_ctx *x, const bc_opts *o)
         topk |= o->codecs[c].ops && !o->codecs[c].ops->dense;
     topk &= o->check;
     const size_t bytes = o->maxbytes;
-    const double need = (double)bytes * (2.0 * x->nrep + topk);
+    const int topk_bufs = topk ? 1 + (x->local > 1) + (x->comm->size > 1) * x->local : 0;
+    const double need = (double)bytes * (2.0 * x->nrep + topk_bufs);
     const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (phys > 0 && need > phys) {
         /* malloc would succeed and the first touch would be killed. */
@@ -818,6 +957,22 @@ static int bc_alloc(bc_ctx *x, const bc_opts *o)
         x->ref = malloc(bytes);
         x->hist = malloc(65536 * sizeof *x->hist);
         ok = x->ref && x->hist;
+        if (ok && x->local > 1) ok = (x->lmean = malloc(bytes)) != NULL;
+        if (ok && x->comm->size > 1) {
+            ok = (x->regen = calloc((size_t)x->local, sizeof *x->regen)) != NULL;
+            for (int j = 0; ok && j < x->local; ++j) ok = (x->regen[j] = malloc(bytes)) != NULL;
+        }
+    }
+    if (ok && o->check && x->comm->size > 1) {
+        /* blocks of 64 Ki floats, whole int8 chunks */
+        size_t blk = 65536, chunk = (size_t)x->params.int8_chunk;
+        blk = (blk + chunk - 1) / chunk * chunk;
+        if (blk > bytes / sizeof(float)) blk = bytes / sizeof(float);
+        x->blk = blk;
+        x->blkbuf = malloc((size_t)x->world * blk * sizeof(float));
+        x->ptrs = calloc((size_t)x->world, sizeof *x->ptrs);
+        x->optrs = calloc((size_t)x->nrep, sizeof *x->optrs);
+        ok = x->blkbuf && x->ptrs && x->optrs;
     }
     if (!ok) {
         fprintf(stderr,
@@ -858,12 +1013,8 @@ int sdnn_cmd_bench_comm(int argc, char **argv)
         return st == SDNN_ERR_INVALID || st == SDNN_ERR_UNSUPPORTED ? 2 : 1;
     }
     x.world = x.comm->size * o.nrep;
-    if (o.check && x.comm->size > 1) {
-        /* The check reads every rank's input from this process's memory. */
-        fprintf(stderr, "bench-comm: -c 1 checks only a one-process backend; use -c 0\n");
-        sdnn_comm_close(x.comm);
-        return 2;
-    }
+    x.ring = x.comm->ops->hierarchical ? x.comm->size : x.world;
+    x.local = x.comm->ops->hierarchical ? o.nrep : 1;
     if (bc_alloc(&x, &o)) {
         bc_free(&x);
         return 1;

@@ -4,34 +4,67 @@
  */
 #include "comm.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const sdnn_comm_ops *const registry[] = {
     &sdnn_comm_local_ops,
+    &sdnn_comm_mpi_ops,
 };
 
 /* Backends later issues bring: known names, so the message can say so. */
-static const char *const planned[] = {"mpi", "nccl"};
+static const char *const planned[] = {"nccl"};
+
+static char available_names[128];
+static pthread_once_t available_once = PTHREAD_ONCE_INIT;
+
+static void list_available(void)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i) {
+        if (!registry[i]->available()) continue;
+        int w = snprintf(available_names + len, sizeof available_names - len, "%s%s",
+                         len ? ", " : "", registry[i]->name);
+        if (w < 0 || (size_t)w >= sizeof available_names - len) break;
+        len += (size_t)w;
+    }
+}
 
 const char *sdnn_comm_available_names(void)
 {
-    return "local";
+    pthread_once(&available_once, list_available);
+    return available_names;
 }
 
 sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out)
 {
+    const sdnn_comm_opts opts = SDNN_COMM_OPTS_INIT;
+    return sdnn_comm_open_opts(name, &opts, out);
+}
+
+sdnn_status sdnn_comm_open_opts(const char *name, const sdnn_comm_opts *opts, sdnn_comm **out)
+{
     *out = NULL;
+    if (!(opts->timeout_s > 0))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "comm backend %s: timeout %g s: must be > 0", name,
+                          opts->timeout_s);
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i) {
         const sdnn_comm_ops *ops = registry[i];
         if (strcmp(ops->name, name) != 0) continue;
-        if (!ops->available())
-            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s is not usable here", name);
+        if (!ops->available()) {
+            const char *why = ops->unavailable_reason ? ops->unavailable_reason() : NULL;
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                              "comm backend %s is not available in this build%s%s (available: %s)",
+                              name, why ? ": " : "", why ? why : "", sdnn_comm_available_names());
+        }
         sdnn_comm *c = calloc(1, sizeof *c);
         if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for comm backend");
         c->ops = ops;
         c->rank = 0;
         c->size = 1;
+        c->timeout_s = opts->timeout_s;
         sdnn_status st = ops->init(c);
         if (st != SDNN_OK) {
             free(c);

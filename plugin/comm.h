@@ -9,6 +9,11 @@
  *
  * Collectives are called from one thread per process (the comm thread, or a
  * replica thread while the others wait), never concurrently on one handle.
+ *
+ * Backends between processes ("mpi") never wait forever: a call that sees
+ * no progress from a peer for timeout_s seconds fails with SDNN_ERR_COMM
+ * naming that peer, and the handle refuses every later call
+ * (SDNN_ERR_ABORTED): close it and stop.
  */
 #ifndef SDNN_COMM_H
 #define SDNN_COMM_H
@@ -20,9 +25,23 @@
 
 typedef struct sdnn_comm sdnn_comm;
 
+/* Default for sdnn_comm_opts.timeout_s (seconds). */
+#define SDNN_COMM_TIMEOUT_S 60.0
+
+/* Options of sdnn_comm_open_opts; start from SDNN_COMM_OPTS_INIT. */
+typedef struct sdnn_comm_opts {
+    /* Longest wait without progress from a peer before a call fails with
+     * SDNN_ERR_COMM (> 0; backends inside one process ignore it).  Also
+     * bounds the waits inside init (MPI: the communicator's duplication). */
+    double timeout_s;
+} sdnn_comm_opts;
+
+#define SDNN_COMM_OPTS_INIT { SDNN_COMM_TIMEOUT_S }
+
 typedef struct sdnn_comm_ops {
     const char *name;
-    /* 1 when this build and machine can run the backend. */
+    /* 1 when this build and machine can run the backend (mpi: built with
+     * MPI=1 and this process started by mpirun). */
     int (*available)(void);
     sdnn_status (*init)(sdnn_comm *c);
     /* out = mean over every process of the mean of the local in[0..nin-1];
@@ -33,8 +52,9 @@ typedef struct sdnn_comm_ops {
      * buffer of in[], carried encoded by codec (dense: ring reduce-scatter
      * + all-gather, sparse: all-gather; see collective.h), bit-identical on
      * every buffer of every process.  Each local buffer is a rank of the
-     * ring.  *wire (may be NULL) = encoded bytes this process sent.  out[r]
-     * may alias in[r]. */
+     * ring, or, for a hierarchical backend, each process with the fp32 mean
+     * of its local buffers (see `hierarchical`).  *wire (may be NULL) =
+     * encoded bytes this process sent.  out[r] may alias in[r]. */
     sdnn_status (*allreduce_mean_coded)(sdnn_comm *c, const sdnn_codec_ops *codec,
                                         const sdnn_codec_params *p, uint64_t stream,
                                         const float *const *in, int nin,
@@ -43,18 +63,30 @@ typedef struct sdnn_comm_ops {
     sdnn_status (*broadcast)(sdnn_comm *c, float *buf, size_t n);
     sdnn_status (*barrier)(sdnn_comm *c);
     void (*destroy)(sdnn_comm *c);
+    /* 0: every local buffer is a rank of the ring (local: world = nin).
+     * 1: each process first averages its local buffers in fp32 and the
+     * processes are the ranks of the ring (mpi: world = size processes,
+     * every process must pass the same nin).  Benchmarks and checks use it
+     * to know what crossed a link. */
+    int hierarchical;
+    /* NULL, or why available() is 0 (appended to sdnn_comm_open's
+     * message). */
+    const char *(*unavailable_reason)(void);
 } sdnn_comm_ops;
 
 struct sdnn_comm {
     const sdnn_comm_ops *ops;
     int rank;      /* this process */
     int size;      /* processes */
+    double timeout_s; /* sdnn_comm_opts.timeout_s; may be changed between calls */
     void *impl;
 };
 
-/* Open backend `name` ("local").  Unknown names are SDNN_ERR_INVALID, known
- * but unavailable ones SDNN_ERR_UNSUPPORTED. */
+/* Open backend `name` ("local", "mpi").  Unknown names are
+ * SDNN_ERR_INVALID, known but unavailable ones SDNN_ERR_UNSUPPORTED.
+ * sdnn_comm_open uses SDNN_COMM_OPTS_INIT. */
 sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out);
+sdnn_status sdnn_comm_open_opts(const char *name, const sdnn_comm_opts *opts, sdnn_comm **out);
 void sdnn_comm_close(sdnn_comm *c);
 
 /* Names of the backends this build has, comma-separated (for messages). */
@@ -65,5 +97,8 @@ const char *sdnn_comm_available_names(void);
 void sdnn_mean_buffers(const float *const *in, int nin, float *out, size_t n);
 
 extern const sdnn_comm_ops sdnn_comm_local_ops;
+/* Between processes started by mpirun (comm_mpi.c); available() is 0 in a
+ * build without MPI (MPI=0). */
+extern const sdnn_comm_ops sdnn_comm_mpi_ops;
 
 #endif

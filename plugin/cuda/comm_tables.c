@@ -1,0 +1,47 @@
+/*
+ * comm_tables: the ops tables of the device backends, in C so that the
+ * designated initializers follow comm.h's struct as it grows.  The
+ * functions are in comm_gpu.cu.
+ */
+#include "gpu_comm.h"
+
+#include <stddef.h>
+
+static const char *no_device(void)
+{
+    return "no CUDA device (or driver) on this machine";
+}
+
+static const char *no_nccl(void)
+{
+    return SDNN_NCCL ? "no CUDA device (or driver) on this machine"
+                     : "this build has no NCCL (NCCL=0)";
+}
+
+/* Every local buffer is a rank of the ring (world = all devices of all
+ * processes), not a hierarchy of processes. */
+const sdnn_comm_ops sdnn_comm_nccl_ops = {
+    .name = "nccl",
+    .available = sdnn_gpucomm_nccl_available,
+    .init = sdnn_gpucomm_nccl_init,
+    .allreduce_mean = sdnn_gpucomm_allreduce_mean,
+    .allreduce_mean_coded = sdnn_gpucomm_allreduce_mean_coded,
+    .broadcast = sdnn_gpucomm_broadcast,
+    .barrier = sdnn_gpucomm_barrier,
+    .destroy = sdnn_gpucomm_destroy,
+    .hierarchical = 0,
+    .unavailable_reason = no_nccl,
+};
+
+const sdnn_comm_ops sdnn_comm_device_ops = {
+    .name = "device",
+    .available = sdnn_gpucomm_available,
+    .init = sdnn_gpucomm_device_init,
+    .allreduce_mean = sdnn_gpucomm_allreduce_mean,
+    .allreduce_mean_coded = sdnn_gpucomm_allreduce_mean_coded,
+    .broadcast = sdnn_gpucomm_broadcast,
+    .barrier = sdnn_gpucomm_barrier,
+    .destroy = sdnn_gpucomm_destroy,
+    .hierarchical = 0,
+    .unavailable_reason = no_device,
+};

@@ -1,0 +1,274 @@
+/*
+ * dev: the boundary between the host glue that reads Darknet's structs
+ * (net.c, compiled by the C compiler without -DGPU) and the device code
+ * (*.cu, compiled by nvcc).  Nothing here includes darknet.h or a CUDA
+ * header: device state lives in our own structures (sdnn_dlayer), streams
+ * and handles stay behind the opaque sdnn_dctx.
+ *
+ * Every call that can fail returns an sdnn_status with the reason recorded
+ * through SDNN_ERROR (CUDA, cuBLAS, cuDNN and NCCL codes are translated
+ * with their own error strings).  Launches are asynchronous on the
+ * context's compute stream unless a function says otherwise.
+ */
+#ifndef SDNN_CUDA_DEV_H
+#define SDNN_CUDA_DEV_H
+
+#include "scalednn.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "codec.h"
+
+/* ---- devices and contexts -------------------------------------------------- */
+
+/* Number of CUDA devices; 0 (and SDNN_ERR_UNSUPPORTED "no CUDA device ...")
+ * when the runtime finds none or no driver. */
+sdnn_status sdnn_dev_count(int *n);
+sdnn_status sdnn_dev_describe(int dev, char *buf, size_t len);
+
+/* One (virtual) device: a physical device, a compute stream, a copy stream
+ * for preloading, a comm stream for exchanges, cuBLAS and cuDNN handles
+ * bound to the compute stream, and a grow-only workspace.  Several
+ * contexts may share one physical device (virtual devices). */
+typedef struct sdnn_dctx sdnn_dctx;
+
+typedef struct sdnn_dctx_options {
+    int device;
+    int tf32;              /* allow TF32 tensor cores in cuDNN/cuBLAS (not exact) */
+    int deterministic;     /* only deterministic cuDNN algorithms */
+    size_t workspace_limit;/* bytes, cap for cuDNN algorithm workspaces */
+} sdnn_dctx_options;
+
+#define SDNN_DCTX_OPTIONS_INIT { 0, 0, 1, (size_t)512 << 20 }
+
+sdnn_status sdnn_dctx_create(const sdnn_dctx_options *o, sdnn_dctx **out);
+void sdnn_dctx_destroy(sdnn_dctx *c);
+int sdnn_dctx_device(const sdnn_dctx *c);
+const sdnn_dctx_options *sdnn_dctx_opts(const sdnn_dctx *c);
+/* Make c's device current on the calling thread. */
+sdnn_status sdnn_dctx_bind(sdnn_dctx *c);
+/* Wait for the compute stream (and report a failed kernel). */
+sdnn_status sdnn_dctx_sync(sdnn_dctx *c);
+sdnn_status sdnn_dctx_sync_all(sdnn_dctx *c);   /* compute, copy and comm */
+/* A workspace of at least `bytes` on the compute stream's device. */
+sdnn_status sdnn_dctx_workspace(sdnn_dctx *c, size_t bytes, void **ws);
+/* The workspace as it is now (no allocation). */
+void sdnn_dctx_workspace_current(sdnn_dctx *c, void **ws, size_t *bytes);
+
+/* Opaque stream/event handles for the exchange and the preload ring. */
+enum sdnn_dstream { SDNN_STREAM_COMPUTE = 0, SDNN_STREAM_COPY, SDNN_STREAM_COMM };
+typedef struct sdnn_devent sdnn_devent;
+sdnn_status sdnn_devent_create(sdnn_dctx *c, int timing, sdnn_devent **e);
+void sdnn_devent_destroy(sdnn_devent *e);
+sdnn_status sdnn_devent_record(sdnn_devent *e, sdnn_dctx *c, int stream);
+/* Make `stream` of c wait for e (no host wait). */
+sdnn_status sdnn_devent_wait(sdnn_devent *e, sdnn_dctx *c, int stream);
+sdnn_status sdnn_devent_sync(sdnn_devent *e);
+/* 1 when complete, 0 when not yet. */
+int sdnn_devent_done(sdnn_devent *e);
+/* Milliseconds between two completed timing events. */
+sdnn_status sdnn_devent_elapsed(sdnn_devent *from, sdnn_devent *to, float *ms);
+/* The raw cudaStream_t of one of c's streams (for the .cu files). */
+void *sdnn_dctx_stream(sdnn_dctx *c, int stream);
+
+/* ---- memory ------------------------------------------------------------------ */
+
+sdnn_status sdnn_dmalloc(sdnn_dctx *c, size_t bytes, void **p);   /* zeroed */
+void sdnn_dfree(void *p);
+sdnn_status sdnn_hmalloc_pinned(size_t bytes, void **p);
+void sdnn_hfree_pinned(void *p);
+/* Copies on `stream` of c; sync != 0 waits for that stream afterwards. */
+sdnn_status sdnn_dcopy(sdnn_dctx *c, int stream, void *dst, const void *src, size_t bytes,
+                       int sync);
+/* Peer copy between devices (or within one). */
+sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int dst_dev, const void *src,
+                            int src_dev, size_t bytes);
+
+/* ---- element kernels (compute stream) ------------------------------------- */
+
+sdnn_status sdnn_k_fill(sdnn_dctx *c, float *x, size_t n, float v);
+sdnn_status sdnn_k_copy(sdnn_dctx *c, float *y, const float *x, size_t n);
+sdnn_status sdnn_k_axpy(sdnn_dctx *c, size_t n, float a, const float *x, float *y);
+sdnn_status sdnn_k_activate(sdnn_dctx *c, float *x, size_t n, int act);
+sdnn_status sdnn_k_gradient(sdnn_dctx *c, const float *y, size_t n, int act, float *delta);
+/* y = a - b and y = a + b, element-wise, on `stream` (for the exchange). */
+sdnn_status sdnn_k_sub(sdnn_dctx *c, int stream, float *y, const float *a, const float *b,
+                       size_t n);
+sdnn_status sdnn_k_add(sdnn_dctx *c, int stream, float *y, const float *a, const float *b,
+                       size_t n);
+/* Count of non-finite values in x into *bad (synchronous). */
+sdnn_status sdnn_k_count_nonfinite(sdnn_dctx *c, int stream, const float *x, size_t n,
+                                   size_t *bad);
+/* out = mean of in[0..nin-1] with sdnn_mean_buffers' order of operations
+ * (bit-identical to it), on `stream`; every pointer on c's device. */
+sdnn_status sdnn_k_mean(sdnn_dctx *c, int stream, const float *const *in, int nin, float *out,
+                        size_t n);
+sdnn_status sdnn_k_scale(sdnn_dctx *c, int stream, float *x, size_t n, float s);
+
+/* ---- layers -------------------------------------------------------------------- */
+
+enum sdnn_dl_kind {
+    SDNN_DL_CONV = 0,
+    SDNN_DL_CONNECTED,
+    SDNN_DL_MAXPOOL,
+    SDNN_DL_AVGPOOL,
+    SDNN_DL_ROUTE,
+    SDNN_DL_SHORTCUT,
+    SDNN_DL_UPSAMPLE,
+    SDNN_DL_SOFTMAX,
+    SDNN_DL_COST,
+    SDNN_DL_DROPOUT,
+    SDNN_DL_YOLO,        /* loss on the host (net.c), backward on the device */
+    SDNN_DL_REGION,
+    SDNN_DL_KIND_COUNT
+};
+
+#define SDNN_DL_MAX_ROUTE 8
+
+/* One layer's device mirror: geometry copied from Darknet's layer, device
+ * buffers owned by the engine (except dropout's, which alias the previous
+ * layer's output and delta as in Darknet). */
+typedef struct sdnn_dlayer {
+    int kind;
+    int index;              /* position in the network */
+    int act;                /* enum sdnn_act */
+    int bn;                 /* batch normalisation (conv, connected) */
+    int batch, inputs, outputs;
+    int w, h, c, out_w, out_h, out_c;
+    int n, size, stride, pad, groups;
+    int nweights;
+    int stopbackward;
+    float lr_scale;
+    /* per kind */
+    float alpha, beta;      /* shortcut: out = alpha*out + beta*from */
+    float scale;            /* upsample scale, cost scale, dropout 1/(1-p) */
+    float probability;      /* dropout */
+    float temperature;      /* softmax */
+    int softmax_groups;
+    int noloss;
+    int cost_type;          /* enum sdnn_cost */
+    int from;               /* shortcut source layer */
+    int nroute;
+    int route_from[SDNN_DL_MAX_ROUTE], route_size[SDNN_DL_MAX_ROUTE];
+    int coords, classes, anchors, background;   /* region */
+    uint64_t seed;          /* dropout: counter-based generator */
+    uint64_t draws;         /* dropout: forward passes so far */
+    /* device buffers */
+    float *output, *delta;
+    float *weights, *weight_updates, *biases, *bias_updates, *scales, *scale_updates;
+    float *rolling_mean, *rolling_variance;
+    float *mean, *variance, *mean_delta, *variance_delta, *x, *x_norm;
+    int *indexes;           /* maxpool argmax */
+    float *rand;            /* dropout draws */
+    float *loss;            /* softmax/cost per-element loss */
+    float cost;             /* host: this layer's cost after forward */
+    int has_cost;
+    size_t workspace;       /* bytes of workspace the layer needs */
+    void *impl;             /* cuDNN descriptors and algorithms */
+} sdnn_dlayer;
+
+/* What a layer sees of the network during a pass. */
+typedef struct sdnn_dstate {
+    const float *input;     /* device: previous layer's output (or the net input) */
+    float *delta;           /* device: previous layer's delta, NULL for layer 0 */
+    const float *truth;     /* device truth, or NULL */
+    int train;
+    sdnn_dlayer *layers;    /* the whole network (route, shortcut) */
+    void *workspace;
+    size_t workspace_bytes;
+} sdnn_dstate;
+
+typedef struct sdnn_dupdate {
+    int batch;              /* batch x subdivisions */
+    float learning_rate, momentum, decay;
+} sdnn_dupdate;
+
+/* Allocate the layer's device buffers (not the parameters: the caller
+ * places those in its arenas first) and descriptors; computes workspace. */
+sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l);
+void sdnn_dl_release(sdnn_dlayer *l);
+sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s);
+sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s);
+sdnn_status sdnn_dl_update(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dupdate *a);
+const char *sdnn_dl_kind_name(int kind);
+
+/* Floats in each parameter tensor of l (0 where it has none). */
+size_t sdnn_dl_nweights(const sdnn_dlayer *l);
+size_t sdnn_dl_nbiases(const sdnn_dlayer *l);
+size_t sdnn_dl_nscales(const sdnn_dlayer *l);
+
+/* ---- codecs on the device ------------------------------------------------------ */
+
+/* The device codecs write the host codecs' bytes (codec.h): the same
+ * format, the same rounding, the same stochastic-rounding generator, the
+ * same top-k cut, so a buffer encoded on a device decodes on the host and
+ * back, bit for bit.  Ids follow the host registry. */
+enum sdnn_dcodec { SDNN_DCODEC_NONE = 0, SDNN_DCODEC_FP16, SDNN_DCODEC_BF16, SDNN_DCODEC_INT8,
+                   SDNN_DCODEC_TOPK, SDNN_DCODEC_COUNT };
+
+/* The device codec of a host codec table, or -1. */
+int sdnn_dcodec_of(const sdnn_codec_ops *c);
+const sdnn_codec_ops *sdnn_dcodec_host(int codec);
+/* Bytes of an encoding of n floats (the host codec's encoded_size). */
+size_t sdnn_dcodec_size(int codec, const sdnn_codec_params *p, size_t n);
+/* Device scratch the encoder needs for n floats (top-k selection state). */
+size_t sdnn_dcodec_scratch_bytes(int codec, const sdnn_codec_params *p, size_t n);
+/* All on `stream` of c with buffers on c's device, no host waits.
+ * rstream: the stochastic-rounding stream, as the host codec's `stream`. */
+sdnn_status sdnn_dcodec_encode(sdnn_dctx *c, int stream, int codec, const sdnn_codec_params *p,
+                               const float *x, size_t n, void *out, uint64_t rstream,
+                               void *scratch);
+sdnn_status sdnn_dcodec_decode(sdnn_dctx *c, int stream, int codec, const sdnn_codec_params *p,
+                               const void *in, size_t n, float *y);
+/* y = decoded + add (y may alias add). */
+sdnn_status sdnn_dcodec_decode_add(sdnn_dctx *c, int stream, int codec,
+                                   const sdnn_codec_params *p, const void *in, size_t n,
+                                   const float *add, float *y);
+/* y += decoded (sparse: only the k entries). */
+sdnn_status sdnn_dcodec_accumulate(sdnn_dctx *c, int stream, int codec,
+                                   const sdnn_codec_params *p, const void *in, size_t n,
+                                   float *y);
+/* sdnn_codec_ef_step on the device (velocity may be NULL); enc holds
+ * sdnn_dcodec_size bytes, scratch sdnn_dcodec_scratch_bytes. */
+sdnn_status sdnn_dcodec_ef_step(sdnn_dctx *c, int stream, int codec, const sdnn_codec_params *p,
+                                float *g, float *residual, float *velocity, float momentum,
+                                size_t n, void *enc, void *scratch, uint64_t rstream);
+
+/* ---- collectives on devices ------------------------------------------------------ */
+
+/* The compressed allreduce-mean of collective.h (the same chunks, hops,
+ * streams and arithmetic, hence bit-identical results to the host ring),
+ * played by every local rank in lockstep; and the plain mean.  Ranks are
+ * either virtual devices of one physical device (transport: device copies
+ * on one stream) or NCCL ranks (one device each; ncclSend/ncclRecv). */
+typedef struct sdnn_dring sdnn_dring;
+
+/* nlocal ranks on ctxs[r] (their comm streams are used); for NCCL,
+ * ncomms[r] is an ncclComm_t, world the NCCL world size and first_rank the
+ * global rank of local rank 0.  ncomms == NULL: the device transport
+ * (world = nlocal, every ctx on one physical device). */
+sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, void *const *ncomms, int world,
+                              int first_rank, sdnn_dring **out);
+/* NCCL over one process's devices (ncclCommInitAll); the ring owns the
+ * communicators.  NCCL refuses two ranks on one device. */
+sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n, sdnn_dring **out);
+void sdnn_dring_destroy(sdnn_dring *r);
+/* out[r] = decoded mean over every rank of in[]; out[r] may alias in[r].
+ * Queued on the ranks' comm streams; *wire += bytes the local ranks sent. */
+sdnn_status sdnn_dring_coded(sdnn_dring *r, const sdnn_codec_ops *codec,
+                             const sdnn_codec_params *p, uint64_t stream, const float *const *in,
+                             float *const *out, size_t n, size_t *wire);
+/* out[r] = mean of in[] (device transport: sdnn_mean_buffers' order, bit
+ * for bit; NCCL: ncclAllReduce sum, then x 1/world). */
+sdnn_status sdnn_dring_mean(sdnn_dring *r, const float *const *in, float *const *out, size_t n,
+                            size_t *wire);
+/* Wait for every local rank's comm stream. */
+sdnn_status sdnn_dring_sync(sdnn_dring *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,271 @@
+/*
+ * engine: the GPU engine's public C API (make GPU=1).
+ *
+ * A device mirror of a CPU `network` built by Debian's libdarknet: the
+ * engine reads the CPU network's layers (this header includes darknet.h
+ * without GPU, so `layer` has the CPU build's layout), keeps every device
+ * buffer in structures of its own, and runs forward, backward and
+ * Darknet's update on the device.  The CPU network stays the owner of the
+ * model: weights go to the device at creation (sdnn_gpu_net_push) and come
+ * back before every save (sdnn_gpu_net_pull); YOLO and region losses are
+ * computed by libdarknet's own CPU layers from the device output, as
+ * Darknet's GPU build does.
+ *
+ * Without a CUDA device (or driver) every entry point that needs one
+ * returns SDNN_ERR_UNSUPPORTED with "no CUDA device ..." in
+ * sdnn_last_error(); nothing crashes and nothing exits.
+ *
+ * Several networks may share one virtual device (sdnn_gpu_vdev: a device,
+ * its own streams and library handles); several virtual devices may share
+ * one physical device.
+ *
+ * How a trainer drives it (sdnn_gpu_group is the device counterpart of
+ * sdnn_trainer): parse the replicas as on the CPU (sdnn_replicas_create),
+ * multiply their learning rates by N, sdnn_gpu_group_create, then per step
+ * sdnn_gpu_group_feed (the loader's batch, `preload` steps ahead) and
+ * sdnn_gpu_group_step; before a save sdnn_gpu_group_pull, average the
+ * batch-norm statistics (sdnn_replicas_average_bn) and save replica 0.
+ */
+#ifndef SDNN_CUDA_ENGINE_H
+#define SDNN_CUDA_ENGINE_H
+
+#include "comm.h"
+#include "gpu_comm.h"
+#include "scalednn.h"
+#include <darknet.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- devices ------------------------------------------------------------------ */
+
+/* 1 when at least one CUDA device can be used. */
+int sdnn_gpu_available(void);
+sdnn_status sdnn_gpu_device_count(int *n);
+/* "0: NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, runtime 13000, driver 13000" */
+sdnn_status sdnn_gpu_device_name(int dev, char *buf, size_t len);
+
+typedef struct sdnn_gpu_options {
+    int device;            /* physical device of the virtual device */
+    int tf32;              /* let cuDNN/cuBLAS use TF32 (faster, not fp32-exact) */
+    int deterministic;     /* deterministic cuDNN algorithms only (default 1) */
+    size_t workspace_mb;   /* cap on a convolution's cuDNN workspace */
+} sdnn_gpu_options;
+
+#define SDNN_GPU_OPTIONS_INIT { 0, 0, 1, 512 }
+
+/* A virtual device: streams (compute, copy, comm) and handles of its own on
+ * a physical device. */
+typedef struct sdnn_dctx sdnn_gpu_vdev;
+sdnn_status sdnn_gpu_vdev_open(const sdnn_gpu_options *o, sdnn_gpu_vdev **out);
+void sdnn_gpu_vdev_close(sdnn_gpu_vdev *v);
+sdnn_status sdnn_gpu_vdev_sync(sdnn_gpu_vdev *v);
+
+/* ---- one network on one virtual device ------------------------------------------ */
+
+typedef struct sdnn_gpu_net sdnn_gpu_net;
+
+/* Mirror `net` on `vd` (neither is owned; both must outlive the mirror) and
+ * copy its parameters, running statistics and update buffers to the
+ * device.  A layer type the engine does not run (see sdnn_gpu_layer_support)
+ * is SDNN_ERR_UNSUPPORTED naming the layer; so is adam. */
+sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **out);
+void sdnn_gpu_net_destroy(sdnn_gpu_net *g);
+network *sdnn_gpu_net_host(sdnn_gpu_net *g);
+sdnn_gpu_vdev *sdnn_gpu_net_vdev(sdnn_gpu_net *g);
+
+/* SDNN_OK when the engine runs layer `l`; else SDNN_ERR_UNSUPPORTED with the
+ * reason recorded. */
+sdnn_status sdnn_gpu_layer_support(const network *net, int i);
+
+/* Host -> device: weights, biases, scales, running statistics and update
+ * buffers.  Device -> host: the same (call before every save). */
+sdnn_status sdnn_gpu_net_push(sdnn_gpu_net *g);
+sdnn_status sdnn_gpu_net_pull(sdnn_gpu_net *g);
+
+/* Darknet's train_network on the device: d holds a multiple of net->batch
+ * rows; every net->batch rows are one forward/backward, `seen` advances by
+ * net->batch each time and Darknet's update runs when a whole
+ * batch x subdivisions has been seen.  *loss as train_network returns it. */
+sdnn_status sdnn_gpu_net_train(sdnn_gpu_net *g, data d, float *loss);
+
+/* The parts of one mini-batch (net->batch rows).  X and Y are device
+ * pointers (NULL: the net's own input/truth buffers, filled with
+ * sdnn_gpu_net_set_input); Y_host is the same truth on the host (YOLO and
+ * region losses need it; NULL when not training).  *cost: Darknet's
+ * network cost (mean over layers with a cost). */
+sdnn_status sdnn_gpu_net_set_input(sdnn_gpu_net *g, const float *X_host, const float *Y_host);
+sdnn_status sdnn_gpu_net_forward(sdnn_gpu_net *g, const float *X, const float *Y,
+                                 const float *Y_host, int train, float *cost);
+sdnn_status sdnn_gpu_net_backward(sdnn_gpu_net *g);
+/* Darknet's update_network with the rate of the current `seen`. */
+sdnn_status sdnn_gpu_net_update(sdnn_gpu_net *g);
+/* Darknet's train_network on rows already on the device (X, Y; Y_host the
+ * same truth on the host).  do_update = 0 leaves the update to the caller
+ * (the exchange runs between backward and update). */
+sdnn_status sdnn_gpu_net_train_rows(sdnn_gpu_net *g, const float *X, const float *Y,
+                                    const float *Y_host, int rows, int do_update, float *loss);
+/* Darknet's update for layers lo..hi only (the layers of one bucket). */
+sdnn_status sdnn_gpu_net_update_layers(sdnn_gpu_net *g, int lo, int hi);
+/* Inference of batch rows X_host -> out_host (net->outputs x batch). */
+sdnn_status sdnn_gpu_net_predict(sdnn_gpu_net *g, const float *X_host, float *out_host);
+
+/* Called on the host after the backward of layer i has been queued on the
+ * compute stream (the exchange records its bucket events here). */
+typedef sdnn_status (*sdnn_gpu_backward_hook)(void *ctx, sdnn_gpu_net *g, int layer);
+void sdnn_gpu_net_set_backward_hook(sdnn_gpu_net *g, sdnn_gpu_backward_hook fn, void *ctx);
+/* Seconds spent in host-side losses (YOLO, region: device output to the
+ * host, libdarknet's CPU layer, delta back), since creation. */
+double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);
+/* A monotonic clock in seconds. */
+double sdnn_gpu_now(void);
+/* Salt of the dropout generator (replicas should differ). */
+void sdnn_gpu_net_set_seed(sdnn_gpu_net *g, uint64_t seed);
+
+/* ---- tensors (tests, the exchange) -------------------------------------------- */
+
+typedef enum sdnn_gpu_tensor {
+    SDNN_GT_OUTPUT = 0,
+    SDNN_GT_DELTA,
+    SDNN_GT_WEIGHTS,
+    SDNN_GT_WEIGHT_UPDATES,
+    SDNN_GT_BIASES,
+    SDNN_GT_BIAS_UPDATES,
+    SDNN_GT_SCALES,
+    SDNN_GT_SCALE_UPDATES,
+    SDNN_GT_ROLLING_MEAN,
+    SDNN_GT_ROLLING_VARIANCE,
+    SDNN_GT_RAND,           /* dropout draws */
+    SDNN_GT_INPUT,          /* the net's input buffer (layer ignored) */
+    SDNN_GT_TRUTH           /* the net's truth buffer (layer ignored) */
+} sdnn_gpu_tensor;
+
+int sdnn_gpu_net_layers(const sdnn_gpu_net *g);
+/* Device pointer and length (floats) of a tensor; NULL/0 when the layer
+ * has none. */
+sdnn_status sdnn_gpu_net_tensor(sdnn_gpu_net *g, int layer, sdnn_gpu_tensor t, float **dev,
+                                size_t *n);
+/* Synchronous copies of a whole tensor. */
+sdnn_status sdnn_gpu_net_get(sdnn_gpu_net *g, int layer, sdnn_gpu_tensor t, float *host);
+sdnn_status sdnn_gpu_net_set(sdnn_gpu_net *g, int layer, sdnn_gpu_tensor t, const float *host);
+/* One layer alone, with the device state as it is: input is layer i-1's
+ * device output (the net's input for i = 0), truth the net's truth
+ * buffers; forward zeroes the layer's delta first when training. */
+sdnn_status sdnn_gpu_net_layer_forward(sdnn_gpu_net *g, int i, int train);
+sdnn_status sdnn_gpu_net_layer_backward(sdnn_gpu_net *g, int i);
+/* This layer's cost after its forward (layers with a loss). */
+float sdnn_gpu_net_layer_cost(const sdnn_gpu_net *g, int i);
+
+/* The parameters of every layer live in one device arena and their update
+ * buffers in a second with the same layout, layers from last to first
+ * (weights, biases, scales each), so an exchange bucket of consecutive
+ * layers is one contiguous range.  span: the layer's range (0 floats for a
+ * layer without parameters). */
+sdnn_status sdnn_gpu_net_arena(sdnn_gpu_net *g, float **params, float **updates, size_t *n);
+void sdnn_gpu_net_layer_span(const sdnn_gpu_net *g, int layer, size_t *off, size_t *n);
+
+/* ---- pinned preload ring --------------------------------------------------------- */
+
+/* K slots of mini-batch slices waiting on one device: pinned host staging,
+ * copies on the virtual device's copy stream, the compute stream waits on
+ * an event (no host wait) before it reads a slot. */
+typedef struct sdnn_gpu_preload sdnn_gpu_preload;
+
+typedef struct sdnn_gpu_slot {
+    float *x, *y;           /* device */
+    const float *y_host;    /* the same truth on the host */
+    int rows;
+} sdnn_gpu_slot;
+
+sdnn_status sdnn_gpu_preload_create(sdnn_gpu_vdev *vd, int slots, int rows, int inputs,
+                                    int truths, sdnn_gpu_preload **out);
+void sdnn_gpu_preload_destroy(sdnn_gpu_preload *p);
+/* Queue `rows` rows (row pointers, as Darknet's matrix) of X and Y
+ * (yrows may be NULL when truths is 0): the rows are copied into the
+ * slot's pinned staging and sent on the copy stream.  Waits only for the
+ * compute stream to release a slot popped earlier; a ring whose K slots
+ * all wait unpopped is SDNN_ERR_INVALID. */
+sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, float *const *yrows,
+                                  int rows);
+/* The oldest queued slot; the compute stream waits for its copy.  The
+ * slot stays valid until sdnn_gpu_preload_release. */
+sdnn_status sdnn_gpu_preload_pop(sdnn_gpu_preload *p, sdnn_gpu_slot *s);
+/* The compute stream is done with the popped slot once it reaches here. */
+sdnn_status sdnn_gpu_preload_release(sdnn_gpu_preload *p);
+int sdnn_gpu_preload_queued(const sdnn_gpu_preload *p);
+
+typedef struct sdnn_gpu_preload_stats {
+    double copy_ms;         /* copy-stream time of the copies (events) */
+    double exposed_ms;      /* time the compute stream waited for copies */
+    size_t bytes;
+    int copies;
+} sdnn_gpu_preload_stats;
+/* Copy and exposed times of the slots popped so far (reads completed
+ * events; call after a sync). */
+sdnn_status sdnn_gpu_preload_stats_get(sdnn_gpu_preload *p, sdnn_gpu_preload_stats *st);
+
+/* ---- comm backends on devices: see gpu_comm.h ------------------------------- */
+
+/* ---- several replicas: the device trainer ------------------------------------- */
+
+typedef enum sdnn_gpu_split { SDNN_GPU_SPLIT_CPU = 0, SDNN_GPU_SPLIT_DEVICE0 } sdnn_gpu_split;
+typedef enum sdnn_gpu_mode { SDNN_GPU_MODE_SCALEDNN = 0, SDNN_GPU_MODE_STOCK } sdnn_gpu_mode;
+
+typedef struct sdnn_gpu_group_options {
+    const int *devices;     /* replica r runs on devices[r] (NULL: all on 0) */
+    const char *comm;       /* "device" (virtual devices on one GPU) or "nccl" */
+    sdnn_gpu_mode mode;
+    int stock_interval;     /* stock mode: Darknet's 4 */
+    int preload;            /* K >= 1 slots per replica */
+    sdnn_gpu_split split;
+    int overlap;            /* exchange a bucket as soon as its backward is done */
+    double bucket_mb;
+    const char *codec;      /* NULL/"none", "fp16", "bf16", "int8", "topk" */
+    sdnn_codec_params codec_params;
+    size_t compress_min_floats;
+    int error_feedback;
+    sdnn_gpu_options gpu;   /* device field ignored (devices[] wins) */
+    int async;              /* 0: a step returns when the devices are done;
+                             * 1: it returns once everything is queued (the
+                             * host prepares the next batch meanwhile; the
+                             * step's exposed_comm_s is then that of the
+                             * previous step) */
+} sdnn_gpu_group_options;
+
+#define SDNN_GPU_GROUP_OPTIONS_INIT \
+    { NULL, "device", SDNN_GPU_MODE_SCALEDNN, 4, 2, SDNN_GPU_SPLIT_CPU, 1, 4.0, NULL, \
+      SDNN_CODEC_PARAMS_INIT, 4096, 1, SDNN_GPU_OPTIONS_INIT, 0 }
+
+typedef struct sdnn_gpu_group sdnn_gpu_group;
+
+typedef struct sdnn_gpu_step_stats {
+    float loss;             /* mean of the replicas' losses */
+    double seconds;
+    double exposed_comm_s;  /* compute stream waiting for exchanges */
+    size_t bytes;           /* exchanged */
+    int synced;             /* stock mode */
+} sdnn_gpu_step_stats;
+
+/* nets[0..n-1]: CPU replicas with identical weights (sdnn_replicas_create);
+ * not owned.  Multiplies nothing: the caller scales learning rates as the
+ * CPU trainer does. */
+sdnn_status sdnn_gpu_group_create(network **nets, int n, const sdnn_gpu_group_options *o,
+                                  sdnn_gpu_group **out);
+void sdnn_gpu_group_destroy(sdnn_gpu_group *G);
+/* Queue the batch of one future step (n x batch x subdivisions rows) to
+ * the replicas' preload rings; blocks only when `preload` steps wait. */
+sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d);
+/* One step on the oldest fed batch. */
+sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st);
+/* Every replica's device state to its CPU network (before a save). */
+sdnn_status sdnn_gpu_group_pull(sdnn_gpu_group *G);
+sdnn_gpu_net *sdnn_gpu_group_net(sdnn_gpu_group *G, int r);
+sdnn_status sdnn_gpu_group_preload_stats(sdnn_gpu_group *G, sdnn_gpu_preload_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

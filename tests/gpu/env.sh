@@ -1,0 +1,111 @@
+# tests/gpu/env.sh — sourced by tests/gpu/run.sh and bench/gpu/run.sh.
+#
+# Finds what a GPU build needs on this machine and exports it:
+#   SDNN_DARKNET_HOME  Debian's libdarknet (/usr/lib/darknet), or the bundle
+#                      tests/gpu/run.sh --prepare made where it is installed
+#   SDNN_CUDA_HOME, SDNN_CUDNN_HOME, SDNN_NCCL_HOME
+#                      the toolkit; cuDNN and NCCL from it or, where they come
+#                      only inside Python wheels (nvidia-cudnn-*, nvidia-nccl-*),
+#                      from folders of links laid out as include/ + lib64/
+#   SDNN_DEBIAN_CFG    Debian's cfg folder (yolov3-tiny, yolov2-tiny, cifar)
+#   LD_LIBRARY_PATH    the stand-in OpenCV libraries and the wheels' libraries
+#   SDNN_MAKE_ARGS     the make variables for `make GPU=1 ...`
+# On failure it prints why and returns 1.
+
+sdnn_env_fail() { echo "tests/gpu/env.sh: $*" >&2; return 1; }
+
+sdnn_gpu_env() {
+    SDNN_ROOT=$(pwd)
+    SDNN_WORK=${SDNN_WORK:-$SDNN_ROOT/build/gpu-env}
+    mkdir -p "$SDNN_WORK" || return 1
+    BUNDLE=$SDNN_ROOT/tests/gpu/bundle
+
+    # ---- darknet --------------------------------------------------------
+    if [ -f /usr/lib/darknet/libdarknet.so ] && [ -f /usr/lib/darknet/include/darknet.h ]; then
+        SDNN_DARKNET_HOME=/usr/lib/darknet
+    elif [ -f "$BUNDLE/libdarknet.so" ]; then
+        SDNN_DARKNET_HOME=$BUNDLE
+    else
+        sdnn_env_fail "no libdarknet: install Debian's darknet, or run 'sh tests/gpu/run.sh --prepare' where it is installed and bring tests/gpu/bundle along"
+        return 1
+    fi
+    if [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
+    else SDNN_DEBIAN_CFG=$BUNDLE/cfg; fi
+
+    # libdarknet needs four OpenCV sonames; its OpenCV calls are bound
+    # lazily and the tests never load images, so empty stand-ins let it load.
+    STUB=$SDNN_WORK/opencv-stub
+    if ldd "$SDNN_DARKNET_HOME/libdarknet.so" 2>/dev/null | grep -q "not found"; then
+        mkdir -p "$STUB"
+        for m in core imgcodecs highgui videoio; do
+            so=libopencv_$m.so.406
+            [ -f "$STUB/$so" ] || echo 'void sdnn_opencv_stand_in(void){}' |
+                cc -shared -fPIC -x c - -Wl,-soname,$so -o "$STUB/$so" ||
+                { sdnn_env_fail "cannot build the stand-in $so"; return 1; }
+        done
+        LD_LIBRARY_PATH=$STUB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        # Linking against libdarknet must not insist on the OpenCV symbols.
+        LDFLAGS="-Wl,--allow-shlib-undefined -Wl,-rpath-link,$STUB"
+        export LDFLAGS
+    fi
+
+    # ---- CUDA -------------------------------------------------------------
+    if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then SDNN_CUDA_HOME=$CUDA_HOME
+    elif [ -x /usr/local/cuda/bin/nvcc ]; then SDNN_CUDA_HOME=/usr/local/cuda
+    elif command -v nvcc >/dev/null 2>&1; then SDNN_CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+    else sdnn_env_fail "no nvcc (set CUDA_HOME)"; return 1; fi
+    [ -d "$SDNN_CUDA_HOME/lib64" ] || sdnn_env_fail "no $SDNN_CUDA_HOME/lib64" || return 1
+
+    PY=$(command -v python3 || true)
+    # A library from the toolkit, or else from a wheel: prints a home with
+    # include/ and lib64/ (links), and adds the wheel's lib to LD_LIBRARY_PATH.
+    sdnn_find_lib() {  # name header soname wheel-module
+        if [ -f "$SDNN_CUDA_HOME/include/$2" ] && ls "$SDNN_CUDA_HOME/lib64/lib$1.so" >/dev/null 2>&1; then
+            echo "$SDNN_CUDA_HOME"; return 0
+        fi
+        [ -n "$PY" ] || return 1
+        dir=$("$PY" -c "import os, $4 as m; print(os.path.dirname(m.__file__) if getattr(m, '__file__', None) else list(m.__path__)[0])" 2>/dev/null) || dir=
+        if [ -z "$dir" ] || [ ! -f "$dir/include/$2" ]; then
+            # Wheels lay their files out differently: look for the header.
+            for sp in $("$PY" -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null); do
+                hdr=$(find "$sp/nvidia" -maxdepth 4 -name "$2" -path "*include*" 2>/dev/null | head -1)
+                [ -n "$hdr" ] && { dir=$(dirname "$(dirname "$hdr")"); break; }
+            done
+        fi
+        [ -n "$dir" ] || return 1
+        [ -f "$dir/include/$2" ] || return 1
+        home=$SDNN_WORK/$1-home
+        mkdir -p "$home/lib64"
+        ln -sfn "$dir/include" "$home/include"
+        for f in "$dir"/lib/lib*.so* "$dir"/lib64/lib*.so*; do
+            [ -e "$f" ] && ln -sfn "$f" "$home/lib64/$(basename "$f")"
+        done
+        [ -e "$home/lib64/lib$1.so" ] || ln -sfn "$home/lib64/$3" "$home/lib64/lib$1.so"
+        [ -e "$home/lib64/lib$1.so" ] || return 1
+        echo "$home"
+    }
+    SDNN_CUDNN_HOME=$(sdnn_find_lib cudnn cudnn.h libcudnn.so.9 nvidia.cudnn) ||
+        { sdnn_env_fail "cuDNN not found (toolkit or the nvidia-cudnn wheel)"; return 1; }
+    SDNN_NCCL_HOME=$(sdnn_find_lib nccl nccl.h libnccl.so.2 nvidia.nccl) ||
+        { sdnn_env_fail "NCCL not found (toolkit or the nvidia-nccl wheel)"; return 1; }
+    for h in "$SDNN_CUDNN_HOME" "$SDNN_NCCL_HOME"; do
+        case ":${LD_LIBRARY_PATH:-}:" in *":$h/lib64:"*) ;; *) LD_LIBRARY_PATH=$h/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
+    done
+    export LD_LIBRARY_PATH SDNN_DARKNET_HOME SDNN_DEBIAN_CFG SDNN_CUDA_HOME SDNN_CUDNN_HOME SDNN_NCCL_HOME
+
+    # sm_90 only on the H200 (a third of the build time of the default targets).
+    SDNN_ARCH=${SDNN_ARCH:--gencode arch=compute_90,code=sm_90}
+    SDNN_MAKE_ARGS="GPU=1 MPI=0 BUILD=build/gpu DARKNET_HOME=$SDNN_DARKNET_HOME CUDA_HOME=$SDNN_CUDA_HOME CUDNN_HOME=$SDNN_CUDNN_HOME NCCL_HOME=$SDNN_NCCL_HOME"
+    export SDNN_MAKE_ARGS SDNN_ARCH
+    return 0
+}
+
+# Copies Debian's libdarknet, darknet.h and the three Debian cfgs the tests
+# use into tests/gpu/bundle (run where Debian's darknet is installed).
+sdnn_gpu_prepare() {
+    b=tests/gpu/bundle
+    mkdir -p $b/include $b/cfg || return 1
+    cp /usr/lib/darknet/libdarknet.so $b/ && cp /usr/lib/darknet/include/darknet.h $b/include/ || return 1
+    for c in yolov3-tiny.cfg yolov2-tiny.cfg cifar.cfg; do cp /usr/share/darknet/cfg/$c $b/cfg/ || return 1; done
+    echo "tests/gpu/bundle: $(du -sh $b | cut -f1) (libdarknet.so, darknet.h, 3 cfgs)"
+}

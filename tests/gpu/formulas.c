@@ -1,0 +1,523 @@
+/*
+ * formulas: the device layers' arithmetic (plugin/cuda/ops.h, compiled here
+ * for the host) against libdarknet's CPU layers, on any machine.
+ *
+ * The kernels apply these per-element functions; this program applies them
+ * in plain loops, in the order the kernels use, to the tensors libdarknet's
+ * own layers saw, and compares the results: activations and their
+ * gradients, batch normalisation forward and backward, maxpool windows and
+ * their gradient gather, average pooling, shortcut geometry, upsampling,
+ * softmax with its loss, the cost layer's kinds, dropout masks, route
+ * concatenation and Darknet's SGD update.  What it cannot check is the
+ * kernels' launch geometry and reductions: tests/gpu/layers does that on a
+ * device.
+ */
+#include "gpu_test.h"
+#include "ops.h"
+
+#include <float.h>
+
+float activate(float x, ACTIVATION a);
+float gradient(float x, ACTIVATION a);
+
+#define TOL 1e-5
+
+static const struct {
+    ACTIVATION dn;
+    int ours;
+    const char *name;
+} acts[] = {
+    {LOGISTIC, SDNN_ACT_LOGISTIC, "logistic"}, {RELU, SDNN_ACT_RELU, "relu"},
+    {RELIE, SDNN_ACT_RELIE, "relie"},          {LINEAR, SDNN_ACT_LINEAR, "linear"},
+    {RAMP, SDNN_ACT_RAMP, "ramp"},             {TANH, SDNN_ACT_TANH, "tanh"},
+    {PLSE, SDNN_ACT_PLSE, "plse"},             {LEAKY, SDNN_ACT_LEAKY, "leaky"},
+    {ELU, SDNN_ACT_ELU, "elu"},                {LOGGY, SDNN_ACT_LOGGY, "loggy"},
+    {STAIR, SDNN_ACT_STAIR, "stair"},          {HARDTAN, SDNN_ACT_HARDTAN, "hardtan"},
+    {LHTAN, SDNN_ACT_LHTAN, "lhtan"},          {SELU, SDNN_ACT_SELU, "selu"},
+};
+
+static int act_code(ACTIVATION a)
+{
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; ++i)
+        if (acts[i].dn == a) return acts[i].ours;
+    return -1;
+}
+
+static void test_activations(void)
+{
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; ++k) {
+        double worst = 0, worst_g = 0;
+        for (int i = -1200; i <= 1200; ++i) {
+            float x = i * 0.005f + 0.00123f;
+            float a = sdnn_activate(x, acts[k].ours), b = activate(x, acts[k].dn);
+            double e = fabs((double)a - b) / fmax(fabs(b), 1e-3);
+            if (e > worst) worst = e;
+            float ga = sdnn_gradient(b, acts[k].ours), gb = gradient(b, acts[k].dn);
+            double eg = fabs((double)ga - gb) / fmax(fabs(gb), 1e-3);
+            if (eg > worst_g) worst_g = eg;
+        }
+        GT_CHECK(worst < TOL && worst_g < TOL, "activation %-8s: worst rel err %.2e, gradient %.2e",
+                 acts[k].name, worst, worst_g);
+    }
+}
+
+/* ---- helpers over libdarknet layers ------------------------------------------------ */
+
+static float *fdup(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* Run layer i of net forward (train) on `input`, as forward_network does. */
+static void cpu_forward(network *net, int i, float *input, float *truth)
+{
+    layer *l = &net->layers[i];
+    if (l->delta) memset(l->delta, 0, (size_t)l->outputs * l->batch * sizeof(float));
+    network n = *net;
+    n.input = input;
+    n.truth = truth;
+    n.train = 1;
+    n.index = i;
+    l->forward(*l, n);
+}
+
+static void cpu_backward(network *net, int i, float *input, float *delta)
+{
+    layer *l = &net->layers[i];
+    network n = *net;
+    n.input = input;
+    n.delta = delta;
+    n.train = 1;
+    n.index = i;
+    l->backward(*l, n);
+}
+
+#define CMP(a, b, n, what, ...)                                                      \
+    do {                                                                             \
+        double e_ = gt_relerr((a), (b), (n));                                        \
+        GT_CHECK(e_ < TOL, what ": rel err %.2e", __VA_ARGS__, e_);                  \
+    } while (0)
+
+/* ---- batch normalisation through a 1x1 identity convolution ---------------------- */
+
+static void test_batchnorm(void)
+{
+    const char *cfg = "[net]\nbatch=3\nwidth=5\nheight=4\nchannels=6\n"
+                      "[convolutional]\nbatch_normalize=1\nfilters=6\nsize=1\nstride=1\npad=0\n"
+                      "activation=leaky\n";
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    gt_randomize(net, 11);
+    memset(l->weights, 0, (size_t)l->nweights * sizeof(float));
+    for (int k = 0; k < 6; ++k) l->weights[k * 6 + k] = 1;     /* identity: output = input */
+    int C = 6, S = 20, B = 3;
+    size_t n = (size_t)C * S * B;
+    float *in = malloc(n * sizeof *in);
+    gt_fill(in, n, -2, 3);
+    float *rm0 = fdup(l->rolling_mean, C), *rv0 = fdup(l->rolling_variance, C);
+    cpu_forward(net, 0, in, NULL);
+
+    /* forward with ops.h */
+    float mean[6], var[6], rm[6], rv[6];
+    float *x = fdup(in, n), *xn = malloc(n * 4), *out = malloc(n * 4);
+    int m = B * S;
+    for (int c = 0; c < C; ++c) {
+        float s = 0;
+        for (int b = 0; b < B; ++b)
+            for (int i = 0; i < S; ++i) s += x[(b * C + c) * S + i];
+        mean[c] = s * (float)(1.0 / m);
+        float v = 0;
+        for (int b = 0; b < B; ++b)
+            for (int i = 0; i < S; ++i) {
+                float d = x[(b * C + c) * S + i] - mean[c];
+                v += d * d;
+            }
+        var[c] = v * (float)(1.0 / (m - 1.0));
+        rm[c] = SDNN_ADD(SDNN_MUL(rm0[c], 0.99f), SDNN_MUL(0.01f, mean[c]));
+        rv[c] = SDNN_ADD(SDNN_MUL(rv0[c], 0.99f), SDNN_MUL(0.01f, var[c]));
+    }
+    for (size_t i = 0; i < n; ++i) {
+        int c = (int)((i / S) % C);
+        xn[i] = sdnn_bn_normalize(x[i], mean[c], var[c]);
+        out[i] = sdnn_activate(xn[i] * l->scales[c] + l->biases[c], SDNN_ACT_LEAKY);
+    }
+    CMP(mean, l->mean, C, "batchnorm %s", "mean");
+    CMP(var, l->variance, C, "batchnorm %s", "variance (unbiased)");
+    CMP(rm, l->rolling_mean, C, "batchnorm %s", "rolling mean");
+    CMP(rv, l->rolling_variance, C, "batchnorm %s", "rolling variance");
+    CMP(xn, l->x_norm, n, "batchnorm %s", "x_norm");
+    CMP(out, l->output, n, "batchnorm %s", "output");
+
+    /* backward */
+    float *delta = malloc(n * 4);
+    gt_fill(delta, n, -1, 1);
+    memcpy(l->delta, delta, n * 4);
+    float *bu0 = fdup(l->bias_updates, C), *su0 = fdup(l->scale_updates, C);
+    float *pd = calloc(n, 4);
+    cpu_backward(net, 0, in, pd);
+    float bu[6], su[6], md[6], vd[6];
+    for (size_t i = 0; i < n; ++i) delta[i] *= sdnn_gradient(out[i], SDNN_ACT_LEAKY);
+    for (int c = 0; c < C; ++c) {
+        float s0 = 0, s1 = 0, s2 = 0;
+        for (int b = 0; b < B; ++b)
+            for (int i = 0; i < S; ++i) {
+                size_t k = (size_t)(b * C + c) * S + i;
+                s0 += delta[k];
+                s1 += delta[k] * xn[k];
+                s2 += delta[k] * (x[k] - mean[c]);
+            }
+        bu[c] = bu0[c] + s0;
+        su[c] = su0[c] + s1;
+        md[c] = (l->scales[c] * s0) * sdnn_bn_mean_delta_factor(var[c]);
+        vd[c] = (l->scales[c] * s2) * sdnn_bn_var_delta_factor(var[c]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        int c = (int)((i / S) % C);
+        delta[i] = sdnn_bn_normalize_delta(delta[i] * l->scales[c], x[i], mean[c], var[c], md[c],
+                                           vd[c], m);
+    }
+    CMP(bu, l->bias_updates, C, "batchnorm %s", "bias gradient");
+    CMP(su, l->scale_updates, C, "batchnorm %s", "scale gradient");
+    CMP(md, l->mean_delta, C, "batchnorm %s", "mean delta");
+    CMP(vd, l->variance_delta, C, "batchnorm %s", "variance delta");
+    CMP(delta, pd, n, "batchnorm %s", "input delta");
+    free(in); free(rm0); free(rv0); free(x); free(xn); free(out); free(delta); free(bu0);
+    free(su0); free(pd);
+    free_network(net);
+}
+
+/* ---- maxpool, avgpool ------------------------------------------------------------- */
+
+static void test_maxpool(int size, int stride, const char *extra)
+{
+    const char *tag = *extra ? "padded" : "";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=2\nwidth=7\nheight=6\nchannels=3\n[maxpool]\nsize=%d\nstride=%d\n%s",
+             size, stride, extra);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
+    float *in = malloc(nin * 4);
+    gt_fill(in, nin, -1, 1);
+    cpu_forward(net, 0, in, NULL);
+    sdnn_pool_geom g = {l->w, l->h, l->c, l->out_w, l->out_h, l->size, l->stride, l->pad};
+    float *out = calloc(nout, 4);
+    int *idx = malloc(nout * sizeof(int)), bad_idx = 0;
+    for (size_t o = 0; o < nout; ++o) {
+        out[o] = sdnn_maxpool_elem(in, &g, (int)o, &idx[o]);
+        bad_idx += idx[o] != l->indexes[o];
+    }
+    CMP(out, l->output, nout, "maxpool %dx%d/%d %s output", size, size, stride, tag);
+    GT_CHECK(bad_idx == 0, "maxpool %dx%d/%d: argmax indexes (%d differ)", size, size, stride,
+             bad_idx);
+    gt_fill(l->delta, nout, -1, 1);
+    float *pd = calloc(nin, 4), *mine = calloc(nin, 4);
+    cpu_backward(net, 0, in, pd);
+    for (size_t t = 0; t < nin; ++t) mine[t] = sdnn_maxpool_grad_elem(l->delta, idx, &g, (int)t);
+    CMP(mine, pd, nin, "maxpool %dx%d/%d %s input delta", size, size, stride, tag);
+    free(in); free(out); free(idx); free(pd); free(mine);
+    free_network(net);
+}
+
+static void test_avgpool(void)
+{
+    network *net = gt_parse_text("[net]\nbatch=2\nwidth=5\nheight=3\nchannels=4\n[avgpool]\n", NULL);
+    layer *l = &net->layers[0];
+    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
+    float *in = malloc(nin * 4);
+    gt_fill(in, nin, -1, 1);
+    cpu_forward(net, 0, in, NULL);
+    float *out = calloc(nout, 4);
+    int hw = l->w * l->h;
+    for (size_t o = 0; o < nout; ++o) {
+        float s = 0;
+        for (int i = 0; i < hw; ++i) s += in[o * hw + i];
+        out[o] = s / hw;
+    }
+    CMP(out, l->output, nout, "avgpool %s", "output");
+    gt_fill(l->delta, nout, -1, 1);
+    float *pd = calloc(nin, 4), *mine = calloc(nin, 4);
+    cpu_backward(net, 0, in, pd);
+    for (size_t t = 0; t < nin; ++t) mine[t] = l->delta[t / hw] / hw;
+    CMP(mine, pd, nin, "avgpool %s", "input delta");
+    free(in); free(out); free(pd); free(mine);
+    free_network(net);
+}
+
+/* ---- shortcut, upsample, route ----------------------------------------------------- */
+
+static void test_shortcut(const char *name, const char *cfg)
+{
+    network *net = gt_parse_text(cfg, NULL);
+    int i = net->n - 1;
+    layer *l = &net->layers[i], *from = &net->layers[l->index], *prev = &net->layers[i - 1];
+    size_t nout = (size_t)l->outputs * l->batch, nfrom = (size_t)from->outputs * from->batch;
+    gt_fill(from->output, nfrom, -1, 1);
+    gt_fill(prev->output, nout, -1, 1);
+    float *in = fdup(prev->output, nout);
+    cpu_forward(net, i, in, NULL);
+    sdnn_shortcut_geom g;
+    sdnn_shortcut_geom_init(&g, l->w, l->h, l->c, l->out_w, l->out_h, l->out_c);
+    float *out = fdup(in, nout);
+    size_t ne = (size_t)g.minw * g.minh * g.minc * l->batch;
+    for (size_t e = 0; e < ne; ++e) {
+        int fi, oi = sdnn_shortcut_map(&g, (int)e, &fi);
+        out[oi] = SDNN_ADD(SDNN_MUL(l->alpha, out[oi]), SDNN_MUL(l->beta, from->output[fi]));
+    }
+    for (size_t k = 0; k < nout; ++k) out[k] = sdnn_activate(out[k], act_code(l->activation));
+    CMP(out, l->output, nout, "shortcut %s output", name);
+    gt_fill(l->delta, nout, -1, 1);
+    float *delta = fdup(l->delta, nout);
+    float *pd = calloc(nout, 4), *fd0 = calloc(nfrom, 4);
+    memset(from->delta, 0, nfrom * 4);
+    cpu_backward(net, i, in, pd);
+    float *mpd = calloc(nout, 4);
+    for (size_t k = 0; k < nout; ++k) {
+        delta[k] *= sdnn_gradient(out[k], act_code(l->activation));
+        mpd[k] += l->alpha * delta[k];
+    }
+    sdnn_shortcut_geom_init(&g, l->out_w, l->out_h, l->out_c, l->w, l->h, l->c);
+    for (size_t e = 0; e < ne; ++e) {
+        int fi, oi = sdnn_shortcut_map(&g, (int)e, &fi);
+        fd0[oi] = SDNN_ADD(SDNN_MUL(1.0f, fd0[oi]), SDNN_MUL(l->beta, delta[fi]));
+    }
+    CMP(mpd, pd, nout, "shortcut %s input delta", name);
+    CMP(fd0, from->delta, nfrom, "shortcut %s source delta", name);
+    free(in); free(out); free(delta); free(pd); free(fd0); free(mpd);
+    free_network(net);
+}
+
+static void test_upsample(int stride, float scale)
+{
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=2\nwidth=3\nheight=4\nchannels=2\n[upsample]\nstride=%d\nscale=%g\n",
+             stride, scale);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t nin = (size_t)l->inputs * l->batch, nout = (size_t)l->outputs * l->batch;
+    float *in = malloc(nin * 4);
+    gt_fill(in, nin, -1, 1);
+    cpu_forward(net, 0, in, NULL);
+    float *out = calloc(nout, 4);
+    for (size_t o = 0; o < nout; ++o)
+        out[o] = l->scale * in[sdnn_upsample_src((int)o, l->w, l->h, l->c, stride)];
+    CMP(out, l->output, nout, "upsample x%d scale %g output", stride, scale);
+    gt_fill(l->delta, nout, -1, 1);
+    float *pd = calloc(nin, 4), *mine = calloc(nin, 4);
+    cpu_backward(net, 0, in, pd);
+    for (size_t o = 0; o < nout; ++o)
+        mine[sdnn_upsample_src((int)o, l->w, l->h, l->c, stride)] += l->scale * l->delta[o];
+    CMP(mine, pd, nin, "upsample x%d scale %g input delta", stride, scale);
+    free(in); free(out); free(pd); free(mine);
+    free_network(net);
+}
+
+static void test_route(void)
+{
+    const char *cfg = "[net]\nbatch=2\nwidth=4\nheight=4\nchannels=3\n"
+                      "[convolutional]\nfilters=2\nsize=1\nactivation=linear\n"
+                      "[convolutional]\nfilters=5\nsize=1\nactivation=linear\n"
+                      "[route]\nlayers=-1,-2\n";
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[2];
+    for (int j = 0; j < 2; ++j)
+        gt_fill(net->layers[j].output, (size_t)net->layers[j].outputs * l->batch, -1, 1);
+    cpu_forward(net, 2, net->layers[1].output, NULL);
+    size_t nout = (size_t)l->outputs * l->batch;
+    float *out = calloc(nout, 4);
+    size_t off = 0;
+    for (int j = 0; j < l->n; ++j) {
+        layer *f = &net->layers[l->input_layers[j]];
+        for (int b = 0; b < l->batch; ++b)
+            memcpy(out + (size_t)b * l->outputs + off, f->output + (size_t)b * l->input_sizes[j],
+                   (size_t)l->input_sizes[j] * 4);
+        off += (size_t)l->input_sizes[j];
+    }
+    CMP(out, l->output, nout, "route %s", "output");
+    free(out);
+    free_network(net);
+}
+
+/* ---- losses, dropout ---------------------------------------------------------------- */
+
+static void test_softmax(int groups, float temp)
+{
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=3\nwidth=1\nheight=1\nchannels=12\n[softmax]\ngroups=%d\ntemperature=%g\n",
+             groups, temp);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t n = (size_t)l->inputs * l->batch;
+    float *in = malloc(n * 4), *truth = calloc(n, 4);
+    gt_fill(in, n, -3, 3);
+    for (int b = 0; b < l->batch; ++b) truth[b * l->inputs + (b * 5) % l->inputs] = 1;
+    cpu_forward(net, 0, in, truth);
+    float *out = calloc(n, 4), *delta = malloc(n * 4);
+    int per = l->inputs / groups;
+    for (int r = 0; r < l->batch * groups; ++r) {
+        const float *x = in + (size_t)(r / groups) * l->inputs + (size_t)(r % groups) * per;
+        float *y = out + (size_t)(r / groups) * l->inputs + (size_t)(r % groups) * per;
+        float largest = -FLT_MAX, sum = 0;
+        for (int i = 0; i < per; ++i) largest = x[i] > largest ? x[i] : largest;
+        for (int i = 0; i < per; ++i) sum += (y[i] = expf(x[i] / temp - largest / temp));
+        for (int i = 0; i < per; ++i) y[i] /= sum;
+    }
+    float cost = 0;
+    for (size_t i = 0; i < n; ++i) {
+        cost += truth[i] != 0 ? -logf(out[i]) : 0.0f;
+        delta[i] = truth[i] - out[i];
+    }
+    CMP(out, l->output, n, "softmax groups=%d temperature=%g output", groups, temp);
+    CMP(delta, l->delta, n, "softmax groups=%d temperature=%g delta", groups, temp);
+    GT_CHECK(fabsf(cost - l->cost[0]) <= 1e-5f * fabsf(l->cost[0]) + 1e-6f,
+             "softmax cost %g vs %g", cost, l->cost[0]);
+    free(in); free(truth); free(out); free(delta);
+    free_network(net);
+}
+
+static void test_cost(const char *type, int ours)
+{
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=2\nwidth=1\nheight=1\nchannels=9\n[cost]\ntype=%s\nscale=0.7\n", type);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t n = (size_t)l->inputs * l->batch;
+    float *in = malloc(n * 4), *truth = malloc(n * 4);
+    gt_fill(in, n, -2, 2);
+    gt_fill(truth, n, -2, 2);
+    float *in0 = fdup(in, n);
+    cpu_forward(net, 0, in, truth);
+    float *err = malloc(n * 4), *delta = malloc(n * 4), cost = 0;
+    for (size_t i = 0; i < n; ++i) {
+        err[i] = sdnn_cost_elem(ours, in0[i], truth[i], &delta[i]);
+        cost += err[i];
+    }
+    CMP(err, l->output, n, "cost %s error", type);
+    CMP(delta, l->delta, n, "cost %s delta", type);
+    GT_CHECK(fabsf(cost - l->cost[0]) <= 1e-5f * fabsf(l->cost[0]), "cost %s sum %g vs %g", type,
+             cost, l->cost[0]);
+    float *pd = calloc(n, 4), *mine = calloc(n, 4);
+    cpu_backward(net, 0, in, pd);
+    for (size_t i = 0; i < n; ++i) mine[i] = l->scale * delta[i];
+    CMP(mine, pd, n, "cost %s input delta", type);
+    free(in); free(truth); free(in0); free(err); free(delta); free(pd); free(mine);
+    free_network(net);
+}
+
+static void test_dropout(void)
+{
+    const char *cfg = "[net]\nbatch=2\nwidth=4\nheight=4\nchannels=2\n"
+                      "[convolutional]\nfilters=3\nsize=1\nactivation=linear\n"
+                      "[dropout]\nprobability=0.3\n";
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[1], *p = &net->layers[0];
+    size_t n = (size_t)l->inputs * l->batch;
+    gt_fill(p->output, n, -1, 1);
+    float *in0 = fdup(p->output, n);
+    cpu_forward(net, 1, p->output, NULL);
+    GT_CHECK(l->output == p->output && l->delta == p->delta,
+             "dropout aliases the previous layer's output and delta");
+    float *out = calloc(n, 4);
+    for (size_t i = 0; i < n; ++i) out[i] = l->rand[i] < l->probability ? 0 : in0[i] * l->scale;
+    CMP(out, p->output, n, "dropout %s", "output (CPU draws)");
+    gt_fill(p->delta, n, -1, 1);
+    float *d0 = fdup(p->delta, n);
+    cpu_backward(net, 1, p->output, p->delta);
+    for (size_t i = 0; i < n; ++i) out[i] = l->rand[i] < l->probability ? 0 : d0[i] * l->scale;
+    CMP(out, p->delta, n, "dropout %s", "delta");
+    free(in0); free(out); free(d0);
+    free_network(net);
+}
+
+/* ---- update --------------------------------------------------------------------------- */
+
+static void test_update(void)
+{
+    const char *cfg = "[net]\nbatch=4\nsubdivisions=2\nwidth=3\nheight=3\nchannels=2\n"
+                      "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+                      "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=leaky\n"
+                      "[connected]\noutput=5\nbatch_normalize=1\nactivation=linear\n";
+    network *net = gt_parse_text(cfg, NULL);
+    gt_randomize(net, 5);
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        size_t nw = l->type == CONNECTED ? (size_t)l->inputs * l->outputs : (size_t)l->nweights;
+        size_t nb = l->type == CONNECTED ? (size_t)l->outputs : (size_t)l->n;
+        gt_fill(l->weight_updates, nw, -1, 1);
+        gt_fill(l->bias_updates, nb, -1, 1);
+        gt_fill(l->scale_updates, nb, -1, 1);
+        float *w = fdup(l->weights, nw), *u = fdup(l->weight_updates, nw);
+        float *b = fdup(l->biases, nb), *bu = fdup(l->bias_updates, nb);
+        float *s = fdup(l->scales, nb), *su = fdup(l->scale_updates, nb);
+        update_args a;
+        memset(&a, 0, sizeof a);
+        a.batch = net->batch * net->subdivisions;
+        a.learning_rate = net->learning_rate;
+        a.momentum = net->momentum;
+        a.decay = net->decay;
+        l->update(*l, a);
+        float lr = a.learning_rate * l->learning_rate_scale, rate = lr / a.batch;
+        float decay = -a.decay * a.batch;
+        for (size_t k = 0; k < nw; ++k) sdnn_sgd_elem(&w[k], &u[k], decay, rate, a.momentum);
+        for (size_t k = 0; k < nb; ++k) {
+            sdnn_sgd_elem(&b[k], &bu[k], 0, rate, a.momentum);
+            sdnn_sgd_elem(&s[k], &su[k], 0, rate, a.momentum);
+        }
+        size_t diff = gt_bytes_differ(w, l->weights, nw * 4) + gt_bytes_differ(u, l->weight_updates, nw * 4) +
+                      gt_bytes_differ(b, l->biases, nb * 4) + gt_bytes_differ(bu, l->bias_updates, nb * 4) +
+                      gt_bytes_differ(s, l->scales, nb * 4) + gt_bytes_differ(su, l->scale_updates, nb * 4);
+        CMP(w, l->weights, nw, "update layer %d weights", i);
+        CMP(u, l->weight_updates, nw, "update layer %d weight momentum", i);
+        CMP(s, l->scales, nb, "update layer %d scales", i);
+        printf("    update layer %d: %zu bytes differ from libdarknet (rounding of its axpy)\n", i,
+               diff);
+        free(w); free(u); free(b); free(bu); free(s); free(su);
+    }
+    free_network(net);
+}
+
+int main(void)
+{
+    argv0_ = "formulas";
+    test_activations();
+    test_batchnorm();
+    test_maxpool(2, 2, "");
+    test_maxpool(2, 1, "");
+    test_maxpool(3, 2, "");
+    test_maxpool(3, 1, "padding=2\n");
+    test_avgpool();
+    test_shortcut("same shape",
+                  "[net]\nbatch=2\nwidth=4\nheight=4\nchannels=3\n"
+                  "[convolutional]\nfilters=3\nsize=1\nactivation=linear\n"
+                  "[convolutional]\nfilters=3\nsize=1\nactivation=linear\n"
+                  "[shortcut]\nfrom=-2\nactivation=leaky\nalpha=0.5\nbeta=2\n");
+    test_shortcut("larger source",
+                  "[net]\nbatch=2\nwidth=8\nheight=8\nchannels=3\n"
+                  "[convolutional]\nfilters=4\nsize=1\nactivation=linear\n"
+                  "[maxpool]\nsize=2\nstride=2\n"
+                  "[convolutional]\nfilters=6\nsize=1\nactivation=linear\n"
+                  "[shortcut]\nfrom=0\nactivation=linear\n");
+    test_shortcut("smaller source",
+                  "[net]\nbatch=2\nwidth=8\nheight=8\nchannels=3\n"
+                  "[maxpool]\nsize=2\nstride=2\n"
+                  "[convolutional]\nfilters=5\nsize=1\nactivation=linear\n"
+                  "[upsample]\nstride=2\n"
+                  "[shortcut]\nfrom=1\nactivation=relu\n");
+    test_upsample(2, 1);
+    test_upsample(3, 0.5f);
+    test_route();
+    test_softmax(1, 1);
+    test_softmax(3, 0.5f);
+    test_cost("sse", SDNN_COST_SSE);
+    test_cost("L1", SDNN_COST_L1);
+    test_cost("smooth", SDNN_COST_SMOOTH);
+    test_dropout();
+    test_update();
+    return gt_summary("formulas");
+}

@@ -1,0 +1,448 @@
+/*
+ * layers: every device layer against libdarknet's CPU layer, forward and
+ * backward, on random inputs (DESIGN §5: ||gpu - cpu|| / ||cpu|| < 1e-4 in
+ * fp32), then Darknet's update.  Needs a CUDA device.
+ *
+ *   layers [CFG ...]      default: a zoo of every kind, the shipped cfgs
+ *                         and Debian's yolov3-tiny, yolov2-tiny and cifar
+ *                         (SDNN_DEBIAN_CFG names their folder)
+ *
+ * Each layer is checked alone: the CPU reference runs the network layer by
+ * layer; before the device runs layer i, it receives the tensors the CPU
+ * layer saw (every earlier output, the truth, the deltas accumulated so
+ * far, the update buffers), so errors never carry from one layer to the
+ * next.  The device keeps its own forward state (batch-norm statistics,
+ * maxpool indexes) from its own forward pass; dropout's draws are the one
+ * exception: the device's own draws are checked in forward, the CPU's are
+ * given to it for backward.
+ *
+ * The region layer's backward follows Darknet's GPU build (logistic
+ * gradient of x, y and objectness, then into the previous delta); Debian's
+ * CPU build leaves its backward empty, so that check uses the formula.
+ */
+#include "dev.h"
+#include "engine.h"
+#include "gpu_test.h"
+#include "ops.h"
+
+#define TOL 1e-4
+
+typedef struct ref {
+    network *cpu, *dev;           /* reference and the engine's host network */
+    sdnn_gpu_net *g;
+    float *x, *y;                 /* the batch */
+} ref;
+
+static size_t outs(const layer *l) { return (size_t)l->outputs * l->batch; }
+
+static size_t nweights(const layer *l)
+{
+    return l->type == CONNECTED ? (size_t)l->inputs * l->outputs
+                                : l->type == CONVOLUTIONAL ? (size_t)l->nweights : 0;
+}
+
+static size_t nbiases(const layer *l)
+{
+    return l->type == CONNECTED ? (size_t)l->outputs : l->type == CONVOLUTIONAL ? (size_t)l->n : 0;
+}
+
+static const char *kind(const layer *l)
+{
+    switch (l->type) {
+    case CONVOLUTIONAL: return "conv";
+    case CONNECTED: return "connected";
+    case MAXPOOL: return "maxpool";
+    case AVGPOOL: return "avgpool";
+    case ROUTE: return "route";
+    case SHORTCUT: return "shortcut";
+    case UPSAMPLE: return "upsample";
+    case SOFTMAX: return "softmax";
+    case COST: return "cost";
+    case DROPOUT: return "dropout";
+    case YOLO: return "yolo";
+    case REGION: return "region";
+    default: return "other";
+    }
+}
+
+/* Device tensor vs host values. */
+static double dev_err(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host, size_t n)
+{
+    float *tmp = malloc(n * sizeof *tmp);
+    if (sdnn_gpu_net_get(g, i, t, tmp) != SDNN_OK) {
+        free(tmp);
+        printf("    get tensor %d of layer %d failed: %s\n", (int)t, i, sdnn_last_error());
+        return 1e30;
+    }
+    double e = gt_relerr(tmp, host, n);
+    free(tmp);
+    return e;
+}
+
+static int set_t(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host)
+{
+    sdnn_status s = sdnn_gpu_net_set(g, i, t, host);
+    if (s != SDNN_OK) printf("    set tensor %d of layer %d: %s\n", (int)t, i, sdnn_last_error());
+    return s == SDNN_OK;
+}
+
+static void cpu_forward(network *net, int i, float *input, float *truth)
+{
+    layer *l = &net->layers[i];
+    if (l->delta) memset(l->delta, 0, outs(l) * sizeof(float));
+    network n = *net;
+    n.input = input;
+    n.truth = truth;
+    n.train = 1;
+    n.index = i;
+    l->forward(*l, n);
+}
+
+static void cpu_backward(network *net, int i, float *input, float *delta)
+{
+    layer *l = &net->layers[i];
+    network n = *net;
+    n.input = input;
+    n.delta = delta;
+    n.train = 1;
+    n.index = i;
+    l->backward(*l, n);
+}
+
+static float *fdup(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    if (n) memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* Push every CPU output of layers < i (layer i-1's as it was before layer
+ * i ran: dropout and masked cost change their input in place). */
+static int push_inputs(ref *R, int i, const float *prev_before)
+{
+    network *net = R->cpu;
+    if (!set_t(R->g, 0, SDNN_GT_INPUT, R->x)) return 0;
+    if (!set_t(R->g, 0, SDNN_GT_TRUTH, R->y)) return 0;
+    for (int j = 0; j < i; ++j) {
+        const float *src = j == i - 1 && prev_before ? prev_before : net->layers[j].output;
+        if (!set_t(R->g, j, SDNN_GT_OUTPUT, src)) return 0;
+    }
+    return 1;
+}
+
+static void check_forward(ref *R, int i)
+{
+    network *net = R->cpu;
+    layer *l = &net->layers[i];
+    float *input = i == 0 ? R->x : net->layers[i - 1].output;
+    size_t nin = (size_t)l->inputs * l->batch;
+    float *prev_before = fdup(input, nin);
+    float *rm0 = NULL, *rv0 = NULL;
+    if (l->batch_normalize) {
+        rm0 = fdup(l->rolling_mean, nbiases(l));
+        rv0 = fdup(l->rolling_variance, nbiases(l));
+    }
+    cpu_forward(net, i, input, R->y);
+    if (!push_inputs(R, i, prev_before)) {
+        GT_CHECK(0, "layer %d: pushing inputs", i);
+        goto out;
+    }
+    if (l->batch_normalize) {
+        set_t(R->g, i, SDNN_GT_ROLLING_MEAN, rm0);
+        set_t(R->g, i, SDNN_GT_ROLLING_VARIANCE, rv0);
+    }
+    memcpy(R->dev->truth, R->y, (size_t)net->truths * net->batch * sizeof(float));
+    sdnn_status s = sdnn_gpu_net_layer_forward(R->g, i, 1);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "layer %d (%s) forward: %s", i, kind(l), sdnn_last_error());
+        goto out;
+    }
+    double e;
+    if (l->type == DROPOUT) {
+        /* The device's own draws: out = r < p ? 0 : in * scale. */
+        float *rnd = malloc(nin * sizeof *rnd), *want = malloc(nin * sizeof *want);
+        sdnn_gpu_net_get(R->g, i, SDNN_GT_RAND, rnd);
+        size_t dropped = 0;
+        for (size_t k = 0; k < nin; ++k) {
+            want[k] = rnd[k] < l->probability ? 0 : prev_before[k] * l->scale;
+            dropped += rnd[k] < l->probability;
+        }
+        e = dev_err(R->g, i, SDNN_GT_OUTPUT, want, nin);
+        double frac = (double)dropped / (double)nin;
+        GT_CHECK(e < TOL && fabs(frac - l->probability) < 0.05 + 3.0 / sqrt((double)nin),
+                 "layer %2d %-9s forward: rel err %.2e, dropped %.3f (p = %.2f)", i, kind(l), e,
+                 frac, l->probability);
+        free(rnd);
+        free(want);
+    } else {
+        e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
+        GT_CHECK(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
+    }
+    if (l->batch_normalize) {
+        double em = dev_err(R->g, i, SDNN_GT_ROLLING_MEAN, l->rolling_mean, nbiases(l));
+        double ev = dev_err(R->g, i, SDNN_GT_ROLLING_VARIANCE, l->rolling_variance, nbiases(l));
+        GT_CHECK(em < TOL && ev < TOL, "layer %2d %-9s running mean %.2e, variance %.2e", i,
+                 kind(l), em, ev);
+    }
+    if (l->cost) {
+        float dc = sdnn_gpu_net_layer_cost(R->g, i);
+        double ec = fabs((double)dc - l->cost[0]) / fmax(fabs(l->cost[0]), 1e-6);
+        GT_CHECK(ec < TOL, "layer %2d %-9s cost %g vs %g", i, kind(l), dc, l->cost[0]);
+        if (l->type == YOLO || l->type == REGION || l->type == SOFTMAX || l->type == COST) {
+            double ed = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
+            GT_CHECK(ed < TOL, "layer %2d %-9s loss delta: rel err %.2e", i, kind(l), ed);
+        }
+    }
+out:
+    free(prev_before);
+    free(rm0);
+    free(rv0);
+}
+
+/* Region backward as Darknet's GPU build: logistic gradient, then +=. */
+static void region_expected(const layer *l, const float *delta, float *prev)
+{
+    int wh = l->w * l->h, per = l->coords + l->classes + 1;
+    for (size_t k = 0; k < outs(l); ++k) {
+        int r = (int)(k % (size_t)l->outputs);
+        int e = (r / wh) % per;
+        int logistic = e < 2 || (l->coords > 4 && e >= 4 && e < l->coords) ||
+                       (e == l->coords && !l->background);
+        float d = delta[k];
+        if (logistic) d *= (1 - l->output[k]) * l->output[k];
+        prev[k] += d;
+    }
+}
+
+static void check_backward(ref *R, int i)
+{
+    network *net = R->cpu;
+    layer *l = &net->layers[i];
+    int n = net->n;
+    float **before = calloc((size_t)n, sizeof *before);
+    for (int j = 0; j < n; ++j) before[j] = fdup(net->layers[j].delta, outs(&net->layers[j]));
+    size_t nw = nweights(l), nb = nbiases(l);
+    float *wu = fdup(l->weight_updates, nw), *bu = fdup(l->bias_updates, nb);
+    float *su = l->batch_normalize ? fdup(l->scale_updates, nb) : NULL;
+    float *input = i == 0 ? R->x : net->layers[i - 1].output;
+    cpu_backward(net, i, input, i == 0 ? NULL : net->layers[i - 1].delta);
+    if (l->type == REGION) region_expected(l, before[i], net->layers[i - 1].delta);
+
+    int ok = push_inputs(R, i, NULL);
+    for (int j = 0; ok && j < n; ++j) ok = set_t(R->g, j, SDNN_GT_DELTA, before[j]);
+    /* the layer's own output (activation gradient) as the CPU had it */
+    if (ok) ok = set_t(R->g, i, SDNN_GT_OUTPUT, l->output);
+    if (ok && nw) {
+        ok = set_t(R->g, i, SDNN_GT_WEIGHT_UPDATES, wu) && set_t(R->g, i, SDNN_GT_BIAS_UPDATES, bu);
+        if (ok && su) ok = set_t(R->g, i, SDNN_GT_SCALE_UPDATES, su);
+    }
+    if (ok && l->type == DROPOUT) ok = set_t(R->g, i, SDNN_GT_RAND, l->rand);
+    if (!ok) {
+        GT_CHECK(0, "layer %d: pushing backward state", i);
+        goto out;
+    }
+    sdnn_status s = sdnn_gpu_net_layer_backward(R->g, i);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "layer %d (%s) backward: %s", i, kind(l), sdnn_last_error());
+        goto out;
+    }
+    double worst = 0;
+    int worst_j = -1;
+    for (int j = 0; j < i; ++j) {
+        layer *lj = &net->layers[j];
+        double e = dev_err(R->g, j, SDNN_GT_DELTA, lj->delta, outs(lj));
+        if (e > worst) worst = e, worst_j = j;
+    }
+    if (l->type != DROPOUT) {
+        /* this layer's delta after its own backward (activation, batch norm) */
+        double e = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
+        if (e > worst) worst = e, worst_j = i;
+    }
+    GT_CHECK(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
+             kind(l), worst, worst_j);
+    if (nw) {
+        double ew = dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw);
+        double eb = dev_err(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb);
+        double es = su ? dev_err(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb) : 0;
+        GT_CHECK(ew < TOL && eb < TOL && es < TOL,
+                 "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
+                 ew, eb, es);
+    }
+out:
+    for (int j = 0; j < n; ++j) free(before[j]);
+    free(before);
+    free(wu);
+    free(bu);
+    free(su);
+}
+
+static void check_update(ref *R)
+{
+    network *net = R->cpu;
+    /* Past burn-in, so the rate is not 0 and the weights move. */
+    *net->seen = (size_t)1000 * net->batch * net->subdivisions;
+    gt_copy_net(R->dev, net);
+    sdnn_status s = sdnn_gpu_net_push(R->g);
+    if (s == SDNN_OK) s = sdnn_gpu_net_update(R->g);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "update: %s", sdnn_last_error());
+        return;
+    }
+    update_network(net);
+    double worst = 0;
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        size_t nw = nweights(l), nb = nbiases(l);
+        if (!nw) continue;
+        double e[5] = {dev_err(R->g, i, SDNN_GT_WEIGHTS, l->weights, nw),
+                       dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw),
+                       dev_err(R->g, i, SDNN_GT_BIASES, l->biases, nb),
+                       dev_err(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb),
+                       l->batch_normalize ? dev_err(R->g, i, SDNN_GT_SCALES, l->scales, nb) : 0};
+        for (int k = 0; k < 5; ++k)
+            if (e[k] > worst) worst = e[k];
+    }
+    GT_CHECK(worst < 1e-6, "update (momentum, decay, batch scaling): worst rel err %.2e", worst);
+}
+
+/* Inputs and truths that suit the network's last layers. */
+static void make_data(ref *R, uint64_t seed)
+{
+    network *net = R->cpu;
+    size_t nin = (size_t)net->inputs * net->batch, ntr = (size_t)net->truths * net->batch;
+    R->x = calloc(nin, sizeof(float));
+    R->y = calloc(ntr ? ntr : 1, sizeof(float));
+    layer *last = &net->layers[net->n - 1];
+    int detection = 0, classes = 1;
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].type == YOLO || net->layers[i].type == REGION) {
+            detection = 1;
+            classes = net->layers[i].classes;
+        }
+    if (detection) {
+        data d = gt_detection_data(net->batch, net->w, net->h, net->c, net->truths, classes, seed);
+        for (int r = 0; r < net->batch; ++r) {
+            memcpy(R->x + (size_t)r * net->inputs, d.X.vals[r], (size_t)net->inputs * 4);
+            memcpy(R->y + (size_t)r * net->truths, d.y.vals[r], (size_t)net->truths * 4);
+        }
+        free_data(d);
+    } else {
+        gt_seed(seed);
+        gt_fill(R->x, nin, 0, 1);
+        if (last->type == COST && last->cost_type != SSE) gt_fill(R->y, ntr, -1, 1);
+        else
+            for (int r = 0; r < net->batch; ++r)
+                R->y[(size_t)r * net->truths + gt_next() % (uint64_t)net->truths] = 1;
+    }
+}
+
+static void run(const char *name, const char *text, const char *set, sdnn_gpu_vdev *vd)
+{
+    printf("%s\n", name);
+    ref R;
+    memset(&R, 0, sizeof R);
+    R.cpu = gt_parse_text(text, set);
+    R.dev = gt_parse_text(text, set);
+    if (!R.cpu || !R.dev) {
+        GT_CHECK(0, "%s: parse", name);
+        return;
+    }
+    gt_randomize(R.cpu, 42);
+    gt_copy_net(R.dev, R.cpu);
+    sdnn_status s = sdnn_gpu_net_create(R.dev, vd, &R.g);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "%s: gpu net: %s", name, sdnn_last_error());
+        return;
+    }
+    make_data(&R, 7);
+    for (int i = 0; i < R.cpu->n; ++i) check_forward(&R, i);
+    for (int i = R.cpu->n - 1; i >= 0; --i) {
+        if (R.cpu->layers[i].stopbackward) break;
+        check_backward(&R, i);
+    }
+    check_update(&R);
+    sdnn_gpu_net_destroy(R.g);
+    free(R.x);
+    free(R.y);
+    free_network(R.cpu);
+    free_network(R.dev);
+}
+
+static const char *zoo =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=16\nheight=16\nchannels=3\n"
+    "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[maxpool]\nsize=2\nstride=2\n"
+    "[convolutional]\nfilters=12\ngroups=2\nsize=3\nstride=1\npad=1\nactivation=linear\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\nactivation=relu\n"
+    "[shortcut]\nfrom=-3\nactivation=leaky\nalpha=0.5\nbeta=1.5\n"
+    "[upsample]\nstride=2\n"
+    "[route]\nlayers=-1,0\n"
+    "[maxpool]\nsize=2\nstride=1\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=2\npad=1\nactivation=logistic\n"
+    "[avgpool]\n"
+    "[connected]\noutput=20\nbatch_normalize=1\nactivation=leaky\n"
+    "[dropout]\nprobability=0.25\n"
+    "[connected]\noutput=10\nactivation=linear\n"
+    "[softmax]\n"
+    "[cost]\ntype=sse\n";
+
+static const char *regress =
+    "[net]\nbatch=3\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
+    "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=tanh\n"
+    "[connected]\noutput=7\nactivation=elu\n"
+    "[cost]\ntype=smooth\nscale=0.5\n";
+
+static const char *regress_l1 =
+    "[net]\nbatch=3\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=2\npad=1\nactivation=relie\n"
+    "[connected]\noutput=7\nactivation=linear\n"
+    "[cost]\ntype=L1\n";
+
+int main(int argc, char **argv)
+{
+    argv0_ = "layers";
+    sdnn_gpu_vdev *vd = NULL;
+    GT_OK(sdnn_gpu_vdev_open(NULL, &vd));
+    if (argc > 1) {
+        for (int i = 1; i < argc; ++i) {
+            char *t = gt_read_file(argv[i]);
+            if (!t) {
+                GT_CHECK(0, "%s: cannot read", argv[i]);
+                continue;
+            }
+            run(argv[i], t, "batch=2\nsubdivisions=1\n", vd);
+            free(t);
+        }
+    } else {
+        run("zoo (every kind)", zoo, NULL, vd);
+        run("regression (smooth L1)", regress, NULL, vd);
+        run("regression (L1)", regress_l1, NULL, vd);
+        const char *dir = getenv("SDNN_DEBIAN_CFG");
+        if (!dir || !*dir) dir = "/usr/share/darknet/cfg";
+        struct {
+            const char *path, *set;
+        } files[] = {
+            {"cfg/shapes.cfg", "batch=2\nsubdivisions=1\n"},
+            {"cfg/fmnist.cfg", "batch=4\nsubdivisions=1\n"},
+            {"yolov3-tiny.cfg", "batch=2\nsubdivisions=1\nwidth=160\nheight=160\n"},
+            {"yolov2-tiny.cfg", "batch=2\nsubdivisions=1\nwidth=160\nheight=160\n"},
+            {"cifar.cfg", "batch=4\nsubdivisions=1\n"},
+        };
+        for (size_t k = 0; k < sizeof files / sizeof files[0]; ++k) {
+            char path[512];
+            if (strncmp(files[k].path, "cfg/", 4) == 0) snprintf(path, sizeof path, "%s", files[k].path);
+            else snprintf(path, sizeof path, "%s/%s", dir, files[k].path);
+            char *t = gt_read_file(path);
+            if (!t) {
+                GT_CHECK(0, "%s: cannot read", path);
+                continue;
+            }
+            run(path, t, files[k].set, vd);
+            free(t);
+        }
+    }
+    sdnn_gpu_vdev_close(vd);
+    return gt_summary("layers");
+}

@@ -1,0 +1,98 @@
+#!/bin/sh
+# tests/gpu/run.sh — the GPU suite, for a machine with a CUDA device.
+#
+#   sh tests/gpu/run.sh             build (make GPU=1 ... gpu-tests) and run
+#   sh tests/gpu/run.sh --prepare   where Debian's darknet is installed:
+#                                   copy libdarknet.so, darknet.h and the
+#                                   Debian cfgs the tests use into
+#                                   tests/gpu/bundle, for a GPU machine
+#                                   without Debian packages
+#   sh tests/gpu/run.sh --no-build  run what build/gpu already holds
+#
+# Run from the repository root.  Self-checking: every program counts its
+# failed checks and exits non-zero on any; this script exits with the
+# number of programs that failed (0 = all passed).  Logs go to $OUT (when
+# set, as on the lent GPU machine) or build/gpu/logs.
+#
+#   probe     the engine loads, finds the device, every layer of the
+#             shipped and Debian cfgs is one it runs
+#   formulas  ops.h against libdarknet's CPU layers (host only)
+#   codecs    device codecs = host codecs byte for byte, within bounds;
+#             device ring = host local backend bit for bit (2..4 ranks)
+#   comm      nccl (world 1) = device backend = local, plain and coded
+#   layers    every device layer vs libdarknet, fwd + bwd, rel err < 1e-4,
+#             and Darknet's update; zoo, shapes, fmnist, yolov3-tiny,
+#             yolov2-tiny, cifar
+#   train     20 steps of the shapes detector vs train_network, 10 of
+#             fmnist; a 1-replica group = the single net bit for bit
+#   vrep      2 virtual replicas x batch 4 = 1 x batch 8 (rel < 1e-4),
+#             overlap/split/codec/stock variants
+set -u
+. tests/gpu/env.sh
+
+case "${1:-}" in
+--prepare) sdnn_gpu_prepare; exit $? ;;
+esac
+
+sdnn_gpu_env || exit 100
+LOGS=${OUT:-$SDNN_ROOT/build/gpu/logs}
+mkdir -p "$LOGS"
+{
+    echo "== machine"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3
+    "$SDNN_CUDA_HOME/bin/nvcc" --version | tail -2
+    echo "darknet: $SDNN_DARKNET_HOME  cuDNN: $SDNN_CUDNN_HOME  NCCL: $SDNN_NCCL_HOME"
+} 2>&1 | tee "$LOGS/gpu-env.txt"
+
+if [ "${1:-}" != "--no-build" ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    if ! make -j"$(nproc)" $SDNN_MAKE_ARGS GPU_ARCH="$SDNN_ARCH" gpu-tests >"$LOGS/gpu-build.log" 2>&1; then
+        tail -40 "$LOGS/gpu-build.log"
+        echo "tests/gpu/run.sh: the GPU build failed (log: $LOGS/gpu-build.log)"
+        exit 101
+    fi
+    echo "build: $(( $(date +%s) - start )) s"
+fi
+
+BIN=build/gpu/tests/gpu
+failed=0
+summary=""
+# At most a few files under $OUT (the lent machine returns 8): every
+# program's output goes to one log, its stderr (Darknet's layer tables and
+# YOLO status lines) to another.
+LOG=$LOGS/gpu-tests.log
+ERR=$LOGS/gpu-tests.err
+: >"$LOG"
+: >"$ERR"
+run() {  # name timeout args...
+    name=$1; limit=$2; shift 2
+    start=$(date +%s)
+    echo "==== $name" >>"$LOG"
+    echo "==== $name" >>"$ERR"
+    timeout "$limit" "$BIN/$name" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
+    rc=$?
+    cat "$LOGS/.cur.log" >>"$LOG"
+    secs=$(( $(date +%s) - start ))
+    grep -E "FAIL|passed" "$LOGS/.cur.log" | tail -25
+    if [ $rc -ne 0 ]; then
+        failed=$((failed + 1))
+        [ $rc -eq 124 ] && echo "$name: timed out after $limit s"
+        summary="$summary $name:FAILED($rc,${secs}s)"
+    else
+        summary="$summary $name:ok(${secs}s)"
+    fi
+    rm -f "$LOGS/.cur.log"
+}
+
+export SDNN_DEBIAN_CFG
+run probe 60 --expect-device
+run formulas 60
+run codecs 240
+run comm 120
+run layers 300
+run train 240
+run vrep 180
+echo "tests/gpu:$summary" | tee -a "$LOG"
+echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
+exit $failed

@@ -1,0 +1,161 @@
+/*
+ * train: whole training steps on one device against libdarknet's CPU
+ * training (Darknet's train_network; the CPU trainer with one replica is
+ * bit-identical to it, DESIGN §5).  Needs a CUDA device.
+ *
+ *   shapes detector  20 steps, batch 8 in 2 subdivisions, detection
+ *                    batches made in memory: every step's loss within
+ *                    1e-3 (relative) of the CPU's, and every parameter
+ *                    within 1e-3 after the 20 steps
+ *   fmnist           10 steps of the classifier: the same
+ *   world of one     a group of 1 replica (scalednn mode, preload ring)
+ *                    equals sdnn_gpu_net_train bit for bit
+ */
+#include "dev.h"
+#include "engine.h"
+#include "gpu_test.h"
+
+#define LOSS_TOL 1e-3
+#define PARAM_TOL 1e-3
+
+static double param_err(network *a, network *b, int *worst_layer)
+{
+    double worst = 0;
+    *worst_layer = -1;
+    for (int i = 0; i < a->n; ++i) {
+        layer *x = &a->layers[i], *y = &b->layers[i];
+        if (x->type != CONVOLUTIONAL && x->type != CONNECTED) continue;
+        size_t nw = x->type == CONNECTED ? (size_t)x->inputs * x->outputs : (size_t)x->nweights;
+        size_t nb = x->type == CONNECTED ? (size_t)x->outputs : (size_t)x->n;
+        double e = gt_relerr(x->weights, y->weights, nw);
+        double eb = gt_relerr(x->biases, y->biases, nb);
+        if (eb > e) e = eb;
+        if (x->batch_normalize) {
+            double es = gt_relerr(x->scales, y->scales, nb);
+            double em = gt_relerr(x->rolling_mean, y->rolling_mean, nb);
+            double ev = gt_relerr(x->rolling_variance, y->rolling_variance, nb);
+            if (es > e) e = es;
+            if (em > e) e = em;
+            if (ev > e) e = ev;
+        }
+        if (e > worst) worst = e, *worst_layer = i;
+    }
+    return worst;
+}
+
+static data make_batch(network *net, int rows, int detection, uint64_t seed)
+{
+    if (detection) {
+        int classes = 1;
+        for (int i = 0; i < net->n; ++i)
+            if (net->layers[i].type == YOLO) classes = net->layers[i].classes;
+        return gt_detection_data(rows, net->w, net->h, net->c, net->truths, classes, seed);
+    }
+    return gt_class_data(rows, net->inputs, net->truths, seed);
+}
+
+static void versus_cpu(const char *name, const char *cfg, const char *set, int steps,
+                       int detection, sdnn_gpu_vdev *vd)
+{
+    network *cpu = gt_parse_file(cfg, set), *dev = gt_parse_file(cfg, set);
+    if (!cpu || !dev) {
+        GT_CHECK(0, "%s: cannot parse %s", name, cfg);
+        return;
+    }
+    gt_copy_net(dev, cpu);
+    sdnn_gpu_net *g = NULL;
+    sdnn_status s = sdnn_gpu_net_create(dev, vd, &g);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "%s: gpu net: %s", name, sdnn_last_error());
+        return;
+    }
+    int rows = cpu->batch * cpu->subdivisions;
+    double worst_loss = 0;
+    for (int step = 0; step < steps; ++step) {
+        data d = make_batch(cpu, rows, detection, 1000 + (uint64_t)step);
+        float lc = train_network(cpu, d);
+        float lg = 0;
+        s = sdnn_gpu_net_train(g, d, &lg);
+        free_data(d);
+        if (s != SDNN_OK) {
+            GT_CHECK(0, "%s step %d: %s", name, step, sdnn_last_error());
+            break;
+        }
+        double e = fabs((double)lg - lc) / fmax(fabs(lc), 1e-6);
+        if (e > worst_loss) worst_loss = e;
+        printf("    %s step %2d: loss cpu %.6f gpu %.6f (rel %.1e)\n", name, step, lc, lg, e);
+    }
+    GT_CHECK(worst_loss < LOSS_TOL, "%s: %d steps, worst loss difference %.2e", name, steps,
+             worst_loss);
+    GT_CHECK(*cpu->seen == *dev->seen, "%s: seen %zu vs %zu", name, *cpu->seen, *dev->seen);
+    s = sdnn_gpu_net_pull(g);
+    GT_CHECK(s == SDNN_OK, "%s: pull: %s", name, s ? sdnn_last_error() : "ok");
+    int wl;
+    double pe = param_err(dev, cpu, &wl);
+    GT_CHECK(pe < PARAM_TOL, "%s: parameters and running statistics after %d steps: worst rel "
+             "err %.2e (layer %d)", name, steps, pe, wl);
+    sdnn_gpu_net_destroy(g);
+    free_network(cpu);
+    free_network(dev);
+}
+
+static void world_of_one(sdnn_gpu_vdev *vd)
+{
+    const char *cfg = "cfg/shapes.cfg", *set = "batch=8\nsubdivisions=2\n";
+    network *a = gt_parse_file(cfg, set), *b = gt_parse_file(cfg, set);
+    if (!a || !b) {
+        GT_CHECK(0, "world of one: parse");
+        return;
+    }
+    gt_copy_net(b, a);
+    sdnn_gpu_net *g = NULL;
+    sdnn_gpu_group *G = NULL;
+    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
+    sdnn_status s = sdnn_gpu_net_create(a, vd, &g);
+    if (s == SDNN_OK) s = sdnn_gpu_group_create(&b, 1, &o, &G);
+    if (s != SDNN_OK) {
+        GT_CHECK(0, "world of one: %s", sdnn_last_error());
+        return;
+    }
+    int rows = a->batch * a->subdivisions;
+    for (int step = 0; step < 5 && s == SDNN_OK; ++step) {
+        data d = make_batch(a, rows, 1, 50 + (uint64_t)step);
+        float la = 0;
+        sdnn_gpu_step_stats st;
+        s = sdnn_gpu_net_train(g, d, &la);
+        if (s == SDNN_OK) s = sdnn_gpu_group_feed(G, d);
+        if (s == SDNN_OK) s = sdnn_gpu_group_step(G, &st);
+        free_data(d);
+        if (s == SDNN_OK)
+            GT_CHECK(la == st.loss, "world of one step %d: loss %.9g vs %.9g", step, la, st.loss);
+    }
+    GT_CHECK(s == SDNN_OK, "world of one: %s", s ? sdnn_last_error() : "ok");
+    sdnn_gpu_net_pull(g);
+    sdnn_gpu_group_pull(G);
+    int wl;
+    double pe = param_err(a, b, &wl);
+    GT_CHECK(pe == 0, "world of one: group of 1 = sdnn_gpu_net_train bit for bit (rel err %.2e)",
+             pe);
+    sdnn_gpu_preload_stats ps;
+    sdnn_gpu_group_preload_stats(G, &ps);
+    GT_CHECK(ps.copies == 5, "world of one: 5 preloaded copies (%d), %.3f ms copying, %.3f ms "
+             "exposed", ps.copies, ps.copy_ms, ps.exposed_ms);
+    sdnn_gpu_group_destroy(G);
+    sdnn_gpu_net_destroy(g);
+    free_network(a);
+    free_network(b);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    argv0_ = "train";
+    sdnn_gpu_vdev *vd = NULL;
+    GT_OK(sdnn_gpu_vdev_open(NULL, &vd));
+    versus_cpu("shapes", "cfg/shapes.cfg", "batch=8\nsubdivisions=2\n", 20, 1, vd);
+    versus_cpu("fmnist", "cfg/fmnist.cfg", "batch=16\nsubdivisions=1\n", 10, 0, vd);
+    world_of_one(vd);
+    sdnn_gpu_vdev_close(vd);
+    return gt_summary("train");
+}

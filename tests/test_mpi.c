@@ -1,0 +1,287 @@
+/*
+ * The mpi backend across processes: runs the programs of tests/mpi/ (and
+ * ./darknet scalednn bench-comm -d mpi) under mpirun through
+ * tests/mpi/run.sh and checks what every rank printed.
+ *
+ *  - mpi_check: every codec's result bit-identical on every rank and equal
+ *    to the references each rank computes itself (the fixed-order ring for
+ *    the plain path, the local backend over P ranks holding the process
+ *    means for the coded one), broadcast, barrier; 1, 2 and 3 processes
+ *    with 1 or 2 buffers each, tiny and default segments;
+ *  - mismatched buffer counts refused on every process;
+ *  - one process stops answering: the others fail with SDNN_ERR_COMM
+ *    within the timeout, naming it, and refuse later calls;
+ *  - outside mpirun the backend is unavailable with a message saying so;
+ *  - bench-comm -d mpi checks its own rows (#wrong 0), rank 0 alone prints
+ *    and writes the JSON.
+ * Built without MPI (MPI=0) or without mpirun, the cases are skipped.
+ * Programs come from $SDNN_TEST_BUILD/tests/mpi (build), the script from
+ * $SDNN_REPO (.), ./darknet from $SDNN_DARKNET_BIN.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "comm.h"
+#include "scalednn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_build[512], g_repo[512];
+
+/* Runs `cmd` through sh, returns its exit status (-1: not run) and its
+ * output (stdout and stderr) in *out (malloc'd, NUL-terminated). */
+static int capture(char **out, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    strcat(cmd, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        buf[0] = '\0';
+        *out = buf;
+        return -1;
+    }
+    for (size_t got; (got = fread(buf + len, 1, cap - len - 1, p)) > 0;) {
+        len += got;
+        if (cap - len < 4096) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static int count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) ++n;
+    return n;
+}
+
+static int have_mpi(void)
+{
+#if SDNN_MPI
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+#else
+    return 0;
+#endif
+}
+
+#define NEED_MPI()                                                          \
+    do {                                                                    \
+        if (!have_mpi()) {                                                  \
+            print_message("built without MPI or no mpirun: skipped\n");    \
+            skip();                                                         \
+        }                                                                   \
+    } while (0)
+
+/* mpi_check on NP processes: every rank PASS, exit 0. */
+static void run_check(int np, const char *env, const char *args)
+{
+    char *out;
+    int rc = capture(&out, "%s sh %s/tests/mpi/run.sh %d %s/tests/mpi/mpi_check %s", env, g_repo,
+                     np, g_build, args);
+    int pass = count(out, ": PASS (");
+    if (rc != 0 || pass != np || count(out, "FAIL")) {
+        print_error("mpi_check %s on %d processes (%s): exit %d, %d of %d ranks passed:\n%s\n",
+                    args, np, env, rc, pass, np, out);
+        free(out);
+        fail();
+    }
+    free(out);
+}
+
+static void test_world_of_one(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_check(1, "", "-g 2");
+}
+
+static void test_two_processes_small_segments(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    /* 4 KiB segments: up to 38 segments per chunk through the 8-deep window */
+    run_check(2, "SDNN_MPI_SEGMENT_KB=4", "-g 1");
+    run_check(2, "SDNN_MPI_SEGMENT_KB=4", "-g 2");
+}
+
+static void test_three_processes(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_check(3, "", "-g 2");
+    run_check(3, "SDNN_MPI_SEGMENT_KB=16", "-g 1");
+}
+
+static void test_buffer_count_mismatch(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_check(3, "", "-mismatch");
+}
+
+/* One line per rank that stayed: "rank R: status=S elapsed=T peer=P then=S2 msg=...". */
+static void run_timeout(int np, const char *op)
+{
+    const double timeout = 0.5;
+    char *out;
+    int rc = capture(&out,
+                     "SDNN_MPI_RUN_TIMEOUT=30 sh %s/tests/mpi/run.sh %d %s/tests/mpi/mpi_timeout %s %g",
+                     g_repo, np, g_build, op, timeout);
+    const int sleeper = np - 1;
+    int lines = 0, bad = 0;
+    for (const char *p = out; (p = strstr(p, "rank ")); ++p) {
+        int r, peer;
+        char status[32], then[32];
+        double elapsed;
+        if (sscanf(p, "rank %d: status=%31s elapsed=%lf peer=%d then=%31s", &r, status, &elapsed,
+                   &peer, then) != 5)
+            continue;
+        ++lines;
+        /* A broadcast can reach a rank straight from rank 0 before the
+         * sleeper is missed: then that rank succeeds and fails next time. */
+        if (strcmp(op, "bcast") == 0 && r != 0 && strcmp(status, "success") == 0) continue;
+        if (strcmp(status, "comm") != 0 || strcmp(then, "aborted") != 0) ++bad;
+        if (elapsed < 0.9 * timeout || elapsed > timeout + 3.0) ++bad;
+        /* The sleeper's right neighbour waits for it directly. */
+        const int point_to_point = strcmp(op, "allreduce") == 0 || strcmp(op, "coded") == 0;
+        if (point_to_point && r == (sleeper + 1) % np && peer != sleeper) ++bad;
+    }
+    if (lines != np - 1 || bad) {
+        print_error("mpi_timeout %s on %d processes: exit %d, %d result lines (want %d), %d "
+                    "wrong:\n%s\n",
+                    op, np, rc, lines, np - 1, bad, out);
+        free(out);
+        fail();
+    }
+    free(out);
+}
+
+static void test_timeout_two(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_timeout(2, "allreduce");
+    run_timeout(2, "coded");
+    run_timeout(2, "barrier");
+    run_timeout(2, "bcast");
+}
+
+static void test_timeout_three(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_timeout(3, "allreduce");
+    run_timeout(3, "coded");
+}
+
+static void test_not_launched(void **state)
+{
+    (void)state;
+#if !SDNN_MPI
+    sdnn_comm *c = NULL;
+    assert_int_equal(sdnn_comm_open("mpi", &c), SDNN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sdnn_last_error(), "without MPI"));
+#else
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK")) {
+        print_message("this test itself runs under mpirun: skipped\n");
+        skip();
+    }
+    sdnn_comm *c = NULL;
+    assert_int_equal(sdnn_comm_open("mpi", &c), SDNN_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(sdnn_last_error(), "not started by mpirun"));
+    assert_string_equal(sdnn_comm_available_names(), "local");
+    /* and a program run directly says so */
+    char *out;
+    int rc = capture(&out, "%s/tests/mpi/mpi_check", g_build);
+    if (rc == 0 || !strstr(out, "not started by mpirun")) {
+        print_error("mpi_check outside mpirun: exit %d:\n%s\n", rc, out);
+        free(out);
+        fail();
+    }
+    free(out);
+#endif
+}
+
+static void run_bench(int np, const char *g)
+{
+    const char *bin = getenv("SDNN_DARKNET_BIN");
+    if (!bin) {
+        print_message("SDNN_DARKNET_BIN is not set (make test sets it): skipped\n");
+        skip();
+    }
+    char json[] = "/tmp/sdnn-test-mpi-XXXXXX";
+    int fd = mkstemp(json);
+    assert_true(fd >= 0);
+    close(fd);
+    char *out;
+    int rc = capture(&out,
+                     "sh %s/tests/mpi/run.sh %d %s scalednn bench-comm -d mpi -g %s -b 4 -e 256K "
+                     "-f 8 -n 2 -w 1 -z none,none-ring,fp16,bf16,int8,topk -J %s",
+                     g_repo, np, bin, g, json);
+    FILE *f = fopen(json, "r");
+    char text[4096] = "";
+    if (f) {
+        size_t got = fread(text, 1, sizeof text - 1, f);
+        text[got] = '\0';
+        fclose(f);
+    }
+    unlink(json);
+    char procs[64];
+    snprintf(procs, sizeof procs, "\"processes\": %d", np);
+    if (rc != 0 || !strstr(out, "# Out of bounds values : 0 OK") ||
+        count(out, "# scalednn bench-comm") != 1 || !strstr(text, procs)) {
+        print_error("bench-comm -d mpi on %d processes x %s: exit %d (want 0, one header, "
+                    "0 out of bounds, JSON with %s):\n%s\nJSON: %.300s\n",
+                    np, g, rc, procs, out, text);
+        free(out);
+        fail();
+    }
+    free(out);
+}
+
+static void test_bench_comm(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    run_bench(2, "1");
+    run_bench(3, "2");
+}
+
+int main(void)
+{
+    const char *b = getenv("SDNN_TEST_BUILD"), *r = getenv("SDNN_REPO");
+    snprintf(g_build, sizeof g_build, "%s", b && *b ? b : "build");
+    snprintf(g_repo, sizeof g_repo, "%s", r && *r ? r : ".");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_not_launched),
+        cmocka_unit_test(test_world_of_one),
+        cmocka_unit_test(test_two_processes_small_segments),
+        cmocka_unit_test(test_three_processes),
+        cmocka_unit_test(test_buffer_count_mismatch),
+        cmocka_unit_test(test_timeout_two),
+        cmocka_unit_test(test_timeout_three),
+        cmocka_unit_test(test_bench_comm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
