@@ -68,19 +68,6 @@ static int step(sdnn_trainer *t, uint64_t *seed)
     return st.replanned;
 }
 
-static int params_equal(network *a, network *b)
-{
-    for (int i = 0; i < a->n; ++i) {
-        sdnn_param pa[SDNN_MAX_PARAMS_PER_LAYER], pb[SDNN_MAX_PARAMS_PER_LAYER];
-        int k = sdnn_layer_params(&a->layers[i], pa);
-        sdnn_layer_params(&b->layers[i], pb);
-        for (int j = 0; j < k; ++j)
-            if (memcmp(pa[j].val, pb[j].val, pa[j].n * sizeof(float)) ||
-                memcmp(pa[j].upd, pb[j].upd, pa[j].n * sizeof(float)))
-                return 0;
-    }
-    return 1;
-}
 
 static void test_plan_arrives_and_is_used(void **state)
 {
@@ -109,7 +96,7 @@ static void test_plan_arrives_and_is_used(void **state)
     assert_true(pl->pred.step_s > 0);
     assert_true(pl->pred.step_s >= pl->pred.compute_s);
     for (int i = 0; i < 4; ++i) assert_false(step(t, &seed));
-    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -135,7 +122,7 @@ static void test_auto_equals_fixed(void **state)
         step(b, &sb);
     }
     assert_int_equal(planned, 1);
-    assert_true(params_equal(sdnn_trainer_net(a, 0), sdnn_trainer_net(b, 0)));
+    assert_true(tu_params_equal(sdnn_trainer_net(a, 0), sdnn_trainer_net(b, 0)));
     sdnn_trainer_destroy(a);
     sdnn_trainer_destroy(b);
 }
@@ -166,7 +153,7 @@ static void test_compress_auto_slow_link(void **state)
     }
     assert_true(lossy >= 1);
     assert_true(big_codec->lossy);
-    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
     const sdnn_plan *pl = sdnn_autoplan_current(sdnn_trainer_autoplan(t));
     assert_true(pl->pred.exposed_s > 0);   /* 10 Mbit/s cannot hide everything */
     sdnn_trainer_destroy(t);
@@ -244,7 +231,7 @@ static void test_drift_replans(void **state)
     uint64_t seed = 3;
     for (int i = 0; i < 26; ++i) step(t, &seed);
     assert_true(sdnn_autoplan_count(sdnn_trainer_autoplan(t)) >= 2);
-    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
     sdnn_trainer_destroy(t);
 }
 

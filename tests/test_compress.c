@@ -78,23 +78,6 @@ static void steps(sdnn_trainer *t, int count, uint64_t seed)
     }
 }
 
-/* Parameters and update buffers equal bit for bit (batch-norm running
- * statistics are per replica until a save averages them). */
-static int params_equal(network *a, network *b)
-{
-    for (int i = 0; i < a->n; ++i) {
-        sdnn_param pa[SDNN_MAX_PARAMS_PER_LAYER], pb[SDNN_MAX_PARAMS_PER_LAYER];
-        int k = sdnn_layer_params(&a->layers[i], pa);
-        sdnn_layer_params(&b->layers[i], pb);
-        for (int j = 0; j < k; ++j)
-            if (memcmp(pa[j].val, pb[j].val, pa[j].n * sizeof(float)) ||
-                memcmp(pa[j].upd, pb[j].upd, pa[j].n * sizeof(float))) {
-                fprintf(stderr, "layer %d %s differs\n", i, pa[j].what);
-                return 0;
-            }
-    }
-    return 1;
-}
 
 static void test_lockstep_every_codec(void **state)
 {
@@ -107,7 +90,7 @@ static void test_lockstep_every_codec(void **state)
             sdnn_trainer *t = trainer(n, keys[k], "0.9");
             steps(t, 4, 11);
             for (int r = 1; r < n; ++r)
-                if (!params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, r)))
+                if (!tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, r)))
                     fail_msg("%s%d replicas: replica %d left lockstep", keys[k], n, r);
             sdnn_trainer_destroy(t);
         }
@@ -276,7 +259,7 @@ static void test_small_buckets_uncompressed(void **state)
     }
     assert_true(plain > 0 && coded > 0);
     steps(t, 2, 4);
-    assert_true(params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
     sdnn_trainer_destroy(t);
 }
 

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "trace.h"
 
 #include <darknet.h>
@@ -27,32 +29,6 @@
 static char g_dir[256];
 static const char *g_bin;
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1 || !WIFEXITED(st)) return -1;
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
 
 static int setup(void **state)
 {
@@ -61,7 +37,7 @@ static int setup(void **state)
     if (!g_bin) g_bin = "./darknet";
     snprintf(g_dir, sizeof g_dir, "/tmp/sdnn-e2e-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
-    if (run("%s scalednn gen-shapes %s/shapes -n 96 -valid 4 -seed 3 >%s/gen.log 2>&1", g_bin,
+    if (tu_run("%s scalednn gen-shapes %s/shapes -n 96 -valid 4 -seed 3 >%s/gen.log 2>&1", g_bin,
             g_dir, g_dir) != 0)
         return -1;
     char path[512];
@@ -77,7 +53,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (g_dir[0] && !getenv("SDNN_KEEP")) run("rm -rf %s", g_dir);
+    if (g_dir[0] && !getenv("SDNN_KEEP")) tu_run("rm -rf %s", g_dir);
     return 0;
 }
 
@@ -120,10 +96,10 @@ static csv_stats read_csv(const char *path)
 
 static void train_and_check(const char *cfg, const char *tag, int expect_bytes)
 {
-    int rc = run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 40 -seed 1 "
+    int rc = tu_run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 40 -seed 1 "
                  "-csv %s/%s.csv >%s/%s.log 2>&1",
                  g_bin, g_dir, cfg, g_dir, tag, g_dir, tag);
-    if (rc != 0) run("tail -20 %s/%s.log", g_dir, tag);
+    if (rc != 0) tu_run("tail -20 %s/%s.log", g_dir, tag);
     assert_int_equal(rc, 0);
     char path[512];
     snprintf(path, sizeof path, "%s/%s.csv", g_dir, tag);
@@ -136,7 +112,7 @@ static void train_and_check(const char *cfg, const char *tag, int expect_bytes)
     assert_true(s.last < 0.8 * s.first);
     if (expect_bytes) assert_true(s.bytes > 0);
     snprintf(path, sizeof path, "%s/%s.log", g_dir, tag);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(log);
     assert_non_null(strstr(log, "2 CPU replicas"));
     assert_non_null(strstr(log, "img/s"));
@@ -177,13 +153,13 @@ static void test_train_every_codec(void **state)
         char cfg[512], csv[512];
         snprintf(cfg, sizeof cfg, "%s/shapes-%s.cfg", g_dir, codecs[c]);
         snprintf(csv, sizeof csv, "%s/%s.csv", g_dir, codecs[c]);
-        assert_int_equal(run("sed 's/^compress=none/compress=%s/' cfg/shapes-scalednn.cfg > %s",
+        assert_int_equal(tu_run("sed 's/^compress=none/compress=%s/' cfg/shapes-scalednn.cfg > %s",
                              codecs[c], cfg), 0);
         /* One loader thread: Darknet's loader threads share rand(), so with
          * several the images' order and augmentation differ run to run. */
-        int rc = run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 200 -seed 1 "
+        int rc = tu_run("%s detector train %s/shapes.data %s -gpus 0,1 -max_batches 200 -seed 1 "
                      "-threads 1 -csv %s >%s/%s.log 2>&1", g_bin, g_dir, cfg, csv, g_dir, codecs[c]);
-        if (rc != 0) run("tail -20 %s/%s.log", g_dir, codecs[c]);
+        if (rc != 0) tu_run("tail -20 %s/%s.log", g_dir, codecs[c]);
         assert_int_equal(rc, 0);
         csv_stats s = read_csv(csv);
         double loss = tail_loss(csv, 10);
@@ -198,7 +174,7 @@ static void test_train_every_codec(void **state)
         assert_true(s.iteration >= 200);
         assert_true(fabs(loss - ref) <= 0.10 * ref);
         if (c > 0) assert_true(s.bytes < 0.55 * bytes_none);
-        char *text = slurp(csv);
+        char *text = tu_slurp(csv);
         char label[64];
         snprintf(label, sizeof label, "# label: scalednn%s%s, 2 replicas\n",
                  c ? " " : "", c ? codecs[c] : "");
@@ -209,23 +185,23 @@ static void test_train_every_codec(void **state)
     snprintf(ef, sizeof ef, "%s/backup/shapes-topk_final.weights.ef", g_dir);
     struct stat sb;
     assert_int_equal(stat(ef, &sb), 0);
-    int rc = run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
+    int rc = tu_run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
                  "%s/backup/shapes-topk_final.weights -gpus 0,1 -max_batches 204 -seed 2 "
                  "-csv %s/resume.csv >%s/resume.log 2>&1", g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 0);
     char path[512];
     snprintf(path, sizeof path, "%s/resume.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "error-feedback residuals restored from"));
     free(log);
     /* With another replica count the residuals do not fit: a warning, and
      * training goes on. */
-    rc = run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
+    rc = tu_run("%s detector train %s/shapes.data %s/shapes-topk.cfg "
              "%s/backup/shapes-topk_final.weights -gpus 0,1,2 -max_batches 212 -seed 2 "
              "-csv %s/resume3.csv >%s/resume3.log 2>&1", g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/resume3.log", g_dir);
-    log = slurp(path);
+    log = tu_slurp(path);
     assert_non_null(strstr(log, "warning: error-feedback residuals not restored"));
     assert_non_null(strstr(log, "saved for 2 replicas"));
     free(log);
@@ -238,14 +214,14 @@ static void test_train_every_codec(void **state)
 static void test_map_during_training(void **state)
 {
     (void)state;
-    int rc = run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 "
+    int rc = tu_run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 "
                  "-max_batches 40 -seed 1 -map -map_every 20 -csv %s/map.csv >%s/map.log 2>&1",
                  g_bin, g_dir, g_dir, g_dir);
-    if (rc != 0) run("tail -20 %s/map.log", g_dir);
+    if (rc != 0) tu_run("tail -20 %s/map.log", g_dir);
     assert_int_equal(rc, 0);
     char path[512];
     snprintf(path, sizeof path, "%s/map.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "mAP@0.50 at iteration 20: all-point "));
     assert_non_null(strstr(log, "mAP@0.50 at iteration 40: all-point "));
     free(log);
@@ -274,11 +250,11 @@ static void test_map_during_training(void **state)
     assert_int_equal(rows, 20);
     assert_int_equal(measured, 2);
 
-    rc = run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -target 0.5 "
+    rc = tu_run("%s detector train %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -target 0.5 "
              ">%s/notarget.log 2>&1", g_bin, g_dir, g_dir);
     assert_int_equal(rc, 1);
     snprintf(path, sizeof path, "%s/notarget.log", g_dir);
-    log = slurp(path);
+    log = tu_slurp(path);
     assert_non_null(strstr(log, "-target 0.5 needs -map"));
     free(log);
 }
@@ -289,22 +265,22 @@ static void test_map_during_training(void **state)
 static void test_plan_and_simulate(void **state)
 {
     (void)state;
-    int rc = run("%s scalednn plan %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -link eth1g "
+    int rc = tu_run("%s scalednn plan %s/shapes.data cfg/shapes-scalednn.cfg -gpus 0,1 -link eth1g "
                  "-compress_allow none,fp16,int8 >%s/plan.log 2>&1", g_bin, g_dir, g_dir);
-    if (rc != 0) run("tail -20 %s/plan.log", g_dir);
+    if (rc != 0) tu_run("tail -20 %s/plan.log", g_dir);
     assert_int_equal(rc, 0);
     char path[512];
     snprintf(path, sizeof path, "%s/plan.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "automatic plan (bucket_mb=auto, compress=auto"));
     assert_non_null(strstr(log, "predicted: "));
     assert_non_null(strstr(log, "cfg plan (bucket_mb=0.25"));
     free(log);
-    rc = run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 4 --iters 2 "
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 4 --iters 2 "
              "--csv %s/sim.csv >%s/sim.log 2>&1", g_bin, g_dir, g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/sim.csv", g_dir);
-    char *csv = slurp(path);
+    char *csv = tu_slurp(path);
     assert_non_null(csv);
     assert_non_null(strstr(csv, "topology,link,variant,"));
     const char *variants[] = {"stock", "no-overlap", "overlap", "planned"};
@@ -314,11 +290,11 @@ static void test_plan_and_simulate(void **state)
         assert_non_null(strstr(csv, want));
     }
     free(csv);
-    rc = run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology torus >%s/sim2.log 2>&1",
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology torus >%s/sim2.log 2>&1",
              g_bin, g_dir);
     assert_int_equal(rc, 2);
     snprintf(path, sizeof path, "%s/sim2.log", g_dir);
-    log = slurp(path);
+    log = tu_slurp(path);
     assert_non_null(strstr(log, "--topology torus: unknown topology"));
     free(log);
 }
@@ -329,7 +305,7 @@ static void test_train_stock(void **state)
     train_and_check("cfg/shapes.cfg", "stock", 1);
     char path[512];
     snprintf(path, sizeof path, "%s/stock.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "no section, stock Darknet protocol"));
     assert_non_null(strstr(log, "weights averaged"));
     free(log);
@@ -353,7 +329,7 @@ static void test_train_scalednn(void **state)
                 assert_true(isfinite(net->layers[i].weights[k]));
     sdnn_network_free(net);
     snprintf(path, sizeof path, "%s/backup/shapes-scalednn_final.weights", g_dir);
-    int rc = run("%s detector test %s/shapes.data cfg/shapes-scalednn.cfg %s "
+    int rc = tu_run("%s detector test %s/shapes.data cfg/shapes-scalednn.cfg %s "
                  "%s/shapes/images/valid/000001.png -thresh 0.05 -out %s/pred >%s/test.log 2>&1",
                  g_bin, g_dir, path, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 0);
@@ -363,21 +339,21 @@ static void test_train_scalednn(void **state)
 
     /* A truncated weights file or a file that is no image: a clear error,
      * not a prediction from random weights or a blank picture. */
-    rc = run("head -c 1000 %s/backup/shapes-scalednn_final.weights > %s/trunc.weights && "
+    rc = tu_run("head -c 1000 %s/backup/shapes-scalednn_final.weights > %s/trunc.weights && "
              "%s detector test %s/shapes.data cfg/shapes.cfg %s/trunc.weights "
              "%s/shapes/images/valid/000001.png -out %s/pred2 >%s/t2.log 2>&1",
              g_dir, g_dir, g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_true(rc != 0);
     snprintf(path, sizeof path, "%s/t2.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "does not fit this cfg"));
     free(log);
-    rc = run("%s detector test %s/shapes.data cfg/shapes.cfg %s/backup/shapes-scalednn_final.weights "
+    rc = tu_run("%s detector test %s/shapes.data cfg/shapes.cfg %s/backup/shapes-scalednn_final.weights "
              "%s/shapes.data -out %s/pred3 >%s/t3.log 2>&1",
              g_bin, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_true(rc != 0);
     snprintf(path, sizeof path, "%s/t3.log", g_dir);
-    log = slurp(path);
+    log = tu_slurp(path);
     assert_non_null(strstr(log, "not a PNG, JPEG"));
     free(log);
 }
@@ -387,24 +363,24 @@ static void test_train_scalednn(void **state)
 static void test_nan_stops_training(void **state)
 {
     (void)state;
-    int rc = run("sed 's/^learning_rate=.*/learning_rate=100000000/; s/^burn_in=.*/burn_in=0/' "
+    int rc = tu_run("sed 's/^learning_rate=.*/learning_rate=100000000/; s/^burn_in=.*/burn_in=0/' "
                  "cfg/shapes-scalednn.cfg > %s/nan.cfg && mkdir -p %s/nanbk && "
                  "echo 'previous weights' > %s/nanbk/nan.backup && "
                  "sed 's#backup=.*#backup=%s/nanbk/#' %s/shapes.data > %s/nan.data",
                  g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 0);
-    rc = run("%s detector train %s/nan.data %s/nan.cfg -gpus 0,1 -max_batches 200 -seed 1 "
+    rc = tu_run("%s detector train %s/nan.data %s/nan.cfg -gpus 0,1 -max_batches 200 -seed 1 "
              ">%s/nan.log 2>&1", g_bin, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 1);
     char path[512];
     snprintf(path, sizeof path, "%s/nan.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "non-finite"));
     assert_non_null(strstr(log, "replica"));
     assert_non_null(strstr(log, "nothing was saved"));
     free(log);
     snprintf(path, sizeof path, "%s/nanbk/nan.backup", g_dir);
-    char *kept = slurp(path);
+    char *kept = tu_slurp(path);
     assert_string_equal(kept, "previous weights\n");
     free(kept);
 }
@@ -415,27 +391,27 @@ static void test_nan_stops_training(void **state)
 static void test_nonfinite_weights_never_saved(void **state)
 {
     (void)state;
-    int rc = run("sed 's#backup=.*#backup=%s/infbk/#' %s/shapes.data > %s/inf.data && "
+    int rc = tu_run("sed 's#backup=.*#backup=%s/infbk/#' %s/shapes.data > %s/inf.data && "
                  "%s detector train %s/inf.data cfg/shapes-scalednn.cfg -gpus 0,1 -max_batches 98 "
                  "-seed 4 >%s/inf98.log 2>&1",
                  g_dir, g_dir, g_dir, g_bin, g_dir, g_dir);
     assert_int_equal(rc, 0);
-    rc = run("sed 's/^learning_rate=.*/learning_rate=3e38/' cfg/shapes-scalednn.cfg > %s/inf.cfg && "
+    rc = tu_run("sed 's/^learning_rate=.*/learning_rate=3e38/' cfg/shapes-scalednn.cfg > %s/inf.cfg && "
              "echo 'previous weights' > %s/infbk/inf.backup", g_dir, g_dir);
     assert_int_equal(rc, 0);
-    rc = run("%s detector train %s/inf.data %s/inf.cfg %s/infbk/shapes-scalednn_final.weights "
+    rc = tu_run("%s detector train %s/inf.data %s/inf.cfg %s/infbk/shapes-scalednn_final.weights "
              "-gpus 0,1 -max_batches 110 -seed 4 >%s/inf.log 2>&1",
              g_bin, g_dir, g_dir, g_dir, g_dir);
     char path[512];
     snprintf(path, sizeof path, "%s/inf.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     if (rc != 1) printf("%s\n", log);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(log, "\n100: "));
     assert_non_null(strstr(log, "not saving"));
     free(log);
     snprintf(path, sizeof path, "%s/infbk/inf.backup", g_dir);
-    char *kept = slurp(path);
+    char *kept = tu_slurp(path);
     assert_string_equal(kept, "previous weights\n");
     free(kept);
 }
@@ -445,17 +421,17 @@ static void test_nonfinite_weights_never_saved(void **state)
 static void test_missing_label_file(void **state)
 {
     (void)state;
-    int rc = run("mkdir -p %s/nl/images && cp %s/shapes/images/train/000001.png %s/nl/images/a.png && "
+    int rc = tu_run("mkdir -p %s/nl/images && cp %s/shapes/images/train/000001.png %s/nl/images/a.png && "
                  "echo %s/nl/images/a.png > %s/nl/train.txt && "
                  "printf 'classes=4\ntrain=%s/nl/train.txt\nbackup=%s/nlb/\n' > %s/nl.data",
                  g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
     assert_int_equal(rc, 0);
-    rc = run("%s detector train %s/nl.data cfg/shapes.cfg -max_batches 2 >%s/nl.log 2>&1", g_bin,
+    rc = tu_run("%s detector train %s/nl.data cfg/shapes.cfg -max_batches 2 >%s/nl.log 2>&1", g_bin,
              g_dir, g_dir);
     assert_true(rc != 0);
     char path[512];
     snprintf(path, sizeof path, "%s/nl.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "nl/labels/a.txt"));
     free(log);
 }
@@ -467,7 +443,7 @@ static void expect_failure(const char *section, const char *args, const char *wa
     char cfg[512], path[512], log[512];
     snprintf(cfg, sizeof cfg, "%s/bad.cfg", g_dir);
     snprintf(log, sizeof log, "%s/bad.log", g_dir);
-    char *base = slurp("cfg/shapes.cfg");
+    char *base = tu_slurp("cfg/shapes.cfg");
     assert_non_null(base);
     FILE *f = fopen(cfg, "w");
     fprintf(f, "%s\n%s", section, base);
@@ -479,20 +455,20 @@ static void expect_failure(const char *section, const char *args, const char *wa
     f = fopen(path, "w");
     fputs("previous weights", f);
     fclose(f);
-    int rc = run("sed 's#backup=.*#backup=%s/keep/#' %s/shapes.data > %s/bad.data", g_dir, g_dir,
+    int rc = tu_run("sed 's#backup=.*#backup=%s/keep/#' %s/shapes.data > %s/bad.data", g_dir, g_dir,
                  g_dir);
     assert_int_equal(rc, 0);
-    rc = run("%s detector train %s/bad.data %s %s -max_batches 4 >%s 2>&1", g_bin, g_dir, cfg, args,
+    rc = tu_run("%s detector train %s/bad.data %s %s -max_batches 4 >%s 2>&1", g_bin, g_dir, cfg, args,
              log);
-    char *out = slurp(log);
+    char *out = tu_slurp(log);
     if (!strstr(out, want)) printf("output was:\n%s\n(wanted: %s)\n", out, want);
     assert_true(rc != 0);
     assert_non_null(strstr(out, want));
     free(out);
-    char *kept = slurp(path);
+    char *kept = tu_slurp(path);
     assert_string_equal(kept, "previous weights");
     free(kept);
-    run("rm -f %s/keep/bad.backup", g_dir);
+    tu_run("rm -f %s/keep/bad.backup", g_dir);
 }
 
 static void test_bad_input_exits(void **state)
@@ -506,7 +482,7 @@ static void test_bad_input_exits(void **state)
     expect_failure("", "-gpus 0,,1", "-gpus 0,,1");
     expect_failure("", "/nonexistent/x.weights", "/nonexistent/x.weights");
     /* A missing cfg: Darknet itself would exit 0 here. */
-    int rc = run("%s detector train %s/shapes.data /nonexistent.cfg >%s/m.log 2>&1", g_bin, g_dir,
+    int rc = tu_run("%s detector train %s/shapes.data /nonexistent.cfg >%s/m.log 2>&1", g_bin, g_dir,
                  g_dir);
     assert_true(rc != 0);
 }
@@ -516,7 +492,7 @@ static void test_classifier_train(void **state)
     (void)state;
     struct stat st;
     if (stat("/usr/share/datasets/fashion-mnist", &st) != 0) skip();
-    assert_int_equal(run("%s scalednn fmnist %s/fm -n 256 -valid 64 >%s/fm.log 2>&1", g_bin, g_dir,
+    assert_int_equal(tu_run("%s scalednn fmnist %s/fm -n 256 -valid 64 >%s/fm.log 2>&1", g_bin, g_dir,
                          g_dir), 0);
     char path[512];
     snprintf(path, sizeof path, "%s/fm.data", g_dir);
@@ -524,9 +500,9 @@ static void test_classifier_train(void **state)
     fprintf(f, "classes=10\ntrain=%s/fm/train.txt\nvalid=%s/fm/valid.txt\n"
                "labels=%s/fm/fmnist.names\nbackup=%s/fmbackup/\n", g_dir, g_dir, g_dir, g_dir);
     fclose(f);
-    int rc = run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 12 "
+    int rc = tu_run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 12 "
                  "-seed 2 -csv %s/fm.csv >%s/fmtrain.log 2>&1", g_bin, g_dir, g_dir, g_dir);
-    if (rc != 0) run("tail -20 %s/fmtrain.log", g_dir);
+    if (rc != 0) tu_run("tail -20 %s/fmtrain.log", g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/fm.csv", g_dir);
     csv_stats s = read_csv(path);
@@ -543,13 +519,13 @@ static void test_classifier_train(void **state)
 
     /* -map on a classifier measures top-1 on valid=; -target stops at the
      * first evaluation at or above it (one loader thread: repeatable). */
-    rc = run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 48 "
+    rc = tu_run("%s classifier train %s/fm.data cfg/fmnist-scalednn.cfg -gpus 0,1 -max_batches 48 "
              "-seed 2 -threads 1 -map -map_every 4 -target 0.000001 -csv %s/fmt.csv "
              ">%s/fmt.log 2>&1", g_bin, g_dir, g_dir, g_dir);
-    if (rc != 0) run("tail -20 %s/fmt.log", g_dir);
+    if (rc != 0) tu_run("tail -20 %s/fmt.log", g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/fmt.log", g_dir);
-    char *log = slurp(path);
+    char *log = tu_slurp(path);
     assert_non_null(strstr(log, "accuracy at iteration 4: top-1 "));
     const char *hit = strstr(log, "target 0.0000 reached at iteration ");
     assert_non_null(hit);

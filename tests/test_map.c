@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include <darknet.h>
 #include <math.h>
 #include <stdio.h>
@@ -347,32 +349,6 @@ static void test_paths(void **state)
 static char g_dir[256];
 static const char *g_bin;
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1 || !WIFEXITED(st)) return -1;
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
 
 /* Random-init weights of a cfg, as Darknet's parser makes them. */
 static void random_weights(const char *cfg, const char *name)
@@ -392,10 +368,10 @@ static int setup(void **state)
     if (!g_bin) g_bin = "./darknet";
     snprintf(g_dir, sizeof g_dir, "/tmp/sdnn-map-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
-    if (run("%s scalednn gen-shapes %s/shapes -n 8 -valid 4 -seed 5 >%s/gen.log 2>&1", g_bin,
+    if (tu_run("%s scalednn gen-shapes %s/shapes -n 8 -valid 4 -seed 5 >%s/gen.log 2>&1", g_bin,
             g_dir, g_dir) != 0)
         return -1;
-    return run("printf 'classes=4\\nvalid=%s/shapes/valid.txt\\nnames=%s/shapes/shapes.names\\n' "
+    return tu_run("printf 'classes=4\\nvalid=%s/shapes/valid.txt\\nnames=%s/shapes/shapes.names\\n' "
                "> %s/shapes.data && "
                /* A classifier set: shapes images named after Fashion-MNIST labels. */
                "mkdir -p %s/cls && printf 'top\\ntrouser\\npullover\\ndress\\ncoat\\nsandal\\n"
@@ -410,7 +386,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (g_dir[0] && !getenv("SDNN_KEEP")) run("rm -rf %s", g_dir);
+    if (g_dir[0] && !getenv("SDNN_KEEP")) tu_run("rm -rf %s", g_dir);
     return 0;
 }
 
@@ -444,7 +420,7 @@ static void test_map_eval_function(void **state)
 
     char missing[512];
     snprintf(missing, sizeof missing, "%s/shapes/images/nothere/000001.png", g_dir);
-    assert_int_equal(run("mkdir -p %s/shapes/images/nothere && cp %s %s", g_dir, paths[0], missing),
+    assert_int_equal(tu_run("mkdir -p %s/shapes/images/nothere && cp %s %s", g_dir, paths[0], missing),
                      0);
     paths[1] = missing;
     assert_int_equal(sdnn_detector_map_eval(net, paths, 2, &o, NULL, &r), SDNN_ERR_IO);
@@ -457,10 +433,10 @@ static void test_map_eval_function(void **state)
  * output in *out (caller frees). */
 static int run_logged(char **out, const char *args)
 {
-    int rc = run("%s %s >%s/out.log 2>&1", g_bin, args, g_dir);
+    int rc = tu_run("%s %s >%s/out.log 2>&1", g_bin, args, g_dir);
     char path[512];
     snprintf(path, sizeof path, "%s/out.log", g_dir);
-    *out = slurp(path);
+    *out = tu_slurp(path);
     assert_non_null(*out);
     return rc;
 }
@@ -504,9 +480,9 @@ static void test_detector_map_command(void **state)
              "head -c 1000 %s/shapes.weights > %s/trunc.weights && %s detector map %s/shapes.data "
              "cfg/shapes.cfg %s/trunc.weights",
              g_dir, g_dir, g_bin, g_dir, g_dir);
-    assert_int_not_equal(run("%s >%s/out.log 2>&1", args, g_dir), 0);
+    assert_int_not_equal(tu_run("%s >%s/out.log 2>&1", args, g_dir), 0);
     snprintf(args, sizeof args, "%s/out.log", g_dir);
-    out = slurp(args);
+    out = tu_slurp(args);
     assert_non_null(strstr(out, "trunc.weights"));
     free(out);
     snprintf(args, sizeof args,
@@ -515,7 +491,7 @@ static void test_detector_map_command(void **state)
     assert_non_null(strstr(out, "-iou 1.5"));
     free(out);
     /* An image whose label file is missing. */
-    assert_int_equal(run("mkdir -p %s/nl/images && cp %s/shapes/images/valid/000001.png "
+    assert_int_equal(tu_run("mkdir -p %s/nl/images && cp %s/shapes/images/valid/000001.png "
                          "%s/nl/images/a.png && echo %s/nl/images/a.png > %s/nl/valid.txt && "
                          "printf 'classes=4\\nvalid=%s/nl/valid.txt\\n' > %s/nl.data",
                          g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir),
@@ -559,7 +535,7 @@ static void test_classifier_valid_command(void **state)
     assert_non_null(strstr(out, "none.weights"));
     free(out);
     /* An image whose path names no label. */
-    assert_int_equal(run("cp %s/cls/1_top.png %s/cls/2.png && echo %s/cls/2.png >> %s/cls/valid.txt",
+    assert_int_equal(tu_run("cp %s/cls/1_top.png %s/cls/2.png && echo %s/cls/2.png >> %s/cls/valid.txt",
                          g_dir, g_dir, g_dir, g_dir),
                      0);
     snprintf(args, sizeof args, "classifier valid %s/cls.data cfg/fmnist.cfg %s/fmnist.weights",

@@ -887,18 +887,6 @@ static void test_full_ring_drops_and_reports(void **state)
 
 /* ---- through ./darknet --------------------------------------------------- */
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1 || !WIFEXITED(st)) return -1;
-    return WEXITSTATUS(st);
-}
 
 typedef struct csv_row {
     int iteration;
@@ -937,17 +925,17 @@ static void test_darknet_writes_valid_trace(void **state)
     if (!bin) bin = "./darknet";
     char dir[64];
     tmpdir(dir);
-    assert_int_equal(run("%s scalednn gen-shapes %s/shapes -n 48 -valid 2 -seed 5 >%s/gen.log 2>&1",
+    assert_int_equal(tu_run("%s scalednn gen-shapes %s/shapes -n 48 -valid 2 -seed 5 >%s/gen.log 2>&1",
                          bin, dir, dir), 0);
-    assert_int_equal(run("printf 'classes=4\\ntrain=%s/shapes/train.txt\\n"
+    assert_int_equal(tu_run("printf 'classes=4\\ntrain=%s/shapes/train.txt\\n"
                          "valid=%s/shapes/valid.txt\\n"
                          "names=%s/shapes/shapes.names\\nbackup=%s/backup/\\n' > %s/s.data && "
                          "(cat cfg/shapes-scalednn.cfg; echo; echo 'timeline=%s/run.json') "
                          "> %s/s.cfg",
                          dir, dir, dir, dir, dir, dir, dir), 0);
-    int rc = run("%s detector train %s/s.data %s/s.cfg -gpus 0,1 -max_batches 16 -seed 1 -csv "
+    int rc = tu_run("%s detector train %s/s.data %s/s.cfg -gpus 0,1 -max_batches 16 -seed 1 -csv "
                  "%s/run.csv >%s/train.log 2>&1", bin, dir, dir, dir, dir);
-    if (rc != 0) run("tail -20 %s/train.log", dir);
+    if (rc != 0) tu_run("tail -20 %s/train.log", dir);
     assert_int_equal(rc, 0);
     char path[256];
     snprintf(path, sizeof path, "%s/train.log", dir);
@@ -1012,7 +1000,7 @@ static void test_darknet_writes_valid_trace(void **state)
     assert_true(saves >= 1);
     assert_true(fabs(wait_sum - csv_wait) <= 5e-7 * nrows + 1e-8);
     free_trace(&T);
-    if (!getenv("SDNN_KEEP")) run("rm -rf %s", dir);
+    if (!getenv("SDNN_KEEP")) tu_run("rm -rf %s", dir);
 }
 
 int main(void)

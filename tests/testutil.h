@@ -8,10 +8,12 @@
 
 #include <darknet.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "replicas.h"
@@ -113,6 +115,59 @@ static inline int tu_bitwise_equal(network *a, network *b)
                 return 0;
             }
         }
+    }
+    return 1;
+}
+
+/* Run a shell command built like printf: its exit status, or -1 when it
+ * did not exit normally. */
+static inline int tu_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int tu_run(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+/* The whole of a file as a malloc'd NUL-terminated string, or NULL. */
+static inline char *tu_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) {
+        fclose(f);
+        return NULL;
+    }
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* 1 when every parameter tensor and update buffer is equal bit for bit
+ * (running statistics are not compared: they are per replica until a save
+ * averages them); names the first difference on stderr otherwise. */
+static inline int tu_params_equal(network *a, network *b)
+{
+    for (int i = 0; i < a->n; ++i) {
+        sdnn_param pa[SDNN_MAX_PARAMS_PER_LAYER], pb[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(&a->layers[i], pa);
+        sdnn_layer_params(&b->layers[i], pb);
+        for (int j = 0; j < k; ++j)
+            if (memcmp(pa[j].val, pb[j].val, pa[j].n * sizeof(float)) ||
+                memcmp(pa[j].upd, pb[j].upd, pa[j].n * sizeof(float))) {
+                fprintf(stderr, "layer %d %s differs\n", i, pa[j].what);
+                return 0;
+            }
     }
     return 1;
 }
