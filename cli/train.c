@@ -259,9 +259,8 @@ static load_args make_args(run *R, network *net, char **paths, char **labels, in
 static int train_loop(run *R, char **paths, char **labels, int classes)
 {
     network *net = sdnn_trainer_net(R->t, 0);
-    int n = sdnn_trainer_replicas(R->t);
     load_args args = make_args(R, net, paths, labels, classes);
-    int imgs = args.n;
+    int imgs = args.n * sdnn_trainer_processes(R->t);   /* the world's, for rates */
     layer last = net->layers[net->n - 1];
     int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
     sdnn_timeline *tl = sdnn_trainer_timeline(R->t);
@@ -357,7 +356,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     }
     double total = what_time_is_it_now() - run_t0;
     printf("scalednn: %zu images in %.2f s (%.1f img/s), %d replicas, mode=%s\n", images_done, total,
-           total > 0 ? images_done / total : 0.0, n,
+           total > 0 ? images_done / total : 0.0, sdnn_trainer_world(R->t),
            R->cfg.mode == SDNN_MODE_SCALEDNN ? "scalednn" : "stock");
     if (R->job->task == SDNN_TASK_DETECTOR) return save_to(R, "%s/%s_final.weights", -1) ? 1 : 0;
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
