@@ -200,8 +200,17 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)t->world;
     if (t->comm && t->comm->size > 1)
         SDNN_CHECKGOTO(broadcast_world(t), st, fail);
-    if (cfg->timeline[0])
-        SDNN_CHECKGOTO(sdnn_timeline_open(cfg->timeline, n, NULL, &t->tl), st, fail);
+    if (cfg->timeline[0]) {
+        /* Between processes each rank records its own trace: rank R > 0
+         * writes PATH.rankR next to rank 0's PATH (one file per process;
+         * they are not merged). */
+        char tlpath[sizeof cfg->timeline + 32];
+        if (t->comm && t->comm->rank > 0)
+            snprintf(tlpath, sizeof tlpath, "%s.rank%d", cfg->timeline, t->comm->rank);
+        else
+            snprintf(tlpath, sizeof tlpath, "%s", cfg->timeline);
+        SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, NULL, &t->tl), st, fail);
+    }
 
     if (cfg->mode == SDNN_MODE_SCALEDNN) {
         /* Darknet updates when seen/batch reaches a multiple of subdivisions;

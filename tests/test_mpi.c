@@ -430,6 +430,35 @@ static void kill_case(const char *who)
     remove_dir(dir);
 }
 
+/* A rank that stops (SIGSTOP: mpirun sees nothing) before step 5: its
+ * neighbour fails within comm_timeout_s naming it, the run ends non-zero,
+ * and the weights file is the one saved after step 4. */
+static void test_train_rank_hung(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    char *out;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = capture(&out, "cd %s && SDNN_MPI_RUN_TIMEOUT=50 sh %s/tests/mpi/run.sh 3 "
+                     "%s/tests/mpi/mpi_train -n 1 -s 10 -t 3 -p 1:5 -o h.weights",
+                     dir, g_abs_repo, g_abs_build);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec);
+    int named = strstr(out, "for rank 1, which did not answer") != NULL;
+    if (rc == 0 || !named || secs >= 30)
+        print_error("hung rank 1: exit %d after %.0f s, named %d:\n%s\n", rc, secs, named, out);
+    free(out);
+    assert_int_not_equal(rc, 0);
+    assert_true(named);
+    assert_true(secs < 30);
+    int exact = 0;
+    assert_int_equal(run_train(3, dir, "-n 1 -s 5 -o ref.weights", 1, NULL), 0);
+    assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
+    remove_dir(dir);
+}
+
 static void test_train_rank_killed(void **state)
 {
     (void)state;
@@ -535,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_train_two_processes_exact),
         cmocka_unit_test(test_train_three_processes_close),
         cmocka_unit_test(test_train_rank_killed),
+        cmocka_unit_test(test_train_rank_hung),
         cmocka_unit_test(test_train_netlab),
         cmocka_unit_test(test_darknet_train),
     };

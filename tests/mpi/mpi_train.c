@@ -3,7 +3,7 @@
  * alone or under mpirun (backend=auto), for tests/test_mpi.c.
  *
  *   mpi_train -n REPLICAS -s STEPS -o OUT.weights [-m stock] [-i INTERVAL]
- *             [-t TIMEOUT_S] [-k RANK:STEP]
+ *             [-t TIMEOUT_S] [-k RANK:STEP] [-p RANK:STEP]
  *
  * Every step draws the world's batch (world = replicas x processes rows
  * of batch each) from a fixed generator keyed by the step, and this
@@ -15,7 +15,8 @@
  * After every step the weights are saved to OUT (rank 0 writes) and rank 0
  * then broadcasts a token, so a rank that passes that point knows the file
  * is complete.  -k RANK:STEP: that rank SIGKILLs itself before STEP (the
- * failure test).  Exit 0 after the last step; 1 with the error otherwise.
+ * failure test); -p RANK:STEP: it SIGSTOPs itself instead (a hung peer:
+ * mpirun does not notice, the others must time out).  Exit 0 after the last step; 1 with the error otherwise.
  */
 #include "comm.h"
 #include "config.h"
@@ -53,7 +54,8 @@ static int die(int rank, const char *what)
 
 int main(int argc, char **argv)
 {
-    int n = 1, steps = 10, interval = 2, kill_rank = -1, kill_step = -1;
+    int n = 1, steps = 10, interval = 2, kill_rank = -1, kill_step = -1, stop_rank = -1,
+        stop_step = -1;
     double timeout = 60;
     const char *out = NULL;
     sdnn_mode mode = SDNN_MODE_SCALEDNN;
@@ -65,6 +67,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-t")) timeout = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) mode = strcmp(argv[i + 1], "stock") ? mode : SDNN_MODE_STOCK;
         else if (!strcmp(argv[i], "-k")) sscanf(argv[i + 1], "%d:%d", &kill_rank, &kill_step);
+        else if (!strcmp(argv[i], "-p")) sscanf(argv[i + 1], "%d:%d", &stop_rank, &stop_step);
     }
     if (!out || n < 1 || steps < 1) {
         fprintf(stderr, "usage: mpi_train -n REPLICAS -s STEPS -o OUT [-m stock] [-i N] "
@@ -99,6 +102,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int s = 0; s < steps && rc == 0; ++s) {
         if (rank == kill_rank && s == kill_step) raise(SIGKILL);
+        if (rank == stop_rank && s == stop_step) raise(SIGSTOP);
         uint64_t seed = 1000 + (uint64_t)s;
         data all = tu_batch(&seed, world * BATCH, INPUTS, CLASSES);
         data mine = all;
