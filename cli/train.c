@@ -321,7 +321,9 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                    step_t, *net->seen);
         double elapsed = what_time_is_it_now() - run_t0;
         char eta[64];
-        format_eta(eta, sizeof eta, elapsed, i - first_iter, (size_t)net->max_batches - i);
+        /* Stock mode's catch-up can overshoot max_batches. */
+        size_t left = i < (size_t)net->max_batches ? (size_t)net->max_batches - i : 0;
+        format_eta(eta, sizeof eta, elapsed, i - first_iter, left);
         printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s | %s\n", ips,
                (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "", eta);
         fflush(stdout);
