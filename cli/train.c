@@ -122,6 +122,7 @@ typedef struct run {
     sdnn_loader loader;
     sdnn_csv csv;
     char backup[1024];
+    int rank;                /* this process (backend=mpi); 0 alone */
     char *base;
     int train_count;
     double last_eval_s;
@@ -132,11 +133,13 @@ static int save_to(run *R, const char *fmt, long v)
     char path[2048];
     if (v >= 0) snprintf(path, sizeof path, fmt, R->backup, R->base, v);
     else snprintf(path, sizeof path, fmt, R->backup, R->base);
+    /* Every process takes part (the averages are collective); rank 0
+     * alone writes. */
     if (sdnn_trainer_save(R->t, path) != SDNN_OK) {
-        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        fprintf(stderr, "error: rank %d: %s\n", R->rank, sdnn_last_error());
         return -1;
     }
-    fprintf(stderr, "Saving weights to %s\n", path);
+    if (R->rank == 0) fprintf(stderr, "Saving weights to %s\n", path);
     return 0;
 }
 
@@ -256,9 +259,8 @@ static load_args make_args(run *R, network *net, char **paths, char **labels, in
 static int train_loop(run *R, char **paths, char **labels, int classes)
 {
     network *net = sdnn_trainer_net(R->t, 0);
-    int n = sdnn_trainer_replicas(R->t);
     load_args args = make_args(R, net, paths, labels, classes);
-    int imgs = args.n;
+    int imgs = args.n * sdnn_trainer_processes(R->t);   /* the world's, for rates */
     layer last = net->layers[net->n - 1];
     int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
     sdnn_timeline *tl = sdnn_trainer_timeline(R->t);
@@ -271,8 +273,10 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     const size_t first_iter = sdnn_trainer_iteration(R->t);
     while (sdnn_trainer_iteration(R->t) < (size_t)net->max_batches) {
         if (multiscale && count++ % 10 == 0) {
-            /* One size for every replica, drawn once, as Darknet does. */
-            int dim = (rand() % 10 + 10) * 32;
+            /* One size for every replica, drawn once, as Darknet does;
+             * between processes rank 0 draws and the others follow. */
+            int dim = R->rank == 0 ? (rand() % 10 + 10) * 32 : 0;
+            if (sdnn_trainer_broadcast_int(R->t, &dim) != SDNN_OK) return fail_status();
             if (sdnn_trainer_iteration(R->t) + 200 > (size_t)net->max_batches) dim = 608;
             printf("Resizing to %d\n", dim);
             sdnn_loader_resize(&R->loader, dim, dim);
@@ -288,10 +292,12 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         sdnn_status s = sdnn_trainer_step(R->t, train, &st);
         free_data(train);
         if (s != SDNN_OK) {
-            fprintf(stderr, "error: %s\n", sdnn_last_error());
-            fprintf(stderr, "error: training stopped in the step after iteration %zu; "
+            /* Between processes the message names the rank that went
+             * silent; exiting non-zero makes mpirun end the others. */
+            fprintf(stderr, "error: rank %d: %s\n", R->rank, sdnn_last_error());
+            fprintf(stderr, "error: rank %d: training stopped in the step after iteration %zu; "
                             "nothing was saved\n",
-                    before);
+                    R->rank, before);
             return 1;
         }
         if (avg_loss < 0) avg_loss = st.loss;
@@ -315,7 +321,9 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                    step_t, *net->seen);
         double elapsed = what_time_is_it_now() - run_t0;
         char eta[64];
-        format_eta(eta, sizeof eta, elapsed, i - first_iter, (size_t)net->max_batches - i);
+        /* Stock mode's catch-up can overshoot max_batches. */
+        size_t left = i < (size_t)net->max_batches ? (size_t)net->max_batches - i : 0;
+        format_eta(eta, sizeof eta, elapsed, i - first_iter, left);
         printf(" | %.1f img/s, %.2f MB exchanged, %.4f s exposed comm%s | %s\n", ips,
                (double)st.bytes / 1e6, st.exposed_s, st.synced ? " (weights averaged)" : "", eta);
         fflush(stdout);
@@ -350,7 +358,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     }
     double total = what_time_is_it_now() - run_t0;
     printf("scalednn: %zu images in %.2f s (%.1f img/s), %d replicas, mode=%s\n", images_done, total,
-           total > 0 ? images_done / total : 0.0, n,
+           total > 0 ? images_done / total : 0.0, sdnn_trainer_world(R->t),
            R->cfg.mode == SDNN_MODE_SCALEDNN ? "scalednn" : "stock");
     if (R->job->task == SDNN_TASK_DETECTOR) return save_to(R, "%s/%s_final.weights", -1) ? 1 : 0;
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
@@ -423,19 +431,6 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
     }
-    if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
-        fprintf(stderr, "error: %s\n", sdnn_last_error());
-        goto out;
-    }
-
-    char desc[256];
-    sdnn_config_describe(&R.cfg, desc, sizeof desc);
-    printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
-           desc);
-    printf("scalednn: CPU build: -gpus %s names %d CPU replica%s (one thread each); gemm: %s\n",
-           job->gpus ? job->gpus : "0", job->nreplicas, job->nreplicas > 1 ? "s" : "",
-           sdnn_blas_name());
-    fflush(stdout);
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
         SDNN_OK) {
@@ -449,6 +444,31 @@ int sdnn_train(const sdnn_train_job *job)
         sdnn_replicas_free(nets, job->nreplicas);
         goto out;
     }
+    /* Between processes: rank 0 alone prints the progress on stdout and
+     * writes the CSV (errors still go to stderr on every rank), and each
+     * rank draws its own images (Darknet's loader uses rand()). */
+    R.rank = sdnn_trainer_rank(R.t);
+    if (R.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "error: rank %d: cannot silence stdout\n", R.rank);
+        goto out;
+    }
+    if (sdnn_trainer_processes(R.t) > 1)
+        srand((job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0)) + (unsigned)R.rank);
+    if (R.rank == 0) {
+        if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            goto out;
+        }
+
+        char desc[256];
+        sdnn_config_describe(&R.cfg, desc, sizeof desc);
+        printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
+               desc);
+        printf("scalednn: CPU build: -gpus %s names %d CPU replica%s (one thread each); gemm: %s\n",
+               job->gpus ? job->gpus : "0", job->nreplicas, job->nreplicas > 1 ? "s" : "",
+               sdnn_blas_name());
+        fflush(stdout);
+    }
     /* The trainer gives OpenBLAS one thread per replica, or every core to a
      * single replica; small networks run faster with one (bench/RESULTS.md). */
     const char *bt = getenv("SDNN_BLAS_THREADS");
@@ -458,9 +478,10 @@ int sdnn_train(const sdnn_train_job *job)
            net->momentum, net->decay);
     if (R.t && sdnn_trainer_exchange(R.t)) {
         const sdnn_exchange *ex = sdnn_trainer_exchange(R.t);
-        printf("scalednn: %zu parameters in %d bucket%s, world of %d\n",
+        printf("scalednn: %zu parameters in %d bucket%s, world of %d (%d process%s)\n",
                sdnn_network_param_count(net), sdnn_exchange_nbuckets(ex),
-               sdnn_exchange_nbuckets(ex) == 1 ? "" : "s", sdnn_exchange_world(ex));
+               sdnn_exchange_nbuckets(ex) == 1 ? "" : "s", sdnn_exchange_world(ex),
+               sdnn_trainer_processes(R.t), sdnn_trainer_processes(R.t) == 1 ? "" : "es");
     }
     if (job->weights && !job->clear && sdnn_trainer_has_ef(R.t)) {
         /* Resuming: the error-feedback residuals saved with these weights.

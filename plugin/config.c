@@ -26,7 +26,8 @@
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
     "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
-    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift"
+    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
+    "comm_timeout_s"
 #define BUCKET_MB_MAX 4096.0
 #define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
@@ -95,19 +96,34 @@ static sdnn_status parse_mode(const line_ref *lr, sdnn_config *cfg)
     return SDNN_OK;
 }
 
+/* Backends this build can name in a cfg.  "auto" is resolved when the
+ * trainer opens its backend (sdnn_config_backend), not here: the same cfg
+ * trains alone or under mpirun. */
+#if SDNN_MPI
+#define BACKENDS_HERE "local, mpi, auto"
+#else
+#define BACKENDS_HERE "local, auto"
+#endif
+
 static sdnn_status parse_backend(const line_ref *lr, sdnn_config *cfg)
 {
-    static const char *const later[] = { "mpi", "nccl", "auto", NULL };
-    if (strcmp(lr->value, "local") == 0) {
+    static const char *const here[] = { "local", "auto",
+#if SDNN_MPI
+                                        "mpi",
+#endif
+                                        NULL };
+    static const char *const later[] = { "mpi", "nccl", NULL };
+    if (in_list(lr->value, here)) {
         snprintf(cfg->backend, sizeof cfg->backend, "%s", lr->value);
         return SDNN_OK;
     }
     if (in_list(lr->value, later))
         return line_error(lr, SDNN_ERR_UNSUPPORTED,
-                          "not available in this build (available: local)");
+                          "not available in this build (available: " BACKENDS_HERE ")");
     return line_error(lr, SDNN_ERR_INVALID,
                       "unknown backend (local, mpi, nccl, auto)");
 }
+
 
 static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
 {
@@ -338,9 +354,16 @@ static sdnn_status parse_replan_drift(const line_ref *lr, sdnn_config *cfg)
     return SDNN_OK;
 }
 
+static sdnn_status parse_comm_timeout(const line_ref *lr, sdnn_config *cfg)
+{
+    if (!parse_number(lr->value, 0.0, 86400.0, 1, 0, &cfg->comm_timeout_s))
+        return expected(lr, "a number of seconds > 0 and <= 86400");
+    return SDNN_OK;
+}
+
 static const key_spec g_keys[] = {
     { "mode", parse_mode, "scalednn or stock" },
-    { "backend", parse_backend, "a backend (available: local)" },
+    { "backend", parse_backend, "a backend (available: " BACKENDS_HERE ")" },
     { "bucket_mb", parse_bucket_mb, "auto or a number of MiB > 0 and <= 4096" },
     { "overlap", parse_overlap, "0 or 1" },
     { "interval", parse_interval, "an integer >= 1 and <= 1000000" },
@@ -360,11 +383,12 @@ static const key_spec g_keys[] = {
     { "link_us", parse_link_us, "a latency in microseconds" },
     { "profile_iters", parse_profile_iters, "an integer >= 1" },
     { "replan_drift", parse_replan_drift, "a fraction > 0" },
+    { "comm_timeout_s", parse_comm_timeout, "a number of seconds > 0" },
 };
 enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
        K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
        K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE, K_COMPRESS_ALLOW,
-       K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT };
+       K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, K_COMM_TIMEOUT };
 #define N_KEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* ---- the line loop ------------------------------------------------------- */
@@ -712,4 +736,12 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
         extra[0] = '\0';
     snprintf(buf + used, len - used, "%s error_feedback=%d compress_min_kb=%g", extra,
              cfg->error_feedback, cfg->compress_min_kb);
+}
+
+const char *sdnn_config_backend(const sdnn_config *cfg)
+{
+    if (strcmp(cfg->backend, "auto") != 0) return cfg->backend;
+    /* mpirun (OpenMPI) tells every process the size of its world. */
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    return ws && atoi(ws) > 1 ? "mpi" : "local";
 }

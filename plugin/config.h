@@ -17,7 +17,8 @@ typedef enum { SDNN_MODE_SCALEDNN = 0, SDNN_MODE_STOCK = 1 } sdnn_mode;
 typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
-    char backend[16];   /* backend=local (mpi, nccl: later builds) */
+    char backend[16];   /* backend=local|mpi|auto (nccl: later builds); see
+                         * sdnn_config_backend for what auto becomes */
     double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB;
                          * 0 = auto (planned from the profile, the default) */
     int overlap;        /* overlap=0|1 */
@@ -38,12 +39,14 @@ typedef struct sdnn_config {
     double link_us;     /* link_us=<latency us> with link_gbps */
     int profile_iters;  /* bucket_mb=auto: steps profiled before planning */
     double replan_drift; /* re-plan when the step drifts this fraction from the prediction */
+    double comm_timeout_s; /* comm_timeout_s=<seconds > 0>: longest wait for a peer
+                            * process before a step fails (sdnn_comm_opts) */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets. */
 #define SDNN_CONFIG_INIT                                            \
     { 0, SDNN_MODE_SCALEDNN, "local", 0.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25 }
+      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25, 60.0 }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {
@@ -69,6 +72,11 @@ sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
                              sdnn_stripped_cfg *out);
 
 void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
+
+/* The backend to open: cfg->backend, with "auto" resolved to "mpi" when
+ * this process was started by mpirun in a world of more than one process
+ * (OMPI_COMM_WORLD_SIZE > 1) and to "local" otherwise. */
+const char *sdnn_config_backend(const sdnn_config *cfg);
 
 /* One line describing the settings, for the start-of-training banner. */
 void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);

@@ -78,3 +78,32 @@ sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
     for (int r = 1; r < n; ++r) *nets[r]->seen = *base->seen;
     return SDNN_OK;
 }
+
+sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int interval,
+                                  size_t *bytes)
+{
+    if (!comm || comm->size < 2) return sdnn_stock_sync(nets, n, interval, bytes);
+    network *base = nets[0];
+    /* Local mean first; the counters move once, for the whole world. */
+    SDNN_CHECK(sdnn_stock_sync(nets, n, 0, bytes));
+    for (int i = 0; i < base->n; ++i) {
+        if (!averaged_type(base->layers[i].type)) continue;
+        sdnn_param p0[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&base->layers[i], p0);
+        for (int j = 0; j < np; ++j) {
+            const float *in = p0[j].val;
+            SDNN_CHECK(comm->ops->allreduce_mean(comm, &in, 1, p0[j].val, p0[j].n));
+            for (int r = 1; r < n; ++r) {
+                sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
+                sdnn_layer_params(&nets[r]->layers[i], pr);
+                memcpy(pr[j].val, p0[j].val, p0[j].n * sizeof(float));
+            }
+            *bytes += 2u * (size_t)(comm->size - 1) * p0[j].n * sizeof(float);
+        }
+    }
+    int world = n * comm->size;
+    *base->seen += (size_t)interval * (size_t)(world - 1) * (size_t)base->batch *
+                   (size_t)base->subdivisions;
+    for (int r = 1; r < n; ++r) *nets[r]->seen = *base->seen;
+    return SDNN_OK;
+}

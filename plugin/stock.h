@@ -11,6 +11,7 @@
 #ifndef SDNN_STOCK_H
 #define SDNN_STOCK_H
 
+#include "comm.h"
 #include "scalednn.h"
 #include <darknet.h>
 #include <stddef.h>
@@ -21,5 +22,16 @@ int sdnn_stock_due(network **nets, int n, int interval);
 /* The sync itself.  *bytes gets the bytes moved to and from the host
  * buffer.  A non-finite averaged weight is SDNN_ERR_NONFINITE. */
 sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes);
+
+/* The sync over processes too (comm->size > 1; otherwise sdnn_stock_sync):
+ * each process averages its replicas as above, then the same tensors are
+ * averaged over the processes with comm's allreduce_mean and copied to
+ * every replica, and `seen` catches up with interval x (world - 1) batches
+ * (world = n x processes).  Darknet's central host sums every device in
+ * order and scales once; a mean of process means is the same number up to
+ * rounding in the last bits (bit-identical for one replica per process and
+ * two processes).  Every process must call it at the same step. */
+sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int interval,
+                                  size_t *bytes);
 
 #endif

@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "blas.h"
 #include "comm.h"
+#include "config.h"
 #include "hooks.h"
 #include "loader.h"
 #include "replicas.h"
@@ -34,7 +35,8 @@ typedef struct worker {
 
 struct sdnn_trainer {
     network **nets;
-    int n;
+    int n;                 /* replicas in this process */
+    int world;             /* replicas in every process together: n x processes */
     int own;
     sdnn_config cfg;
     sdnn_comm *comm;
@@ -117,7 +119,7 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     (void)sdnn_timeline_close(t->tl);   /* a failure leaves its message */
     for (int r = 0; r < t->n; ++r) {
         sdnn_hooks_uninstall(t->nets[r]);
-        t->nets[r]->learning_rate /= (float)t->n;
+        if (t->world > 0) t->nets[r]->learning_rate /= (float)t->world;
     }
     if (t->own) sdnn_replicas_free(t->nets, t->n);
     free(t->w);
@@ -125,6 +127,51 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     pthread_cond_destroy(&t->go);
     pthread_cond_destroy(&t->done);
     free(t);
+}
+
+/* Process 0's replica 0 on every replica of every process: parameters,
+ * update buffers and running statistics (what sdnn_replicas_broadcast
+ * copies between local replicas).  Every process loaded the same weights
+ * file, so the counters agree already; random initial weights do not. */
+static sdnn_status broadcast_world(sdnn_trainer *t)
+{
+    network *net = t->nets[0];
+    for (int i = 0; i < net->n; ++i) {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(&net->layers[i], p);
+        for (int j = 0; j < k; ++j) {
+            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].val, p[j].n));
+            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].upd, p[j].n));
+        }
+        float *mean, *var;
+        size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
+        if (nbn) {
+            SDNN_CHECK(t->comm->ops->broadcast(t->comm, mean, nbn));
+            SDNN_CHECK(t->comm->ops->broadcast(t->comm, var, nbn));
+        }
+    }
+    return sdnn_replicas_broadcast(t->nets, t->n);
+}
+
+/* Running statistics: the mean over local replicas, then over processes. */
+static sdnn_status average_bn_world(sdnn_trainer *t)
+{
+    sdnn_replicas_average_bn(t->nets, t->n);
+    if (!t->comm || t->comm->size < 2) return SDNN_OK;
+    network *net = t->nets[0];
+    for (int i = 0; i < net->n; ++i) {
+        float *mean, *var;
+        size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
+        if (!nbn) continue;
+        const float *m = mean, *v = var;
+        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &m, 1, mean, nbn));
+        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &v, 1, var, nbn));
+        for (int r = 1; r < t->n; ++r) {
+            memcpy(t->nets[r]->layers[i].rolling_mean, mean, nbn * sizeof(float));
+            memcpy(t->nets[r]->layers[i].rolling_variance, var, nbn * sizeof(float));
+        }
+    }
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
@@ -140,10 +187,30 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     t->nets = nets;
     t->n = n;
     t->cfg = *cfg;
-    for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)n;
     sdnn_status st = SDNN_OK;
-    if (cfg->timeline[0])
-        SDNN_CHECKGOTO(sdnn_timeline_open(cfg->timeline, n, NULL, &t->tl), st, fail);
+    /* The backend first: the world it spans sets the learning rate.  Stock
+     * mode needs one only between processes (its local sync is stock.c). */
+    const char *backend = sdnn_config_backend(cfg);
+    if (cfg->mode == SDNN_MODE_SCALEDNN || strcmp(backend, "local") != 0) {
+        sdnn_comm_opts co = SDNN_COMM_OPTS_INIT;
+        if (cfg->comm_timeout_s > 0) co.timeout_s = cfg->comm_timeout_s;
+        SDNN_CHECKGOTO(sdnn_comm_open_opts(backend, &co, &t->comm), st, fail);
+    }
+    t->world = n * (t->comm ? t->comm->size : 1);
+    for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)t->world;
+    if (t->comm && t->comm->size > 1)
+        SDNN_CHECKGOTO(broadcast_world(t), st, fail);
+    if (cfg->timeline[0]) {
+        /* Between processes each rank records its own trace: rank R > 0
+         * writes PATH.rankR next to rank 0's PATH (one file per process;
+         * they are not merged). */
+        char tlpath[sizeof cfg->timeline + 32];
+        if (t->comm && t->comm->rank > 0)
+            snprintf(tlpath, sizeof tlpath, "%s.rank%d", cfg->timeline, t->comm->rank);
+        else
+            snprintf(tlpath, sizeof tlpath, "%s", cfg->timeline);
+        SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, NULL, &t->tl), st, fail);
+    }
 
     if (cfg->mode == SDNN_MODE_SCALEDNN) {
         /* Darknet updates when seen/batch reaches a multiple of subdivisions;
@@ -161,8 +228,13 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
             goto fail;
         }
         SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &t->xo), st, fail);
-        SDNN_CHECKGOTO(sdnn_comm_open(cfg->backend, &t->comm), st, fail);
-        if (cfg->bucket_mb <= 0) {
+        if (cfg->bucket_mb <= 0 && t->comm->size > 1) {
+            /* The planner times this process only; processes that planned
+             * different buckets would exchange mismatched buffers.  Until a
+             * plan is agreed over the backend, fixed 1 MiB buckets. */
+            t->xo.bucket_mb = 1.0;
+            if (strcmp(cfg->compress, "auto") == 0) t->xo.codec = &sdnn_codec_none;
+        } else if (cfg->bucket_mb <= 0) {
             /* bucket_mb=auto: fixed 1 MiB buckets, uncompressed under
              * compress=auto, until the profile gives a plan. */
             t->xo.bucket_mb = 1.0;
@@ -283,8 +355,9 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     sdnn_status status = SDNN_OK;
     size_t base = *net0->seen;
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
-        t->seen_start = base + (size_t)(t->n - 1) * (size_t)per;
-        size_t iter_after = (base + (size_t)t->n * (size_t)per) / (size_t)per;
+        /* Every process's replicas together make the step. */
+        t->seen_start = base + (size_t)(t->world - 1) * (size_t)per;
+        size_t iter_after = (base + (size_t)t->world * (size_t)per) / (size_t)per;
         t->iteration = (int)iter_after;
         sdnn_exchange_step_begin(t->ex, (int)iter_after);
         run_workers(t);
@@ -298,9 +371,9 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         /* Replica 0's own count: the catch-up comes with the sync. */
         t->iteration = (int)((base + (size_t)per) / (size_t)per);
         run_workers(t);
-        if (sdnn_stock_due(t->nets, t->n, t->cfg.interval)) {
+        if (sdnn_stock_due(t->nets, t->world, t->cfg.interval)) {
             double s0 = sdnn_now_s();
-            status = sdnn_stock_sync(t->nets, t->n, t->cfg.interval, &st->bytes);
+            status = sdnn_stock_sync_world(t->nets, t->n, t->comm, t->cfg.interval, &st->bytes);
             double s1 = sdnn_now_s();
             st->exposed_s = st->comm_s = s1 - s0;
             st->synced = 1;
@@ -332,6 +405,12 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     float sum = 0;
     for (int r = 0; r < t->n; ++r) sum += t->w[r].loss;
     st->loss = sum / (float)t->n;
+    if (status == SDNN_OK && t->comm && t->comm->size > 1) {
+        /* The world's loss, as one process with every replica reports it. */
+        const float *in = &st->loss;
+        status = t->comm->ops->allreduce_mean(t->comm, &in, 1, &st->loss, 1);
+        if (status != SDNN_OK) t->failed = status;
+    }
     return status;
 }
 
@@ -390,14 +469,19 @@ static sdnn_status save(sdnn_trainer *t, const char *path)
                           "step (%s)", path, sdnn_strerror(t->failed));
     for (int r = 0; r < t->n; ++r) SDNN_CHECK(check_finite(t->nets[r]));
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
-        sdnn_replicas_average_bn(t->nets, t->n);
-    } else if (t->n > 1) {
+        SDNN_CHECK(average_bn_world(t));
+    } else if (t->world > 1) {
         /* Darknet's train_detector calls sync_nets(nets, ngpus, 0) before
          * every save: weights averaged, seen unchanged. */
         size_t bytes;
-        SDNN_CHECK(sdnn_stock_sync(t->nets, t->n, 0, &bytes));
+        SDNN_CHECK(sdnn_stock_sync_world(t->nets, t->n, t->comm, 0, &bytes));
     }
     SDNN_CHECK(check_finite(t->nets[0]));   /* an average can still overflow */
+    /* Between processes every rank averages (above, collectively) and only
+     * rank 0 writes: the weights are the same everywhere.  The .ef file
+     * holds rank 0's replicas' residuals only; other ranks' residuals are
+     * not saved, and a resume restores rank 0's file on rank 0 alone. */
+    if (t->comm && t->comm->rank != 0) return SDNN_OK;
     if (t->ex && sdnn_exchange_has_ef(t->ex)) {
         char ef[4096];
         if (snprintf(ef, sizeof ef, "%s.ef", path) >= (int)sizeof ef)
@@ -409,8 +493,22 @@ static sdnn_status save(sdnn_trainer *t, const char *path)
 
 void sdnn_trainer_average_bn(sdnn_trainer *t)
 {
-    if (t->cfg.mode == SDNN_MODE_SCALEDNN && t->failed == SDNN_OK)
-        sdnn_replicas_average_bn(t->nets, t->n);
+    if (t->cfg.mode == SDNN_MODE_SCALEDNN && t->failed == SDNN_OK &&
+        average_bn_world(t) != SDNN_OK)
+        t->failed = SDNN_ERR_COMM;
+}
+
+int sdnn_trainer_rank(const sdnn_trainer *t) { return t->comm ? t->comm->rank : 0; }
+int sdnn_trainer_processes(const sdnn_trainer *t) { return t->comm ? t->comm->size : 1; }
+int sdnn_trainer_world(const sdnn_trainer *t) { return t->world; }
+
+sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v)
+{
+    if (!t->comm || t->comm->size < 2) return SDNN_OK;
+    float f = (float)*v;   /* exact for |v| < 2^24: sizes and flags */
+    SDNN_CHECK(t->comm->ops->broadcast(t->comm, &f, 1));
+    *v = (int)f;
+    return SDNN_OK;
 }
 
 int sdnn_trainer_has_ef(const sdnn_trainer *t) { return t->ex && sdnn_exchange_has_ef(t->ex); }
@@ -418,6 +516,7 @@ int sdnn_trainer_has_ef(const sdnn_trainer *t) { return t->ex && sdnn_exchange_h
 sdnn_status sdnn_trainer_load_ef(sdnn_trainer *t, const char *weights)
 {
     if (!sdnn_trainer_has_ef(t)) return SDNN_OK;
+    if (t->comm && t->comm->rank != 0) return SDNN_OK;   /* saved by rank 0 alone */
     char ef[4096];
     if (snprintf(ef, sizeof ef, "%s.ef", weights) >= (int)sizeof ef)
         return SDNN_ERROR(SDNN_ERR_INVALID, "weights path too long: %s", weights);

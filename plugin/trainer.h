@@ -33,6 +33,9 @@ typedef struct sdnn_step_stats {
 
 /* Take ownership of `nets` (n replicas with identical weights, see
  * sdnn_replicas_create) when own != 0.  Multiplies learning rates by n. */
+/* Between processes (the config's backend resolves to mpi), process 0's
+ * replica 0 is broadcast to every replica of every process and the
+ * learning rate is multiplied by n x processes instead. */
 sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
                                 sdnn_trainer **out);
 void sdnn_trainer_destroy(sdnn_trainer *t);
@@ -81,6 +84,17 @@ void sdnn_trainer_average_bn(sdnn_trainer *t);
  * either way training may go on with zero residuals). */
 int sdnn_trainer_has_ef(const sdnn_trainer *t);
 sdnn_status sdnn_trainer_load_ef(sdnn_trainer *t, const char *weights);
+
+/* Across processes (backend=mpi): this process's rank (0 without a
+ * backend between processes), the number of processes, and the world
+ * (replicas in every process together; the learning rate is multiplied by
+ * it and a step advances `seen` by world batches). */
+int sdnn_trainer_rank(const sdnn_trainer *t);
+int sdnn_trainer_processes(const sdnn_trainer *t);
+int sdnn_trainer_world(const sdnn_trainer *t);
+
+/* *v on every process = *v of process 0 (multi-scale sizes); |v| < 2^24. */
+sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v);
 
 /* Current iteration (Darknet's get_current_batch of replica 0). */
 size_t sdnn_trainer_iteration(sdnn_trainer *t);

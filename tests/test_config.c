@@ -310,12 +310,19 @@ typedef struct bad_case {
     "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
     "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
-    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift"
+    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
+    "comm_timeout_s"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
 #define CODECS "(none, fp16, bf16, int8, topk, auto)"
 #define NOT_HERE "not available in this build"
+#if SDNN_MPI
+#define AVAILABLE "(available: local, mpi, auto)"
+#else
+#define AVAILABLE "(available: local, auto)"
+#endif
+#define TIMEOUT "seconds > 0 and <= 86400"
 
 static const bad_case g_bad[] = {
     { "speed=3", SDNN_ERR_INVALID, "unknown key", KEYS },
@@ -324,10 +331,16 @@ static const bad_case g_bad[] = {
     { "mode=fast", SDNN_ERR_INVALID, "unknown mode", "(scalednn, stock)" },
     { "mode=", SDNN_ERR_INVALID, "empty value", "scalednn or stock" },
     { "backend=tcp", SDNN_ERR_INVALID, "unknown backend", BACKENDS },
-    { "backend=mpi", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
-    { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
-    { "backend=auto", SDNN_ERR_UNSUPPORTED, NOT_HERE, "(available: local)" },
-    { "backend=", SDNN_ERR_INVALID, "empty value", "available: local" },
+#if !SDNN_MPI
+    { "backend=mpi", SDNN_ERR_UNSUPPORTED, NOT_HERE, AVAILABLE },
+#endif
+    { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE, AVAILABLE },
+    { "backend=", SDNN_ERR_INVALID, "empty value", AVAILABLE },
+    { "comm_timeout_s=0", SDNN_ERR_INVALID, "expected", TIMEOUT },
+    { "comm_timeout_s=-5", SDNN_ERR_INVALID, "expected", TIMEOUT },
+    { "comm_timeout_s=abc", SDNN_ERR_INVALID, "expected", TIMEOUT },
+    { "comm_timeout_s=nan", SDNN_ERR_INVALID, "expected", TIMEOUT },
+    { "comm_timeout_s=1e9", SDNN_ERR_INVALID, "expected", TIMEOUT },
     { "bucket_mb=abc", SDNN_ERR_INVALID, "expected", BUCKET },
     { "bucket_mb=-1", SDNN_ERR_INVALID, "expected", BUCKET },
     { "bucket_mb=0", SDNN_ERR_INVALID, "expected", BUCKET },
@@ -550,6 +563,39 @@ static void test_long_unknown_key_is_shortened(void **state)
     assert_msg_has("...=1: unknown key (" KEYS ")");
 }
 
+/* ---- backends across processes ------------------------------------------- */
+
+static void test_backend_keys(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    free(parse_ok("[scalednn]\n", &cfg));
+    assert_true(cfg.comm_timeout_s == 60.0);
+    free(parse_ok("[scalednn]\nbackend=auto\ncomm_timeout_s=2.5\n", &cfg));
+    assert_string_equal(cfg.backend, "auto");
+    assert_true(cfg.comm_timeout_s == 2.5);
+#if SDNN_MPI
+    free(parse_ok("[scalednn]\nbackend=mpi\n", &cfg));
+    assert_string_equal(cfg.backend, "mpi");
+    assert_string_equal(sdnn_config_backend(&cfg), "mpi");
+#endif
+    /* auto: mpi only for a world of more than one process under mpirun. */
+    free(parse_ok("[scalednn]\nbackend=auto\n", &cfg));
+    char *saved = getenv("OMPI_COMM_WORLD_SIZE");
+    char keep[32] = "";
+    if (saved) snprintf(keep, sizeof keep, "%s", saved);
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    assert_string_equal(sdnn_config_backend(&cfg), "local");
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    assert_string_equal(sdnn_config_backend(&cfg), "local");
+    setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    assert_string_equal(sdnn_config_backend(&cfg), "mpi");
+    if (saved) setenv("OMPI_COMM_WORLD_SIZE", keep, 1);
+    else unsetenv("OMPI_COMM_WORLD_SIZE");
+    free(parse_ok("[scalednn]\nbackend=local\n", &cfg));
+    assert_string_equal(sdnn_config_backend(&cfg), "local");
+}
+
 /* ---- describe --------------------------------------------------------------- */
 
 static void test_describe(void **state)
@@ -685,7 +731,7 @@ static void test_load_bad_section(void **state)
     assert_int_equal(out.fd, -1);
     char prefix[256];
     snprintf(prefix, sizeof prefix,
-             "%s:4: [scalednn] backend=nccl: " NOT_HERE " (available: local)",
+             "%s:4: [scalednn] backend=nccl: " NOT_HERE " " AVAILABLE,
              path);
     assert_msg_starts(prefix);
 }
@@ -714,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_repeated_key),
         cmocka_unit_test(test_two_sections),
         cmocka_unit_test(test_long_unknown_key_is_shortened),
+        cmocka_unit_test(test_backend_keys),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),

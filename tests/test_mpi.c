@@ -13,7 +13,11 @@
  *    within the timeout, naming it, and refuse later calls;
  *  - outside mpirun the backend is unavailable with a message saying so;
  *  - bench-comm -d mpi checks its own rows (#wrong 0), rank 0 alone prints
- *    and writes the JSON.
+ *    and writes the JSON;
+ *  - training (tests/mpi/mpi_train): 2 processes x 1 replica == 1 x 2 bit
+ *    for bit (both modes), 2 x 2 and 3 x 1 within a stated tolerance, a
+ *    SIGKILLed rank ends the run non-zero within 60 s with the previous
+ *    weights file intact.
  * Built without MPI (MPI=0) or without mpirun, the cases are skipped.
  * Programs come from $SDNN_TEST_BUILD/tests/mpi (build), the script from
  * $SDNN_REPO (.), ./darknet from $SDNN_DARKNET_BIN.
@@ -27,13 +31,17 @@
 #include "comm.h"
 #include "scalednn.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_build[512], g_repo[512];
+static char g_abs_build[1024], g_abs_repo[1024];   /* for commands run elsewhere */
 
 /* Runs `cmd` through sh, returns its exit status (-1: not run) and its
  * output (stdout and stderr) in *out (malloc'd, NUL-terminated). */
@@ -268,11 +276,282 @@ static void test_bench_comm(void **state)
     run_bench(3, "2");
 }
 
+/* ---- training across processes (tests/mpi/mpi_train) ------------------- */
+
+/* mpi_train on NP processes (NP = 0: alone, without mpirun) in DIR with
+ * ARGS; returns the exit status, prints the output on failure when
+ * want_ok. */
+static int run_train(int np, const char *dir, const char *args, int want_ok, double *secs)
+{
+    char *out;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = np > 0 ? capture(&out, "cd %s && sh %s/tests/mpi/run.sh %d %s/tests/mpi/mpi_train %s",
+                              dir, g_abs_repo, np, g_abs_build, args)
+                    : capture(&out, "cd %s && %s/tests/mpi/mpi_train %s", dir, g_abs_build, args);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (secs) *secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    if (want_ok && rc != 0) print_error("mpi_train %s on %d processes: exit %d\n%s\n", args, np, rc, out);
+    free(out);
+    return rc;
+}
+
+/* The floats of a Darknet weights file after its 20-byte header (major,
+ * minor, revision, seen); *hdr gets the header. */
+static float *read_weights(const char *dir, const char *name, size_t *n, unsigned char hdr[20])
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *v = len > 20 ? malloc((size_t)len) : NULL;
+    if (!v || fread(hdr, 1, 20, f) != 20 || fread(v, 1, (size_t)len - 20, f) != (size_t)len - 20) {
+        free(v);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *n = ((size_t)len - 20) / sizeof(float);
+    return v;
+}
+
+/* Relative Frobenius difference of two weights files (-1: unreadable or a
+ * different header or size); 0 means bit for bit when exact. */
+static double weights_diff(const char *dir, const char *x, const char *y, int *exact)
+{
+    size_t nx = 0, ny = 0;
+    unsigned char hx[20], hy[20];
+    float *a = read_weights(dir, x, &nx, hx), *b = read_weights(dir, y, &ny, hy);
+    double d = -1;
+    if (a && b && nx == ny && memcmp(hx, hy, 20) == 0) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nx; ++i) {
+            double e = (double)a[i] - (double)b[i];
+            num += e * e;
+            den += (double)a[i] * (double)a[i];
+        }
+        d = den > 0 ? sqrt(num / den) : sqrt(num);
+        *exact = memcmp(a, b, nx * sizeof(float)) == 0;
+    }
+    free(a);
+    free(b);
+    return d;
+}
+
+static char *make_dir(void)
+{
+    static char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/sdnn-mpi-train-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    return dir;
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) print_message("could not remove %s\n", dir);
+}
+
+/* 2 processes x 1 replica == 1 process x 2 replicas, bit for bit, after 10
+ * steps (batch norm, a rate schedule, several buckets), in both modes.
+ * Why exact: with one replica per process the local mean is the buffer
+ * itself, and the ring over two processes adds the two buffers (a + b or
+ * b + a: fp addition is commutative) and halves the sum, which is what the
+ * local backend does with two replicas; the same holds for the running
+ * statistics at the save, the loss, and stock mode's weight average
+ * (1/2 is exact).  The learning rate (x world) and seen advance the same. */
+static void test_train_two_processes_exact(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    int exact = 0;
+    assert_int_equal(run_train(2, dir, "-n 1 -s 10 -o p2.weights", 1, NULL), 0);
+    assert_int_equal(run_train(0, dir, "-n 2 -s 10 -o p1.weights", 1, NULL), 0);
+    double d = weights_diff(dir, "p2.weights", "p1.weights", &exact);
+    print_message("scalednn 2x1 vs 1x2: relative difference %g, bitwise %s\n", d,
+                  exact ? "equal" : "DIFFERENT");
+    assert_true(d == 0 && exact);
+    assert_int_equal(run_train(2, dir, "-m stock -i 2 -n 1 -s 10 -o s2.weights", 1, NULL), 0);
+    assert_int_equal(run_train(0, dir, "-m stock -i 2 -n 2 -s 10 -o s1.weights", 1, NULL), 0);
+    d = weights_diff(dir, "s2.weights", "s1.weights", &exact);
+    print_message("stock 2x1 vs 1x2: relative difference %g, bitwise %s\n", d,
+                  exact ? "equal" : "DIFFERENT");
+    assert_true(d == 0 && exact);
+    /* 2 processes x 2 replicas == 1 x 4 within rounding (the local means
+     * come first: ((a+b)/2 + (c+d)/2)/2 vs (a+b+c+d)/4). */
+    assert_int_equal(run_train(2, dir, "-n 2 -s 10 -o q2.weights", 1, NULL), 0);
+    assert_int_equal(run_train(0, dir, "-n 4 -s 10 -o q1.weights", 1, NULL), 0);
+    d = weights_diff(dir, "q2.weights", "q1.weights", &exact);
+    print_message("scalednn 2x2 vs 1x4: relative difference %g\n", d);
+    assert_true(d >= 0 && d < 1e-5);
+    remove_dir(dir);
+}
+
+/* 3 processes: the ring adds chunk c in the order c, c+1, c+2, so sums
+ * are associated differently from the local backend's in-order sum and
+ * differ in the last bits; after 10 steps the weights agree to a relative
+ * (Frobenius) difference below 1e-5 (measured: 6e-8). */
+static void test_train_three_processes_close(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    int exact = 0;
+    assert_int_equal(run_train(3, dir, "-n 1 -s 10 -o p3.weights", 1, NULL), 0);
+    assert_int_equal(run_train(0, dir, "-n 3 -s 10 -o p1.weights", 1, NULL), 0);
+    double d = weights_diff(dir, "p3.weights", "p1.weights", &exact);
+    print_message("scalednn 3x1 vs 1x3: relative difference %g (bound 1e-5)\n", d);
+    assert_true(d >= 0 && d < 1e-5);
+    remove_dir(dir);
+}
+
+/* A rank SIGKILLed before step 5: the run ends non-zero within 60 s and
+ * the weights file is the one saved after step 4, bit for bit (saves are
+ * atomic, and a rank passes step 4 only after rank 0 wrote it). */
+static void kill_case(const char *who)
+{
+    char *dir = make_dir();
+    char args[128];
+    double secs = 0;
+    int exact = 0;
+    snprintf(args, sizeof args, "-n 1 -s 10 -t 5 -k %s:5 -o k.weights", who);
+    int rc = run_train(3, dir, args, 0, &secs);
+    print_message("rank %s killed: exit %d after %.1f s\n", who, rc, secs);
+    assert_int_not_equal(rc, 0);
+    assert_true(secs < 60);
+    assert_int_equal(run_train(3, dir, "-n 1 -s 5 -o ref.weights", 1, NULL), 0);
+    double d = weights_diff(dir, "k.weights", "ref.weights", &exact);
+    assert_true(d == 0 && exact);
+    remove_dir(dir);
+}
+
+/* A rank that stops (SIGSTOP: mpirun sees nothing) before step 5: its
+ * neighbour fails within comm_timeout_s naming it, the run ends non-zero,
+ * and the weights file is the one saved after step 4. */
+static void test_train_rank_hung(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    char *out;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = capture(&out, "cd %s && SDNN_MPI_RUN_TIMEOUT=50 sh %s/tests/mpi/run.sh 3 "
+                     "%s/tests/mpi/mpi_train -n 1 -s 10 -t 3 -p 1:5 -o h.weights",
+                     dir, g_abs_repo, g_abs_build);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec);
+    int named = strstr(out, "for rank 1, which did not answer") != NULL;
+    if (rc == 0 || !named || secs >= 30)
+        print_error("hung rank 1: exit %d after %.0f s, named %d:\n%s\n", rc, secs, named, out);
+    free(out);
+    assert_int_not_equal(rc, 0);
+    assert_true(named);
+    assert_true(secs < 30);
+    int exact = 0;
+    assert_int_equal(run_train(3, dir, "-n 1 -s 5 -o ref.weights", 1, NULL), 0);
+    assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
+    remove_dir(dir);
+}
+
+static void test_train_rank_killed(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    kill_case("1");
+    kill_case("0");
+}
+
+/* The same 10 steps on 2 hosts in network namespaces joined by 100 Mbit/s
+ * links (scripts/netlab.sh, root only): the weights equal the run on
+ * shared memory bit for bit. */
+static void test_train_netlab(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *out;
+    if (getuid() != 0 ||
+        capture(&out, "cd /tmp && sh %s/scripts/netlab.sh -k 2 -rate 100mbit -- true", g_abs_repo) != 0) {
+        if (getuid() == 0) free(out);
+        print_message("netlab needs root and network namespaces: skipped\n");
+        skip();
+    }
+    free(out);
+    char *dir = make_dir();
+    int exact = 0;
+    int rc = capture(&out, "cd %s && sh %s/scripts/netlab.sh -k 2 -rate 100mbit -- "
+                     "%s/tests/mpi/mpi_train -n 1 -s 10 -o %s/lab.weights", dir, g_abs_repo,
+                     g_abs_build, dir);
+    if (rc != 0) print_error("netlab run: exit %d\n%s\n", rc, out);
+    free(out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(run_train(2, dir, "-n 1 -s 10 -o shm.weights", 1, NULL), 0);
+    double d = weights_diff(dir, "lab.weights", "shm.weights", &exact);
+    assert_true(d == 0 && exact);
+    remove_dir(dir);
+}
+
+/* ./darknet detector train under mpirun, 2 processes x 1 replica with
+ * backend=auto: exit 0, rank 0 alone prints the progress and writes the
+ * CSV, the final weights exist; a resume from them continues at their
+ * iteration on both ranks. */
+static void test_darknet_train(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    const char *bin = getenv("SDNN_DARKNET_BIN");
+    char abs_bin[PATH_MAX];
+    if (!bin || !realpath(bin, abs_bin)) {
+        print_message("SDNN_DARKNET_BIN is not set (make test sets it): skipped\n");
+        skip();
+    }
+    char *dir = make_dir();
+    char *out;
+    int rc = capture(&out,
+                     "cd %s && %s scalednn gen-shapes shapes -n 48 -valid 4 -seed 3 >/dev/null && "
+                     "printf 'classes=4\\ntrain=%s/shapes/train.txt\\nvalid=%s/shapes/valid.txt\\n"
+                     "names=%s/shapes/shapes.names\\nbackup=%s/backup/\\n' > s.data && "
+                     "sed 's/^backend=local/backend=auto\\ncomm_timeout_s=20/' %s/cfg/shapes-scalednn.cfg > s.cfg",
+                     dir, abs_bin, dir, dir, dir, dir, g_abs_repo);
+    free(out);
+    assert_int_equal(rc, 0);
+    rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 2 %s detector train s.data s.cfg -gpus 0 "
+                 "-max_batches 10 -seed 1", dir, g_abs_repo, abs_bin);
+    int worlds = count(out, "world of 2 (2 processes)"), lines = count(out, " img/s, ");
+    if (rc != 0 || worlds != 1 || lines != 5 || !strstr(out, "Learning Rate: 0.004,"))
+        print_error("darknet under mpirun: exit %d, %d banners, %d progress lines (want 1, 5):\n%s\n",
+                    rc, worlds, lines, out);
+    free(out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(worlds, 1);
+    assert_int_equal(lines, 5);
+    rc = capture(&out, "cd %s && test -s backup/s_final.weights && test $(grep -c '^[0-9]' backup/s.csv) -eq 5",
+                 dir);
+    free(out);
+    assert_int_equal(rc, 0);
+    rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 2 %s detector train s.data s.cfg "
+                 "backup/s_final.weights -gpus 0 -max_batches 14 -seed 2", dir, g_abs_repo, abs_bin);
+    if (rc != 0 || !strstr(out, "\n12: ") || !strstr(out, "\n14: ") || strstr(out, "\n2: "))
+        print_error("resume under mpirun: exit %d\n%s\n", rc, out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\n12: "));
+    assert_null(strstr(out, "\n2: "));
+    free(out);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const char *b = getenv("SDNN_TEST_BUILD"), *r = getenv("SDNN_REPO");
     snprintf(g_build, sizeof g_build, "%s", b && *b ? b : "build");
     snprintf(g_repo, sizeof g_repo, "%s", r && *r ? r : ".");
+    if (!realpath(g_build, g_abs_build)) snprintf(g_abs_build, sizeof g_abs_build, "%s", g_build);
+    if (!realpath(g_repo, g_abs_repo)) snprintf(g_abs_repo, sizeof g_abs_repo, "%s", g_repo);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_launched),
         cmocka_unit_test(test_world_of_one),
@@ -282,6 +561,12 @@ int main(void)
         cmocka_unit_test(test_timeout_two),
         cmocka_unit_test(test_timeout_three),
         cmocka_unit_test(test_bench_comm),
+        cmocka_unit_test(test_train_two_processes_exact),
+        cmocka_unit_test(test_train_three_processes_close),
+        cmocka_unit_test(test_train_rank_killed),
+        cmocka_unit_test(test_train_rank_hung),
+        cmocka_unit_test(test_train_netlab),
+        cmocka_unit_test(test_darknet_train),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
