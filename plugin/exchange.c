@@ -117,7 +117,11 @@ static void *comm_main(void *arg)
             } else {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
                 st = ex->comm->ops->allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count);
-                wire = 2u * (size_t)(ex->world - 1) * bk->count * sizeof(float);
+                /* What this process sends, as a ring would: across processes
+                 * one ring rank per process (the replicas are averaged in
+                 * memory first), inside one process one per replica. */
+                size_t P = (size_t)ex->comm->size, bytes = bk->count * sizeof(float);
+                wire = P > 1 ? 2u * (P - 1) * bytes / P : 2u * (size_t)(ex->world - 1) * bytes;
             }
         }
         double t1 = sdnn_now_s();

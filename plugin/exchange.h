@@ -65,10 +65,11 @@ typedef struct sdnn_exchange_opts {
 sdnn_status sdnn_exchange_opts_from_config(const sdnn_config *cfg, sdnn_exchange_opts *o);
 
 typedef struct sdnn_exchange_stats {
-    size_t bytes;          /* bytes sent between ranks, all ranks: the encoded
-                            * bytes of compressed buckets, and for uncompressed
-                            * ones what a ring allreduce moves, 2(W-1)/W x the
-                            * bucket on each of the W ranks */
+    size_t bytes;          /* bytes this process's ranks sent: the encoded bytes
+                            * of compressed buckets, and for uncompressed ones
+                            * what a ring allreduce moves, 2(W-1)/W x the bucket
+                            * per rank (in one process every replica is a rank;
+                            * across processes each process is one rank) */
     double exposed_s;      /* max over replicas of the time updates waited for
                             * exchanges after their bucket was ready */
     double sync_wait_s;    /* max over replicas of the time updates waited for
