@@ -174,6 +174,7 @@ static void run_timeout(int np, const char *op)
         const int point_to_point = strcmp(op, "allreduce") == 0 || strcmp(op, "coded") == 0;
         if (point_to_point && r == (sleeper + 1) % np && peer != sleeper) ++bad;
     }
+    if (strstr(out, "FAILED")) ++bad;   /* the program's own expectations */
     if (lines != np - 1 || bad) {
         print_error("mpi_timeout %s on %d processes: exit %d, %d result lines (want %d), %d "
                     "wrong:\n%s\n",

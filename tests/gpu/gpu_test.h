@@ -47,7 +47,7 @@ GT_FN void gt_check(int ok, const char *file, int line, const char *fmt, ...)
     va_end(ap);
 }
 
-#define GT_CHECK(cond, ...) gt_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define EXPECT(cond, ...) gt_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 /* A library call that must succeed; on failure the test cannot go on. */
 #define GT_OK(call)                                                                      \
     do {                                                                                 \

@@ -31,18 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_rank, g_fail, g_checks;
-
-#define EXPECT(cond, ...)                                     \
-    do {                                                      \
-        ++g_checks;                                           \
-        if (!(cond)) {                                        \
-            ++g_fail;                                         \
-            printf("rank %d: FAILED %s: ", g_rank, #cond);    \
-            printf(__VA_ARGS__);                              \
-            printf("\n");                                     \
-        }                                                     \
-    } while (0)
+#include "expect.h"
 
 static uint64_t mix(uint64_t z)
 {

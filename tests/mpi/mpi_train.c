@@ -18,12 +18,15 @@
  * failure test); -p RANK:STEP: it SIGSTOPs itself instead (a hung peer:
  * mpirun does not notice, the others must time out).  Exit 0 after the last step; 1 with the error otherwise.
  */
+#include "expect.h"
+
 #include "comm.h"
 #include "config.h"
 #include "replicas.h"
 #include "trainer.h"
 #include "../testutil.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +114,8 @@ int main(int argc, char **argv)
         mine.y.vals += rank * n * BATCH;
         sdnn_step_stats ss;
         if (sdnn_trainer_step(t, mine, &ss) != SDNN_OK) rc = die(rank, "step");
+        g_rank = rank;
+        if (rc == 0) EXPECT(isfinite(ss.loss), "step %d: loss %f", s, ss.loss);
         free_data(all);
         if (rc == 0 && sdnn_trainer_save(t, out) != SDNN_OK) rc = die(rank, "save");
         int token = s;
@@ -119,6 +124,7 @@ int main(int argc, char **argv)
             printf("step %d: loss %f, iteration %zu, seen %zu\n", s, ss.loss,
                    sdnn_trainer_iteration(t), *sdnn_trainer_net(t, 0)->seen);
     }
+    if (rc == 0 && g_fail) rc = 1;
     if (rc == 0) printf("rank %d: DONE world %d\n", rank, world);
     fflush(stdout);
     sdnn_trainer_destroy(t);
