@@ -19,37 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return (size_t)v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -58,8 +28,8 @@ int main(int argc, char **argv)
     int nrep = 2, iters = 20, warm = 3;
     const char *json = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) lo = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) hi = parse_size(argv[i + 1]);
+        if (!strcmp(argv[i], "-b")) lo = bench_parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) hi = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-f")) factor = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "-g")) nrep = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
@@ -119,11 +89,11 @@ int main(int argc, char **argv)
         for (int w = 0; w < warm; ++w)
             comm->ops->allreduce_mean(comm, (const float *const *)in, nrep, out, n);
         for (int k = 0; k < iters; ++k) {
-            double t0 = now_s();
+            double t0 = sdnn_now_s();
             comm->ops->allreduce_mean(comm, (const float *const *)in, nrep, out, n);
-            t[k] = now_s() - t0;
+            t[k] = sdnn_now_s() - t0;
         }
-        double tavg = median(t, iters);
+        double tavg = bench_median(t, iters);
         long wrong = 0;
         for (size_t i = 0; i < n; ++i) {
             float s = in[0][i];
@@ -134,11 +104,11 @@ int main(int argc, char **argv)
         total_wrong += wrong;
         for (int w = 0; w < warm; ++w) memcpy(dst, src, bytes);
         for (int k = 0; k < iters; ++k) {
-            double t0 = now_s();
+            double t0 = sdnn_now_s();
             memcpy(dst, src, bytes);
-            t[k] = now_s() - t0;
+            t[k] = sdnn_now_s() - t0;
         }
-        double tcpy = median(t, iters);
+        double tcpy = bench_median(t, iters);
         double gavg = (double)bytes / tavg / 1e9, gcpy = (double)bytes / tcpy / 1e9;
         printf(" %12zu %12zu %10.1f %10.2f %10.1f %10.2f %8.2f %7ld\n", size, n, tavg * 1e6, gavg,
                tcpy * 1e6, gcpy, gavg / gcpy, wrong);

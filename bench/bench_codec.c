@@ -21,37 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return (size_t)v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 typedef struct bench_case {
     const char *label;
@@ -122,12 +92,12 @@ static void run_size(size_t bytes, int reps, const bench_case *cases, int ncases
 
     memcpy(cpy, x, n * sizeof(float));
     for (int r = 0; r < reps; ++r) {
-        double t0 = now_s();
+        double t0 = sdnn_now_s();
         memcpy(cpy, x, n * sizeof(float));
-        t[r] = now_s() - t0;
+        t[r] = sdnn_now_s() - t0;
     }
     double gb = (double)bytes / 1e9;
-    double memcpy_gbs = gb / median(t, reps);
+    double memcpy_gbs = gb / bench_median(t, reps);
 
     for (int c = 0; c < ncases; ++c) {
         const bench_case *bc = &cases[c];
@@ -138,24 +108,24 @@ static void run_size(size_t bytes, int reps, const bench_case *cases, int ncases
         long wrong = (long)count_wrong(bc, x, y, n);
         *total_wrong += wrong;
         for (int r = 0; r < reps; ++r) {
-            double t0 = now_s();
+            double t0 = sdnn_now_s();
             ops->encode(&bc->p, x, n, enc, (uint64_t)r);
-            t[r] = now_s() - t0;
+            t[r] = sdnn_now_s() - t0;
         }
-        double enc_gbs = gb / median(t, reps);
+        double enc_gbs = gb / bench_median(t, reps);
         for (int r = 0; r < reps; ++r) {
-            double t0 = now_s();
+            double t0 = sdnn_now_s();
             ops->decode(&bc->p, enc, n, y);
-            t[r] = now_s() - t0;
+            t[r] = sdnn_now_s() - t0;
         }
-        double dec_gbs = gb / median(t, reps);
+        double dec_gbs = gb / bench_median(t, reps);
         for (int r = 0; r < reps; ++r) {
-            double t0 = now_s();
+            double t0 = sdnn_now_s();
             ops->encode(&bc->p, x, n, enc, (uint64_t)r);
             ops->decode(&bc->p, enc, n, y);
-            t[r] = now_s() - t0;
+            t[r] = sdnn_now_s() - t0;
         }
-        double pair_gbs = gb / median(t, reps);
+        double pair_gbs = gb / bench_median(t, reps);
         printf("| %4zu MiB | %-16s | %9.3f | %9.2f | %9.2f | %9.2f | %9.2f | %9.2f | %6ld |\n",
                bytes >> 20, bc->label, (double)out / (double)bytes, enc_gbs, dec_gbs, pair_gbs,
                memcpy_gbs, pair_gbs / memcpy_gbs, wrong);
@@ -169,7 +139,7 @@ int main(int argc, char **argv)
     size_t sizes[8];
     int nsizes = 0, reps = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-s") && nsizes < 8) sizes[nsizes++] = parse_size(argv[i + 1]);
+        if (!strcmp(argv[i], "-s") && nsizes < 8) sizes[nsizes++] = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) reps = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: %s [-s SIZE]... [-n REPS]\n", argv[0]);
