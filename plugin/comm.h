@@ -61,6 +61,14 @@ typedef struct sdnn_comm_ops {
                                         float *const *out, size_t n, size_t *wire);
     /* buf on every process = buf of process 0. */
     sdnn_status (*broadcast)(sdnn_comm *c, float *buf, size_t n);
+    /* Darknet's central host between processes: every process sends buf to
+     * process 0, which sums them in rank order (buf0 + buf1 + ... in fp32)
+     * and scales once by (float)(1.0/size), and sends the result back, so
+     * buf on every process = that mean, bit for bit the arithmetic of
+     * Darknet's sync_nets over `size` devices.  Process 0 carries
+     * (size-1) x n floats each way, the others n.  *wire (may be NULL) =
+     * bytes this process sent.  A world of one process leaves buf as is. */
+    sdnn_status (*central_mean)(sdnn_comm *c, float *buf, size_t n, size_t *wire);
     sdnn_status (*barrier)(sdnn_comm *c);
     void (*destroy)(sdnn_comm *c);
     /* 0: every local buffer is a rank of the ring (local: world = nin).

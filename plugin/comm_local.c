@@ -270,6 +270,13 @@ static sdnn_status local_broadcast(sdnn_comm *c, float *buf, size_t n)
     return SDNN_OK;
 }
 
+static sdnn_status local_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *wire)
+{
+    (void)c; (void)buf; (void)n;
+    if (wire) *wire = 0;
+    return SDNN_OK;
+}
+
 static sdnn_status local_barrier(sdnn_comm *c)
 {
     (void)c;
@@ -294,6 +301,7 @@ const sdnn_comm_ops sdnn_comm_local_ops = {
     .allreduce_mean = local_allreduce_mean,
     .allreduce_mean_coded = local_allreduce_mean_coded,
     .broadcast = local_broadcast,
+    .central_mean = local_central_mean,
     .barrier = local_barrier,
     .destroy = local_destroy,
 };

@@ -76,6 +76,8 @@ enum {
     MP_DEPTH = 16,           /* segments in flight per direction */
     MP_TAG_SPAN = 16384,     /* ring tags cycle through 0..MP_TAG_SPAN-1 */
     MP_TAG_CODED = 20000,    /* the coded ring's shifts */
+    MP_CDEPTH = 8,           /* central host: segments in flight per peer */
+    MP_TAG_CENTRAL = 24000,  /* central host: tags MP_TAG_CENTRAL + segment % 4096 */
 };
 /* Below OpenMPI's TCP eager limit (64 KiB with headers), see the top. */
 #define MP_SEGMENT_DEFAULT_KB 60
@@ -102,6 +104,10 @@ typedef struct mp_impl {
     unsigned char *scratch;       /* the coded ring's */
     size_t scratch_len;
     float *bounce;                /* broadcast */
+    float *cslots;                /* central host, process 0: (P-1) x MP_CDEPTH segments */
+    size_t cslots_len;            /* bytes */
+    MPI_Request *creq;            /* central host: 2 (P-1) MP_CDEPTH requests */
+    int *crecv;                   /* ... and which of them are receives */
     sdnn_transport t;
     struct mp_impl *next_failed;
 } mp_impl;
@@ -403,6 +409,231 @@ fail:
                       mp_errstr(rc, ebuf));
 }
 
+/* ---- the central host (stock mode) ----------------------------------------- */
+
+/* Process 0: for every segment j, receives from every peer (MP_CDEPTH
+ * segments ahead per peer), adds them to its own values in rank order as
+ * they come (work = buf0 + buf1 + ... + buf(P-1)), scales by (float)(1.0/P)
+ * and sends the result to every peer while later segments still arrive, so
+ * its link carries (P-1) x n floats each way at once. */
+static sdnn_status central_root(mp_impl *M, size_t n)
+{
+    const int P = M->size, D = MP_CDEPTH, npeer = P - 1;
+    const size_t seg = M->seg;
+    const long nseg = (long)((n + seg - 1) / seg);
+    const float scale = (float)(1.0 / P);
+    MPI_Request *rreq = M->creq, *sreq = M->creq + (size_t)npeer * D;
+    long rposted = 0, summed = 0, sdone = 0;
+    int cpeer = 1, speer = 1;        /* next peer to add (segment summed), to finish (sdone) */
+    mp_idle w;
+    idle_reset(&w);
+    char ebuf[MPI_MAX_ERROR_STRING];
+    int rc = MPI_SUCCESS, peer = 0;
+    const char *what = "";
+    while (summed < nseg || sdone < nseg) {
+        int moved = 0;
+        while (rposted < nseg && rposted - summed < D) {
+            const size_t lo = (size_t)rposted * seg, len = n - lo < seg ? n - lo : seg;
+            for (int p = 1; p < P; ++p) {
+                const size_t k = (size_t)(p - 1) * D + (size_t)(rposted % D);
+                rc = MPI_Irecv(M->cslots + k * seg, (int)len, MPI_FLOAT, p,
+                               MP_TAG_CENTRAL + (int)(rposted % 4096), M->comm, &rreq[k]);
+                if (rc != MPI_SUCCESS) { what = "MPI_Irecv"; peer = p; goto fail; }
+            }
+            ++rposted;
+            moved = 1;
+        }
+        /* Add what arrived for segment `summed`, in rank order; the result
+         * leaves once the sends of segment summed - D are done. */
+        while (summed < rposted && summed - sdone < D) {
+            const size_t lo = (size_t)summed * seg, len = n - lo < seg ? n - lo : seg;
+            const size_t k = (size_t)(cpeer - 1) * D + (size_t)(summed % D);
+            int done = 0;
+            MPI_Status status;
+            rc = MPI_Test(&rreq[k], &done, &status);
+            if (rc != MPI_SUCCESS) { what = "receive"; peer = cpeer; goto fail; }
+            if (!done) break;
+            int got = -1;
+            MPI_Get_count(&status, MPI_FLOAT, &got);
+            if (got != (int)len) {
+                mark_failed(M);
+                drop_requests(M->creq, M->crecv, 2 * npeer * D);
+                return SDNN_ERROR(SDNN_ERR_COMM,
+                                  "mpi rank 0: rank %d sent %d floats for central segment %ld "
+                                  "where %zu were expected: the processes averaged different "
+                                  "sizes",
+                                  cpeer, got, summed + 1, len);
+            }
+            float *restrict acc = M->work + lo;
+            const float *restrict x = M->cslots + k * seg;
+            for (size_t i = 0; i < len; ++i) acc[i] += x[i];
+            moved = 1;
+            if (++cpeer < P) continue;
+            for (size_t i = 0; i < len; ++i) acc[i] *= scale;
+            for (int p = 1; p < P; ++p) {
+                const size_t ks = (size_t)(p - 1) * D + (size_t)(summed % D);
+                rc = MPI_Isend(acc, (int)len, MPI_FLOAT, p, MP_TAG_CENTRAL + (int)(summed % 4096),
+                               M->comm, &sreq[ks]);
+                if (rc != MPI_SUCCESS) { what = "MPI_Isend"; peer = p; goto fail; }
+            }
+            cpeer = 1;
+            ++summed;
+        }
+        while (sdone < summed) {
+            const size_t k = (size_t)(speer - 1) * D + (size_t)(sdone % D);
+            int done = 0;
+            rc = MPI_Test(&sreq[k], &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) { what = "send"; peer = speer; goto fail; }
+            if (!done) break;
+            moved = 1;
+            if (++speer < P) continue;
+            speer = 1;
+            ++sdone;
+        }
+        if (moved) {
+            idle_reset(&w);
+            continue;
+        }
+        if (!idle_wait(&w, M->timeout)) {
+            const int recv = summed < rposted && summed - sdone < D;
+            mark_failed(M);
+            drop_requests(M->creq, M->crecv, 2 * npeer * D);
+            return SDNN_ERROR(SDNN_ERR_COMM,
+                              "mpi rank 0: waited %.1f s for rank %d, which did not answer (%s "
+                              "for segment %ld of %ld of the central average); it stopped, is "
+                              "stuck, or waits elsewhere (timeout %.1f s)",
+                              sdnn_now_s() - w.since, recv ? cpeer : speer,
+                              recv ? "no data from it" : "it took none of the average",
+                              (recv ? summed : sdone) + 1, nseg, M->timeout);
+        }
+    }
+    return SDNN_OK;
+
+fail:
+    mark_failed(M);
+    drop_requests(M->creq, M->crecv, 2 * npeer * D);
+    return SDNN_ERROR(SDNN_ERR_COMM, "mpi rank 0: %s of the central average with rank %d: %s", what,
+                      peer, mp_errstr(rc, ebuf));
+}
+
+/* Any other process: its segments to process 0 (MP_CDEPTH in flight), and
+ * the average of each back into the same place once that segment's send
+ * is done. */
+static sdnn_status central_leaf(mp_impl *M, size_t n)
+{
+    const int D = MP_CDEPTH;
+    const size_t seg = M->seg;
+    const long nseg = (long)((n + seg - 1) / seg);
+    MPI_Request *rreq = M->creq, *sreq = M->creq + D;
+    long rposted = 0, rdone = 0, sposted = 0, sdone = 0;
+    mp_idle w;
+    idle_reset(&w);
+    char ebuf[MPI_MAX_ERROR_STRING];
+    int rc = MPI_SUCCESS;
+    const char *what = "";
+    while (rdone < nseg || sdone < nseg) {
+        int moved = 0;
+        while (sposted < nseg && sposted - sdone < D) {
+            const size_t lo = (size_t)sposted * seg, len = n - lo < seg ? n - lo : seg;
+            rc = MPI_Isend(M->work + lo, (int)len, MPI_FLOAT, 0,
+                           MP_TAG_CENTRAL + (int)(sposted % 4096), M->comm, &sreq[sposted % D]);
+            if (rc != MPI_SUCCESS) { what = "MPI_Isend"; goto fail; }
+            ++sposted;
+            moved = 1;
+        }
+        while (sdone < sposted) {
+            int done = 0;
+            rc = MPI_Test(&sreq[sdone % D], &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) { what = "send"; goto fail; }
+            if (!done) break;
+            ++sdone;
+            moved = 1;
+        }
+        while (rposted < sdone && rposted - rdone < D) {
+            const size_t lo = (size_t)rposted * seg, len = n - lo < seg ? n - lo : seg;
+            rc = MPI_Irecv(M->work + lo, (int)len, MPI_FLOAT, 0,
+                           MP_TAG_CENTRAL + (int)(rposted % 4096), M->comm, &rreq[rposted % D]);
+            if (rc != MPI_SUCCESS) { what = "MPI_Irecv"; goto fail; }
+            ++rposted;
+            moved = 1;
+        }
+        while (rdone < rposted) {
+            const size_t lo = (size_t)rdone * seg, len = n - lo < seg ? n - lo : seg;
+            int done = 0;
+            MPI_Status status;
+            rc = MPI_Test(&rreq[rdone % D], &done, &status);
+            if (rc != MPI_SUCCESS) { what = "receive"; goto fail; }
+            if (!done) break;
+            int got = -1;
+            MPI_Get_count(&status, MPI_FLOAT, &got);
+            if (got != (int)len) {
+                mark_failed(M);
+                drop_requests(M->creq, M->crecv, 2 * D);
+                return SDNN_ERROR(SDNN_ERR_COMM,
+                                  "mpi rank %d: rank 0 sent %d floats for central segment %ld "
+                                  "where %zu were expected: the processes averaged different "
+                                  "sizes",
+                                  M->rank, got, rdone + 1, len);
+            }
+            ++rdone;
+            moved = 1;
+        }
+        if (moved) {
+            idle_reset(&w);
+            continue;
+        }
+        if (!idle_wait(&w, M->timeout)) {
+            mark_failed(M);
+            drop_requests(M->creq, M->crecv, 2 * D);
+            return SDNN_ERROR(SDNN_ERR_COMM,
+                              "mpi rank %d: waited %.1f s for rank 0, the central host, which did "
+                              "not answer (%s, segment %ld of %ld); it stopped, is stuck, or "
+                              "waits for a rank that did (timeout %.1f s)",
+                              M->rank, sdnn_now_s() - w.since,
+                              sdone < sposted ? "it took none of our weights"
+                                              : "no average came back",
+                              (sdone < sposted ? sdone : rdone) + 1, nseg, M->timeout);
+        }
+    }
+    return SDNN_OK;
+
+fail:
+    mark_failed(M);
+    drop_requests(M->creq, M->crecv, 2 * D);
+    return SDNN_ERROR(SDNN_ERR_COMM, "mpi rank %d: %s of the central average with rank 0: %s",
+                      M->rank, what, mp_errstr(rc, ebuf));
+}
+
+/* The request arrays (and process 0's receive segments) for a world of
+ * M->size processes; allocated once. */
+static sdnn_status central_buffers(mp_impl *M)
+{
+    const size_t npeer = M->rank == 0 ? (size_t)M->size - 1 : 1;
+    if (!M->creq) {
+        const size_t nreq = 2 * npeer * MP_CDEPTH;
+        M->creq = malloc(nreq * sizeof *M->creq);
+        M->crecv = malloc(nreq * sizeof *M->crecv);
+        if (!M->creq || !M->crecv) {
+            free(M->creq);
+            free(M->crecv);
+            M->creq = NULL;
+            M->crecv = NULL;
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "mpi rank %d: no memory for the central average",
+                              M->rank);
+        }
+        for (size_t i = 0; i < nreq; ++i) {
+            M->creq[i] = MPI_REQUEST_NULL;
+            M->crecv[i] = i < nreq / 2;
+        }
+    }
+    if (M->rank != 0) return SDNN_OK;
+    void *p = M->cslots;
+    SDNN_CHECK(grow(&p, &M->cslots_len, npeer * MP_CDEPTH * M->seg * sizeof(float),
+                    "the central average's segments", M->rank));
+    M->cslots = p;
+    return SDNN_OK;
+}
+
 /* ---- the coded ring's transport -------------------------------------------- */
 
 /* One hop of collective.c's ring: slen bytes to the right, rlen from the
@@ -643,6 +874,9 @@ static void release(mp_impl *M)
     free(M->slots);
     free(M->scratch);
     free(M->bounce);
+    free(M->cslots);
+    free(M->creq);
+    free(M->crecv);
     free(M);
 }
 
@@ -772,6 +1006,25 @@ static sdnn_status mp_broadcast(sdnn_comm *c, float *buf, size_t n)
     return mp_end(SDNN_OK);
 }
 
+static sdnn_status mp_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *wire)
+{
+    if (wire) *wire = 0;
+    mp_impl *M;
+    SDNN_CHECK(mp_begin(c, &M));
+    if (M->size == 1 || n == 0) return mp_end(SDNN_OK);
+    sdnn_status st = grow_work(M, n);
+    if (st == SDNN_OK) st = central_buffers(M);
+    if (st != SDNN_OK) return mp_end(st);
+    /* Through our own buffer: after a timeout MPI may still write into it. */
+    memcpy(M->work, buf, n * sizeof(float));
+    st = M->rank == 0 ? central_root(M, n) : central_leaf(M, n);
+    if (st == SDNN_OK) {
+        memcpy(buf, M->work, n * sizeof(float));
+        if (wire) *wire = (M->rank == 0 ? (size_t)(M->size - 1) : 1) * n * sizeof(float);
+    }
+    return mp_end(st);
+}
+
 static sdnn_status mp_barrier(sdnn_comm *c)
 {
     mp_impl *M;
@@ -793,6 +1046,7 @@ const sdnn_comm_ops sdnn_comm_mpi_ops = {
     .allreduce_mean = mp_allreduce_mean,
     .allreduce_mean_coded = mp_allreduce_mean_coded,
     .broadcast = mp_broadcast,
+    .central_mean = mp_central_mean,
     .barrier = mp_barrier,
     .destroy = mp_destroy,
     .hierarchical = 1,
@@ -842,6 +1096,13 @@ static sdnn_status mp_broadcast(sdnn_comm *c, float *buf, size_t n)
     return mp_not_built();
 }
 
+static sdnn_status mp_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *wire)
+{
+    (void)c; (void)buf; (void)n;
+    if (wire) *wire = 0;
+    return mp_not_built();
+}
+
 static sdnn_status mp_barrier(sdnn_comm *c)
 {
     (void)c;
@@ -857,6 +1118,7 @@ const sdnn_comm_ops sdnn_comm_mpi_ops = {
     .allreduce_mean = mp_allreduce_mean,
     .allreduce_mean_coded = mp_allreduce_mean_coded,
     .broadcast = mp_broadcast,
+    .central_mean = mp_central_mean,
     .barrier = mp_barrier,
     .destroy = mp_destroy,
     .hierarchical = 1,

@@ -86,21 +86,60 @@ sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int in
     network *base = nets[0];
     /* Local mean first; the counters move once, for the whole world. */
     SDNN_CHECK(sdnn_stock_sync(nets, n, 0, bytes));
+    /* Every averaged tensor in one buffer, in layer order, for one trip
+     * through process 0. */
+    size_t total = 0;
+    for (int i = 0; i < base->n; ++i) {
+        if (!averaged_type(base->layers[i].type)) continue;
+        sdnn_param p0[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&base->layers[i], p0);
+        for (int j = 0; j < np; ++j) total += p0[j].n;
+    }
+    float *all = malloc((total ? total : 1) * sizeof *all);
+    if (!all) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the stock average (%zu floats)", total);
+    size_t off = 0;
     for (int i = 0; i < base->n; ++i) {
         if (!averaged_type(base->layers[i].type)) continue;
         sdnn_param p0[SDNN_MAX_PARAMS_PER_LAYER];
         int np = sdnn_layer_params(&base->layers[i], p0);
         for (int j = 0; j < np; ++j) {
-            const float *in = p0[j].val;
-            SDNN_CHECK(comm->ops->allreduce_mean(comm, &in, 1, p0[j].val, p0[j].n));
-            for (int r = 1; r < n; ++r) {
-                sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
-                sdnn_layer_params(&nets[r]->layers[i], pr);
-                memcpy(pr[j].val, p0[j].val, p0[j].n * sizeof(float));
-            }
-            *bytes += 2u * (size_t)(comm->size - 1) * p0[j].n * sizeof(float);
+            memcpy(all + off, p0[j].val, p0[j].n * sizeof *all);
+            off += p0[j].n;
         }
     }
+    size_t wire = 0;
+    sdnn_status st = comm->ops->central_mean(comm, all, total, &wire);
+    if (st != SDNN_OK) {
+        free(all);
+        return st;
+    }
+    *bytes += wire;
+    off = 0;
+    for (int i = 0; i < base->n; ++i) {
+        if (!averaged_type(base->layers[i].type)) continue;
+        sdnn_param p0[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&base->layers[i], p0);
+        for (int j = 0; j < np; ++j) {
+            const float *v = all + off;
+            for (size_t e = 0; e < p0[j].n; ++e) {
+                if (!isfinite(v[e])) {
+                    free(all);
+                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                      "non-finite averaged %s[%zu] of layer %d (%s) at iteration "
+                                      "%zu; training stopped, saved weights are left as they were",
+                                      p0[j].what, e, i, sdnn_layer_type_name(base->layers[i].type),
+                                      get_current_batch(base));
+                }
+            }
+            for (int r = 0; r < n; ++r) {
+                sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
+                sdnn_layer_params(&nets[r]->layers[i], pr);
+                memcpy(pr[j].val, v, p0[j].n * sizeof(float));
+            }
+            off += p0[j].n;
+        }
+    }
+    free(all);
     int world = n * comm->size;
     *base->seen += (size_t)interval * (size_t)(world - 1) * (size_t)base->batch *
                    (size_t)base->subdivisions;

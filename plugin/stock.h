@@ -24,13 +24,16 @@ int sdnn_stock_due(network **nets, int n, int interval);
 sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes);
 
 /* The sync over processes too (comm->size > 1; otherwise sdnn_stock_sync):
- * each process averages its replicas as above, then the same tensors are
- * averaged over the processes with comm's allreduce_mean and copied to
- * every replica, and `seen` catches up with interval x (world - 1) batches
- * (world = n x processes).  Darknet's central host sums every device in
- * order and scales once; a mean of process means is the same number up to
- * rounding in the last bits (bit-identical for one replica per process and
- * two processes).  Every process must call it at the same step. */
+ * each process averages its replicas as above, then Darknet's central host
+ * between processes: every averaged tensor, packed into one buffer, goes
+ * to process 0, which sums the processes' buffers in rank order and scales
+ * once (comm's central_mean), and the result comes back to every replica;
+ * `seen` catches up with interval x (world - 1) batches (world = n x
+ * processes).  With one replica per process this is Darknet's sync_nets
+ * over the world's devices bit for bit; with more, a mean of process means
+ * (the same number up to rounding in the last bits).  *bytes adds what
+ * this process sent (process 0: (P-1) x the weights, the others 1 x).
+ * Every process must call it at the same step. */
 sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int interval,
                                   size_t *bytes);
 

@@ -408,6 +408,15 @@ static void test_train_three_processes_close(void **state)
     double d = weights_diff(dir, "p3.weights", "p1.weights", &exact);
     print_message("scalednn 3x1 vs 1x3: relative difference %g (bound 1e-5)\n", d);
     assert_true(d >= 0 && d < 1e-5);
+    /* Stock mode's central host: process 0 adds the processes in rank
+     * order and scales once, Darknet's sync_nets over 3 devices, so with
+     * one replica per process it is the local run bit for bit. */
+    assert_int_equal(run_train(3, dir, "-m stock -i 2 -n 1 -s 10 -o s3.weights", 1, NULL), 0);
+    assert_int_equal(run_train(0, dir, "-m stock -i 2 -n 3 -s 10 -o s1.weights", 1, NULL), 0);
+    d = weights_diff(dir, "s3.weights", "s1.weights", &exact);
+    print_message("stock 3x1 vs 1x3: relative difference %g, bitwise %s\n", d,
+                  exact ? "equal" : "DIFFERENT");
+    assert_true(d == 0 && exact);
     remove_dir(dir);
 }
 
@@ -456,6 +465,38 @@ static void test_train_rank_hung(void **state)
     assert_true(secs < 30);
     int exact = 0;
     assert_int_equal(run_train(3, dir, "-n 1 -s 5 -o ref.weights", 1, NULL), 0);
+    assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
+    remove_dir(dir);
+}
+
+/* Stock mode: rank 2 stops before step 5; process 0, the central host,
+ * waits for its weights at the next average, names it within the timeout,
+ * and the weights file is the one saved after step 4. */
+static void test_train_stock_rank_hung(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    char *out;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = capture(&out, "cd %s && SDNN_MPI_RUN_TIMEOUT=50 sh %s/tests/mpi/run.sh 3 "
+                     "%s/tests/mpi/mpi_train -m stock -i 2 -n 1 -s 10 -t 3 -p 2:5 -o h.weights",
+                     dir, g_abs_repo, g_abs_build);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec);
+    int named = strstr(out, "mpi rank 0: waited") != NULL &&
+                strstr(out, "for rank 2, which did not answer") != NULL &&
+                strstr(out, "central average") != NULL;
+    if (rc == 0 || !named || secs >= 30)
+        print_error("stock, hung rank 2: exit %d after %.0f s, named %d:\n%s\n", rc, secs, named,
+                    out);
+    free(out);
+    assert_int_not_equal(rc, 0);
+    assert_true(named);
+    assert_true(secs < 30);
+    int exact = 0;
+    assert_int_equal(run_train(3, dir, "-m stock -i 2 -n 1 -s 5 -o ref.weights", 1, NULL), 0);
     assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
     remove_dir(dir);
 }
@@ -566,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_train_three_processes_close),
         cmocka_unit_test(test_train_rank_killed),
         cmocka_unit_test(test_train_rank_hung),
+        cmocka_unit_test(test_train_stock_rank_hung),
         cmocka_unit_test(test_train_netlab),
         cmocka_unit_test(test_darknet_train),
     };

@@ -18,6 +18,17 @@ static const char *no_nccl(void)
                      : "this build has no NCCL (NCCL=0)";
 }
 
+/* Stock mode between processes averages through process 0's host memory
+ * (comm_mpi.c); the device backends have no such path. */
+static sdnn_status no_central(sdnn_comm *c, float *buf, size_t n, size_t *wire)
+{
+    (void)c; (void)buf; (void)n;
+    if (wire) *wire = 0;
+    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                      "stock mode's central host between processes runs over backend=mpi, "
+                      "not over the device backends");
+}
+
 /* Every local buffer is a rank of the ring (world = all devices of all
  * processes), not a hierarchy of processes. */
 const sdnn_comm_ops sdnn_comm_nccl_ops = {
@@ -27,6 +38,7 @@ const sdnn_comm_ops sdnn_comm_nccl_ops = {
     .allreduce_mean = sdnn_gpucomm_allreduce_mean,
     .allreduce_mean_coded = sdnn_gpucomm_allreduce_mean_coded,
     .broadcast = sdnn_gpucomm_broadcast,
+    .central_mean = no_central,
     .barrier = sdnn_gpucomm_barrier,
     .destroy = sdnn_gpucomm_destroy,
     .hierarchical = 0,
@@ -40,6 +52,7 @@ const sdnn_comm_ops sdnn_comm_device_ops = {
     .allreduce_mean = sdnn_gpucomm_allreduce_mean,
     .allreduce_mean_coded = sdnn_gpucomm_allreduce_mean_coded,
     .broadcast = sdnn_gpucomm_broadcast,
+    .central_mean = no_central,
     .barrier = sdnn_gpucomm_barrier,
     .destroy = sdnn_gpucomm_destroy,
     .hierarchical = 0,

@@ -15,6 +15,8 @@
  *  - every codec's allreduce_mean_coded == the local backend's over P ranks
  *    holding m_p, bit for bit on every output buffer, with the same wire
  *    bytes summed over the processes;
+ *  - central_mean (stock mode) == process 0's sum of the process means in
+ *    rank order times (float)(1.0/P), bit for bit, with the bytes sent;
  *  - out aliasing in, a broadcast larger than the backend's bounce buffer.
  * Each process prints "rank R: PASS (K checks)" or the failures and
  * "rank R: FAIL"; the exit status is 0 only when every process passed.
@@ -203,6 +205,32 @@ static void check_coded(sdnn_comm *c, sdnn_comm *local, world *w, const codec_ca
     free_bufs(copy, w->nin);
 }
 
+/* Stock mode's central host: process 0 sums the processes' buffers in rank
+ * order and scales by (float)(1.0/P), as Darknet's sync_nets over P
+ * devices; every process gets those bits, and the bytes each sent. */
+static void check_central(sdnn_comm *c, world *w)
+{
+    const int P = w->P, r = c->rank;
+    const float scale = (float)(1.0 / P);
+    for (size_t i = 0; i < w->n; ++i) {
+        float s = w->mean[0][i];
+        for (int p = 1; p < P; ++p) s += w->mean[p][i];
+        w->ref[i] = s * scale;
+    }
+    float *buf = malloc((w->n ? w->n : 1) * sizeof(float));
+    memcpy(buf, w->mean[r], w->n * sizeof(float));
+    size_t wire = 12345;
+    sdnn_status st = c->ops->central_mean(c, buf, w->n, &wire);
+    EXPECT(st == SDNN_OK, "central n=%zu: %s", w->n, sdnn_last_error());
+    const size_t at = diff_at(buf, w->ref, w->n);
+    EXPECT(at == w->n, "central n=%zu P=%d: element %zu is %a, process 0's rank-order sum gives %a",
+           w->n, P, at, at < w->n ? buf[at] : 0.0f, at < w->n ? w->ref[at] : 0.0f);
+    const size_t want = (r == 0 ? (size_t)(P - 1) : (P > 1 ? 1u : 0u)) * w->n * sizeof(float);
+    EXPECT(wire == want, "central n=%zu: rank %d reports %zu B sent, expected %zu", w->n, r, wire,
+           want);
+    free(buf);
+}
+
 static void check_broadcast(sdnn_comm *c)
 {
     const size_t n = 3 * ((size_t)1 << 20) + 5;     /* more than the bounce buffer */
@@ -234,6 +262,7 @@ static int run_checks(sdnn_comm *c, int nin)
         world w;
         make_world(&w, c->size, nin, sizes[s]);
         check_plain(c, local, &w);
+        check_central(c, &w);
         for (size_t k = 0; k < sizeof codecs / sizeof codecs[0]; ++k)
             check_coded(c, local, &w, &codecs[k], s == 4);
         free_world(&w);
