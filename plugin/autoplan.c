@@ -2,6 +2,16 @@
  * autoplan: see autoplan.h.  The accumulators are written by the replica
  * threads during a step and read here between steps, when the replicas
  * wait for the next one.
+ *
+ * Between processes every process must switch to the same buckets at the
+ * same step, so every input of the planner is made the same everywhere
+ * before it runs: the profile is averaged over the processes
+ * (allreduce_mean, bit-identical on every rank), the probed link and the
+ * codecs' measured rates are process 0's (broadcast, rounded to float on
+ * every rank alike), and the drift check takes process 0's verdict.  The
+ * planner is deterministic, so every process computes the same plan; process
+ * 0's buckets are broadcast once more and compared, and a difference is an
+ * error rather than a mismatched exchange.
  */
 #include "autoplan.h"
 #include "profile.h"
@@ -14,6 +24,8 @@
 enum { DRIFT_WINDOW = 10, MIN_STEPS_BETWEEN_PLANS = 20, MAX_CODECS = 8 };
 
 struct sdnn_autoplan {
+    sdnn_comm *comm;                        /* procs > 1: decisions are agreed over it */
+    int procs;
     int nrep;
     int nlayers;
     int world;
@@ -47,6 +59,21 @@ static void reset_prof(sdnn_autoplan *a)
     memset(a->prof, 0, (size_t)a->nrep * 3 * (size_t)a->nlayers * sizeof(double));
 }
 
+/* v[0..n) on every process = process 0's, through floats (process 0 keeps
+ * the rounded values too, so every process holds the same numbers). */
+static sdnn_status agree_rank0(sdnn_autoplan *a, double *v, size_t n)
+{
+    if (a->procs < 2 || n == 0) return SDNN_OK;
+    float *f = malloc(n * sizeof *f);
+    if (!f) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner's agreement");
+    for (size_t i = 0; i < n; ++i) f[i] = (float)v[i];
+    sdnn_status st = a->comm->ops->broadcast(a->comm, f, n);
+    if (st == SDNN_OK)
+        for (size_t i = 0; i < n; ++i) v[i] = (double)f[i];
+    free(f);
+    return st;
+}
+
 static sdnn_status add_codec(sdnn_autoplan *a, const char *name, const sdnn_config *cfg, int ef)
 {
     if (a->env.ncodecs >= MAX_CODECS) return SDNN_ERROR(SDNN_ERR_INVALID, "too many codecs");
@@ -62,6 +89,11 @@ static sdnn_status add_codec(sdnn_autoplan *a, const char *name, const sdnn_conf
         p.topk_ratio = cfg->topk_ratio;
         SDNN_CHECK(sdnn_probe_codec(c, &p, (size_t)1 << 18, 3, &m));
         m.ef = ef;
+        double v[3] = {m.ratio, m.enc_Bps, m.dec_Bps};
+        SDNN_CHECK(agree_rank0(a, v, 3));
+        m.ratio = v[0];
+        m.enc_Bps = v[1];
+        m.dec_Bps = v[2];
     }
     a->ops[a->env.ncodecs] = c;
     a->models[a->env.ncodecs++] = m;
@@ -80,6 +112,10 @@ static sdnn_status setup_link(sdnn_autoplan *a, sdnn_comm *comm, const sdnn_conf
     double rms = 0;
     SDNN_CHECK(sdnn_probe_link(comm, a->nrep, 5, &a->env.link, &rms));
     snprintf(a->env.link.name, sizeof a->env.link.name, "probed %s", comm->ops->name);
+    double v[2] = {a->env.link.alpha_s, a->env.link.beta_Bps};
+    SDNN_CHECK(agree_rank0(a, v, 2));
+    a->env.link.alpha_s = v[0];
+    a->env.link.beta_Bps = v[1];
     return SDNN_OK;
 }
 
@@ -89,6 +125,8 @@ sdnn_status sdnn_autoplan_create(const network *net, int nrep, sdnn_comm *comm,
     *out = NULL;
     sdnn_autoplan *a = calloc(1, sizeof *a);
     if (!a) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner");
+    a->comm = comm;
+    a->procs = comm ? comm->size : 1;
     a->nrep = nrep;
     a->nlayers = net->n;
     a->world = nrep * comm->size;
@@ -199,7 +237,60 @@ static sdnn_status make_profile(sdnn_autoplan *a, const network *net, sdnn_cost_
         l->tensors = a->bytes[i] > 0;
         snprintf(l->type, sizeof l->type, "%s", a->types[i]);
     }
-    return SDNN_OK;
+    if (a->procs < 2) return SDNN_OK;
+    /* The world's profile: the mean over the processes, the same bits on
+     * every one. */
+    const size_t n = 3 * (size_t)a->nlayers;
+    float *v = malloc(n * sizeof *v);
+    if (!v) {
+        sdnn_cost_profile_free(p);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner's agreement");
+    }
+    for (int i = 0; i < a->nlayers; ++i) {
+        v[3 * i] = (float)p->layer[i].fwd_s;
+        v[3 * i + 1] = (float)p->layer[i].bwd_s;
+        v[3 * i + 2] = (float)p->layer[i].upd_s;
+    }
+    const float *in = v;
+    sdnn_status st = a->comm->ops->allreduce_mean(a->comm, &in, 1, v, n);
+    for (int i = 0; st == SDNN_OK && i < a->nlayers; ++i) {
+        p->layer[i].fwd_s = v[3 * i];
+        p->layer[i].bwd_s = v[3 * i + 1];
+        p->layer[i].upd_s = v[3 * i + 2];
+    }
+    free(v);
+    if (st != SDNN_OK) sdnn_cost_profile_free(p);
+    return st;
+}
+
+/* Process 0's buckets against ours: the same inputs must give the same
+ * plan; anything else would exchange mismatched buffers. */
+static sdnn_status check_same_plan(sdnn_autoplan *a, const sdnn_plan *pl)
+{
+    if (a->procs < 2) return SDNN_OK;
+    const size_t n = 1 + 3 * ((size_t)a->nlayers + 1);
+    double *v = calloc(n, sizeof *v), *mine = calloc(n, sizeof *mine);
+    if (!v || !mine) {
+        free(v);
+        free(mine);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner's agreement");
+    }
+    mine[0] = pl->nb;
+    for (int k = 0; k < pl->nb && k <= a->nlayers; ++k) {
+        mine[1 + 3 * k] = pl->b[k].lo;
+        mine[2 + 3 * k] = pl->b[k].hi;
+        mine[3 + 3 * k] = pl->b[k].codec;
+    }
+    memcpy(v, mine, n * sizeof *v);
+    sdnn_status st = agree_rank0(a, v, n);
+    if (st == SDNN_OK && memcmp(v, mine, n * sizeof *v) != 0)
+        st = SDNN_ERROR(SDNN_ERR_COMM,
+                        "rank %d planned other buckets than rank 0 from the same profile, link "
+                        "and codec rates (%d buckets, rank 0: %d); the exchange would mismatch",
+                        a->comm->rank, pl->nb, (int)v[0]);
+    free(v);
+    free(mine);
+    return st;
 }
 
 static sdnn_status make_plan(sdnn_autoplan *a, const network *net)
@@ -212,6 +303,11 @@ static sdnn_status make_plan(sdnn_autoplan *a, const network *net)
     sdnn_status st = sdnn_plan_auto(&p, &a->env, &o, &pl);
     sdnn_cost_profile_free(&p);
     if (st != SDNN_OK) return st;
+    st = check_same_plan(a, &pl);
+    if (st != SDNN_OK) {
+        sdnn_plan_free(&pl);
+        return st;
+    }
     if (a->have_plan) {
         a->nprev = a->plan.nb;
         memcpy(a->prev, a->spec, (size_t)a->nprev * sizeof *a->prev);
@@ -238,37 +334,43 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-int sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s, int ok,
-                             const sdnn_bucket_spec **spec, int *n)
+sdnn_status sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s,
+                                     int ok, const sdnn_bucket_spec **spec, int *n, int *ready)
 {
-    if (!ok) return 0;
+    *ready = 0;
+    if (!ok) return SDNN_OK;
     a->steps++;
     if (a->state == 0) {            /* warm-up: caches, first allocations */
         reset_prof(a);
         a->state = 1;
         a->steps = 0;
-        return 0;
+        return SDNN_OK;
     }
     if (a->state == 1) {
-        if (a->steps < a->profile_iters) return 0;
+        if (a->steps < a->profile_iters) return SDNN_OK;
         sdnn_status st = make_plan(a, net);
         reset_prof(a);
         a->state = 2;
         a->steps = 0;
         a->since_plan = 0;
         a->nwindow = 0;
-        if (st != SDNN_OK) return 0;   /* keep the buckets in force */
+        /* A failed collective ends training; a plan the model could not
+         * make keeps the buckets in force (the same on every process: the
+         * inputs were agreed). */
+        if (st == SDNN_ERR_COMM || st == SDNN_ERR_ABORTED || st == SDNN_ERR_NOMEM) return st;
+        if (st != SDNN_OK) return SDNN_OK;
         /* The model cannot explain the drift (e.g. more replicas than
          * cores): the same plan again means wait longer before the next
          * check. */
         if (a->plans > 1 && a->nprev == a->plan.nb &&
             memcmp(a->prev, a->spec, (size_t)a->nprev * sizeof *a->prev) == 0) {
             a->backoff *= 2;
-            return 0;
+            return SDNN_OK;
         }
         *spec = a->spec;
         *n = a->plan.nb;
-        return 1;
+        *ready = 1;
+        return SDNN_OK;
     }
     /* Planned: watch the drift.  The accumulators keep running, so a
      * re-plan profiles the next profile_iters steps afresh. */
@@ -276,17 +378,23 @@ int sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s
     a->steps = 0;
     a->since_plan++;
     a->window[a->nwindow++ % DRIFT_WINDOW] = step_s;
-    if (a->nwindow < DRIFT_WINDOW || a->since_plan < a->backoff) return 0;
+    if (a->nwindow < DRIFT_WINDOW || a->since_plan < a->backoff) return SDNN_OK;
+    /* Between processes the check runs once per window, on process 0's
+     * verdict (every process counts the same steps, so all get here at
+     * the same one). */
+    if (a->procs > 1 && a->nwindow % DRIFT_WINDOW != 0) return SDNN_OK;
     double w[DRIFT_WINDOW];
     memcpy(w, a->window, sizeof w);
     qsort(w, DRIFT_WINDOW, sizeof w[0], cmp_double);
     double med = 0.5 * (w[DRIFT_WINDOW / 2 - 1] + w[DRIFT_WINDOW / 2]);
     double pred = a->plan.pred.step_s;
-    if (pred > 0 && fabs(med - pred) / pred > a->drift) {
+    double drifted = pred > 0 && fabs(med - pred) / pred > a->drift;
+    SDNN_CHECK(agree_rank0(a, &drifted, 1));
+    if (drifted != 0) {
         a->state = 1;                /* profile again, then plan */
         a->steps = 0;
     }
-    return 0;
+    return SDNN_OK;
 }
 
 void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f)

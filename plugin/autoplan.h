@@ -13,6 +13,11 @@
  * replan_drift (a fraction) the layers are re-profiled over the next
  * profile_iters steps and planned again (at most once every 20 steps; when a
  * re-plan gives the same buckets, the wait doubles).
+ *
+ * Between processes (backend=mpi) the processes plan together: the profile
+ * is the mean over the processes, the link and codec rates are process 0's
+ * probes, the drift verdict is process 0's (checked once per 10 steps), so
+ * every process switches to the same buckets at the same step.
  */
 #ifndef SDNN_AUTOPLAN_H
 #define SDNN_AUTOPLAN_H
@@ -36,11 +41,14 @@ void sdnn_autoplan_destroy(sdnn_autoplan *a);
 /* Replica r's accumulator for the hooks ([3 x layers] seconds). */
 double *sdnn_autoplan_prof(sdnn_autoplan *a, int r);
 
-/* After every step (ok = the step succeeded; step_s its wall time).
- * Returns 1 when a new plan is ready: *spec (owned by a, valid until the
- * next call) and *n describe it for sdnn_exchange_opts.plan. */
-int sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s, int ok,
-                             const sdnn_bucket_spec **spec, int *n);
+/* After every step (ok = the step succeeded; step_s its wall time), on
+ * every process at the same step.  *ready = 1 when a new plan is ready:
+ * *spec (owned by a, valid until the next call) and *n describe it for
+ * sdnn_exchange_opts.plan.  Between processes the plan and the drift
+ * verdict are agreed over the backend; a failed collective is returned
+ * (SDNN_ERR_COMM ...) and training must stop. */
+sdnn_status sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s,
+                                     int ok, const sdnn_bucket_spec **spec, int *n, int *ready);
 
 /* The plan in force (NULL before the first) and how many plans were made. */
 const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a);

@@ -228,15 +228,10 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
             goto fail;
         }
         SDNN_CHECKGOTO(sdnn_exchange_opts_from_config(cfg, &t->xo), st, fail);
-        if (cfg->bucket_mb <= 0 && t->comm->size > 1) {
-            /* The planner times this process only; processes that planned
-             * different buckets would exchange mismatched buffers.  Until a
-             * plan is agreed over the backend, fixed 1 MiB buckets. */
-            t->xo.bucket_mb = 1.0;
-            if (strcmp(cfg->compress, "auto") == 0) t->xo.codec = &sdnn_codec_none;
-        } else if (cfg->bucket_mb <= 0) {
+        if (cfg->bucket_mb <= 0) {
             /* bucket_mb=auto: fixed 1 MiB buckets, uncompressed under
-             * compress=auto, until the profile gives a plan. */
+             * compress=auto, until the profile gives a plan (agreed by
+             * every process, see autoplan.h). */
             t->xo.bucket_mb = 1.0;
             if (strcmp(cfg->compress, "auto") == 0) {
                 t->xo.codec = &sdnn_codec_none;
@@ -255,9 +250,13 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
-     * the replicas).  A single replica may use every core. */
+     * the replicas).  A single replica may use every core, or its share of
+     * them when mpirun put several processes on this host. */
     {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long local = ls ? strtol(ls, NULL, 10) : 1;
+        if (local > 1) cores /= local;
         sdnn_blas_set_threads(n > 1 || cores < 1 ? 1 : (int)cores);
     }
     t->w = calloc((size_t)n, sizeof *t->w);
@@ -393,8 +392,15 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     if (t->ap) {
         const sdnn_bucket_spec *spec;
         int nb;
-        if (sdnn_autoplan_after_step(t->ap, net0, st->seconds, status == SDNN_OK, &spec, &nb)) {
-            sdnn_status ps = replan(t, spec, nb);
+        int ready = 0;
+        sdnn_status ps = sdnn_autoplan_after_step(t->ap, net0, st->seconds, status == SDNN_OK,
+                                                  &spec, &nb, &ready);
+        if (ps != SDNN_OK) {
+            t->failed = ps;
+            return ps;
+        }
+        if (ready) {
+            ps = replan(t, spec, nb);
             if (ps != SDNN_OK) {
                 t->failed = ps;
                 return ps;

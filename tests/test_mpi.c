@@ -420,6 +420,64 @@ static void test_train_three_processes_close(void **state)
     remove_dir(dir);
 }
 
+/* The PLAN line every rank printed (mpi_train -a): 1 when all np ranks
+ * printed one, all alike after "rank R: ". */
+static int same_plans(const char *out, int np)
+{
+    char first[4096] = "";
+    int seen = 0;
+    for (int r = 0; r < np; ++r) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d: PLAN ", r);
+        const char *p = strstr(out, key);
+        if (!p) return 0;
+        p += strlen(key) - strlen("PLAN ");
+        size_t len = strcspn(p, "\n");
+        if (len >= sizeof first) return 0;
+        if (!seen++) {
+            memcpy(first, p, len);
+            first[len] = 0;
+        } else if (strlen(first) != len || strncmp(first, p, len) != 0) {
+            return 0;
+        }
+    }
+    return seen == np;
+}
+
+/* bucket_mb=auto between processes: every process plans from the same
+ * (agreed) profile, link and codec rates, and switches to the same buckets
+ * at the same step.  2 x 1 with no codec: the weights equal the run with
+ * fixed buckets bit for bit (a + b needs no order); 3 x 2 with
+ * compress=auto: every rank prints the same plan. */
+static void test_train_autoplan(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    char *out;
+    int rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 2 %s/tests/mpi/mpi_train -n 1 -s 8 "
+                     "-a none -o a.weights", dir, g_abs_repo, g_abs_build);
+    int same = same_plans(out, 2);
+    if (rc != 0 || !same) print_error("2x1 bucket_mb=auto: exit %d, same plans %d:\n%s\n", rc, same, out);
+    free(out);
+    assert_int_equal(rc, 0);
+    assert_true(same);
+    assert_int_equal(run_train(2, dir, "-n 1 -s 8 -o f.weights", 1, NULL), 0);
+    int exact = 0;
+    double d = weights_diff(dir, "a.weights", "f.weights", &exact);
+    print_message("2x1 bucket_mb=auto vs fixed buckets: relative difference %g, bitwise %s\n", d,
+                  exact ? "equal" : "DIFFERENT");
+    assert_true(d == 0 && exact);
+    rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 3 %s/tests/mpi/mpi_train -n 2 -s 8 "
+                 "-a auto -o b.weights", dir, g_abs_repo, g_abs_build);
+    same = same_plans(out, 3);
+    if (rc != 0 || !same) print_error("3x2 compress=auto: exit %d, same plans %d:\n%s\n", rc, same, out);
+    free(out);
+    assert_int_equal(rc, 0);
+    assert_true(same);
+    remove_dir(dir);
+}
+
 /* A rank SIGKILLed before step 5: the run ends non-zero within 60 s and
  * the weights file is the one saved after step 4, bit for bit (saves are
  * atomic, and a rank passes step 4 only after rank 0 wrote it). */
@@ -605,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_bench_comm),
         cmocka_unit_test(test_train_two_processes_exact),
         cmocka_unit_test(test_train_three_processes_close),
+        cmocka_unit_test(test_train_autoplan),
         cmocka_unit_test(test_train_rank_killed),
         cmocka_unit_test(test_train_rank_hung),
         cmocka_unit_test(test_train_stock_rank_hung),

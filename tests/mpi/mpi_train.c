@@ -3,7 +3,11 @@
  * alone or under mpirun (backend=auto), for tests/test_mpi.c.
  *
  *   mpi_train -n REPLICAS -s STEPS -o OUT.weights [-m stock] [-i INTERVAL]
- *             [-t TIMEOUT_S] [-k RANK:STEP] [-p RANK:STEP]
+ *             [-t TIMEOUT_S] [-k RANK:STEP] [-p RANK:STEP] [-a CODEC]
+ *
+ * -a CODEC: bucket_mb=auto with compress=CODEC (none, ..., auto), 2
+ * profiled steps; at the end every rank prints its plan count and buckets
+ * ("rank R: PLAN ...") so the test can compare them across ranks.
  *
  * Every step draws the world's batch (world = replicas x processes rows
  * of batch each) from a fixed generator keyed by the step, and this
@@ -20,6 +24,7 @@
  */
 #include "expect.h"
 
+#include "autoplan.h"
 #include "comm.h"
 #include "config.h"
 #include "replicas.h"
@@ -60,7 +65,7 @@ int main(int argc, char **argv)
     int n = 1, steps = 10, interval = 2, kill_rank = -1, kill_step = -1, stop_rank = -1,
         stop_step = -1;
     double timeout = 60;
-    const char *out = NULL;
+    const char *out = NULL, *autoc = NULL;
     sdnn_mode mode = SDNN_MODE_SCALEDNN;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-n")) n = atoi(argv[i + 1]);
@@ -71,6 +76,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-m")) mode = strcmp(argv[i + 1], "stock") ? mode : SDNN_MODE_STOCK;
         else if (!strcmp(argv[i], "-k")) sscanf(argv[i + 1], "%d:%d", &kill_rank, &kill_step);
         else if (!strcmp(argv[i], "-p")) sscanf(argv[i + 1], "%d:%d", &stop_rank, &stop_step);
+        else if (!strcmp(argv[i], "-a")) autoc = argv[i + 1];
     }
     if (!out || n < 1 || steps < 1) {
         fprintf(stderr, "usage: mpi_train -n REPLICAS -s STEPS -o OUT [-m stock] [-i N] "
@@ -96,6 +102,12 @@ int main(int argc, char **argv)
     cfg.bucket_mb = 0.002;   /* several buckets */
     cfg.comm_timeout_s = timeout;
     snprintf(cfg.backend, sizeof cfg.backend, "auto");
+    if (autoc) {
+        cfg.bucket_mb = 0;
+        cfg.profile_iters = 2;
+        snprintf(cfg.compress, sizeof cfg.compress, "%s", autoc);
+        if (strcmp(autoc, "topk") == 0) cfg.error_feedback = 1;
+    }
     sdnn_trainer *t = NULL;
     if (sdnn_trainer_create(nets, n, &cfg, 1, &t) != SDNN_OK) {
         sdnn_replicas_free(nets, n);
@@ -123,6 +135,21 @@ int main(int argc, char **argv)
         if (rc == 0 && rank == 0)
             printf("step %d: loss %f, iteration %zu, seen %zu\n", s, ss.loss,
                    sdnn_trainer_iteration(t), *sdnn_trainer_net(t, 0)->seen);
+    }
+    if (rc == 0 && autoc) {
+        const sdnn_autoplan *ap = sdnn_trainer_autoplan(t);
+        const sdnn_plan *pl = ap ? sdnn_autoplan_current(ap) : NULL;
+        g_rank = rank;
+        EXPECT(pl != NULL, "bucket_mb=auto made no plan in %d steps", steps);
+        if (pl) {
+            char line[4096];
+            int len = snprintf(line, sizeof line, "PLAN %d plans, %d buckets:",
+                               sdnn_autoplan_count(ap), pl->nb);
+            for (int k = 0; k < pl->nb && len < (int)sizeof line - 32; ++k)
+                len += snprintf(line + len, sizeof line - (size_t)len, " %d-%d/%d", pl->b[k].lo,
+                                pl->b[k].hi, pl->b[k].codec);
+            printf("rank %d: %s\n", rank, line);
+        }
     }
     if (rc == 0 && g_fail) rc = 1;
     if (rc == 0) printf("rank %d: DONE world %d\n", rank, world);
