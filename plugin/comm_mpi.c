@@ -100,6 +100,8 @@ typedef struct mp_impl {
     int agree[4];                 /* the nin check's buffers (MPI owns them while it runs) */
     float *work;                  /* local mean, then the ring's buffer */
     size_t work_n;
+    const float **inoff;          /* the local buffers at a segment's offset */
+    int inoff_n;
     float *slots;                 /* MP_DEPTH receive segments */
     unsigned char *scratch;       /* the coded ring's */
     size_t scratch_len;
@@ -289,7 +291,21 @@ static void ring_reduce(float *restrict work, const float *restrict slot, size_t
         for (size_t i = 0; i < len; ++i) work[i] = slot[i] + work[i];
 }
 
-static sdnn_status ring_allreduce(mp_impl *M, size_t n)
+/* work[lo, lo+len) = the local mean of that piece of the inputs. */
+static void ring_load(mp_impl *M, const float *const *in, int nin, size_t lo, size_t len)
+{
+    for (int k = 0; k < nin; ++k) M->inoff[k] = in[k] + lo;
+    sdnn_mean_buffers(M->inoff, nin, M->work + lo, len);
+}
+
+/* The ring over the processes.  The local mean is loaded into work one
+ * segment at a time where the ring first needs it (the sends of step 0,
+ * the receives of the reduce-scatter), and each segment's final mean goes
+ * to out as soon as it is known, so neither copy waits for the link.
+ * out may alias in[0]: a segment of out is written only after the same
+ * segment was loaded. */
+static sdnn_status ring_allreduce(mp_impl *M, size_t n, const float *const *in, int nin,
+                                  float *out)
 {
     ring g = {n, M->seg, M->size, M->rank, 0, 0};
     size_t lo0, per;
@@ -337,6 +353,7 @@ static sdnn_status ring_allreduce(mp_impl *M, size_t n)
                (sposted < g.nseg || sposted - g.nseg < rdone)) {
             size_t lo, len;
             ring_piece(&g, sposted, 0, &lo, &len);
+            if (sposted < g.nseg) ring_load(M, in, nin, lo, len);
             rc = MPI_Isend(M->work + lo, (int)len, MPI_FLOAT, M->right,
                            (int)(sposted % MP_TAG_SPAN), M->comm, &sreq[sposted % MP_DEPTH]);
             if (rc != MPI_SUCCESS) { what = "MPI_Isend"; bad = sposted; goto fail; }
@@ -362,9 +379,15 @@ static sdnn_status ring_allreduce(mp_impl *M, size_t n)
                                       "with different sizes",
                                       M->rank, M->left, got, rdone / g.nseg + 1, len);
                 }
-                if (rdone < rs_end)
+                if (rdone < rs_end) {
+                    const int last = rdone / g.nseg == g.P - 2;
+                    ring_load(M, in, nin, lo, len);
                     ring_reduce(M->work + lo, M->slots + (size_t)(rdone % MP_DEPTH) * g.seg, len,
-                                rdone / g.nseg == g.P - 2, inv);
+                                last, inv);
+                    if (last) memcpy(out + lo, M->work + lo, len * sizeof(float));
+                } else {
+                    memcpy(out + lo, M->work + lo, len * sizeof(float));
+                }
                 ++rdone;
                 moved = 1;
             }
@@ -871,6 +894,7 @@ static void release(mp_impl *M)
     }
     if (M->comm != MPI_COMM_NULL) MPI_Comm_free(&M->comm);
     free(M->work);
+    free(M->inoff);
     free(M->slots);
     free(M->scratch);
     free(M->bounce);
@@ -943,10 +967,13 @@ static sdnn_status mp_allreduce_mean(sdnn_comm *c, const float *const *in, int n
         return mp_end(SDNN_OK);
     }
     if ((st = grow_work(M, n)) != SDNN_OK) return mp_end(st);
-    sdnn_mean_buffers(in, nin, M->work, n);
-    st = ring_allreduce(M, n);
-    if (st == SDNN_OK) memcpy(out, M->work, n * sizeof(float));
-    return mp_end(st);
+    if (M->inoff_n < nin) {
+        const float **p = realloc(M->inoff, (size_t)nin * sizeof *p);
+        if (!p) return mp_end(SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for %d buffer pointers", nin));
+        M->inoff = p;
+        M->inoff_n = nin;
+    }
+    return mp_end(ring_allreduce(M, n, in, nin, out));
 }
 
 static sdnn_status mp_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
