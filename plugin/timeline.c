@@ -400,7 +400,7 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&tl->mu, NULL);
     snprintf(tl->path, sizeof tl->path, "%s", path);
-    tl->pid = 1;
+    tl->pid = o.rank + 1;
     tl->mask = cap - 1;
     tl->period_ms = o.period_ms;
     tl->ntracks = SDNN_TL_TRACK_REPLICA0 + nreplicas;
@@ -426,7 +426,9 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
     tl->t0 = sdnn_now_s();
 
     fputs("{\"traceEvents\":[\n", tl->f);
-    put_meta(tl, "process_name", 1, "name", "scalednn", 0, 1);
+    char pname[32] = "scalednn";
+    if (o.rank > 0) snprintf(pname, sizeof pname, "scalednn rank %d", o.rank);
+    put_meta(tl, "process_name", 1, "name", pname, 0, 1);
     static const char *fixed[] = {"main", "loader", "comm"};
     for (int i = 0; i < tl->ntracks; ++i) {
         char name[32];

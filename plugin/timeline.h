@@ -18,7 +18,11 @@
  * duration is exactly the difference of the two clock readings the caller
  * passed (to the nanosecond): the per-step counters of the CSV are sums of
  * the same readings.  pid is rank + 1 (Perfetto treats pid 0 as the
- * kernel's idle task).
+ * kernel's idle task).  Between processes each rank writes its own file
+ * (the trainer names rank R's PATH.rankR and opens them all right after a
+ * barrier, so their time origins agree to the barrier's skew); the files
+ * differ in pid, so scripts/timeline_merge.sh can put their events into
+ * one trace, a process per rank.
  *
  * Callers test their timeline pointer first: without timeline= the cost of
  * a hook is that one branch.
@@ -68,9 +72,10 @@ typedef enum sdnn_tl_kind {
 typedef struct sdnn_timeline_opts {
     size_t capacity;       /* records per track (rounded up to a power of 2) */
     int period_ms;         /* the writer drains the rings this often */
+    int rank;              /* the process's rank: pid rank + 1, named "scalednn rank R" */
 } sdnn_timeline_opts;
 
-#define SDNN_TIMELINE_OPTS_INIT { (size_t)1 << 15, 100 }
+#define SDNN_TIMELINE_OPTS_INIT { (size_t)1 << 15, 100, 0 }
 
 /* Create `path` and start the writer.  nreplicas sets the tracks; opts may
  * be NULL (defaults).  SDNN_ERR_IO names the file and the timeline= key. */

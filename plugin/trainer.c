@@ -202,14 +202,20 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         SDNN_CHECKGOTO(broadcast_world(t), st, fail);
     if (cfg->timeline[0]) {
         /* Between processes each rank records its own trace: rank R > 0
-         * writes PATH.rankR next to rank 0's PATH (one file per process;
-         * they are not merged). */
+         * writes PATH.rankR next to rank 0's PATH, with pid R + 1, and all
+         * open right after a barrier so that their times start together
+         * (scripts/timeline_merge.sh makes one trace of them). */
         char tlpath[sizeof cfg->timeline + 32];
+        sdnn_timeline_opts to = SDNN_TIMELINE_OPTS_INIT;
         if (t->comm && t->comm->rank > 0)
             snprintf(tlpath, sizeof tlpath, "%s.rank%d", cfg->timeline, t->comm->rank);
         else
             snprintf(tlpath, sizeof tlpath, "%s", cfg->timeline);
-        SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, NULL, &t->tl), st, fail);
+        if (t->comm && t->comm->size > 1) {
+            to.rank = t->comm->rank;
+            SDNN_CHECKGOTO(t->comm->ops->barrier(t->comm), st, fail);
+        }
+        SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, &to, &t->tl), st, fail);
     }
 
     if (cfg->mode == SDNN_MODE_SCALEDNN) {

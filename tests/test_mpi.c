@@ -30,6 +30,7 @@
 
 #include "comm.h"
 #include "scalednn.h"
+#include "testutil.h"
 
 #include <limits.h>
 #include <math.h>
@@ -478,6 +479,81 @@ static void test_train_autoplan(void **state)
     remove_dir(dir);
 }
 
+/* Occurrences of `needle` in `hay`. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) ++n;
+    return n;
+}
+
+/* timeline= across 2 processes: rank 0 writes PATH (pid 1), rank 1
+ * PATH.rank1 (pid 2, "scalednn rank 1"); scripts/timeline_merge.sh puts
+ * every event of both into one trace whose footer counts both files'
+ * records, and refuses an unfinished input without writing its output. */
+static void test_timeline_merge(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    char *dir = make_dir();
+    assert_int_equal(run_train(2, dir, "-n 1 -s 4 -l t.json -o w.weights", 1, NULL), 0);
+    char *out;
+    int rc = capture(&out, "cd %s && sh %s/scripts/timeline_merge.sh all.json t.json", dir,
+                     g_abs_repo);
+    if (rc != 0) print_error("timeline_merge: exit %d\n%s\n", rc, out);
+    free(out);
+    assert_int_equal(rc, 0);
+    char p0[1024], p1[1024], pa[1024];
+    snprintf(p0, sizeof p0, "%s/t.json", dir);
+    snprintf(p1, sizeof p1, "%s/t.json.rank1", dir);
+    snprintf(pa, sizeof pa, "%s/all.json", dir);
+    char *a = tu_slurp(p0), *b = tu_slurp(p1), *m = tu_slurp(pa);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(m);
+    const int ea = count_of(a, "\"ph\":"), eb = count_of(b, "\"ph\":");
+    print_message("rank 0: %d events, rank 1: %d, merged: %d\n", ea, eb, count_of(m, "\"ph\":"));
+    assert_true(ea > 20 && eb > 20);
+    assert_int_equal(count_of(a, "\"pid\":2,"), 0);
+    assert_int_equal(count_of(b, "\"pid\":1,"), 0);
+    assert_int_equal(count_of(b, "\"pid\":2,"), eb);
+    assert_non_null(strstr(b, "\"scalednn rank 1\""));
+    assert_int_equal(count_of(m, "\"ph\":"), ea + eb);
+    assert_int_equal(count_of(m, "\"pid\":1,"), ea);
+    assert_int_equal(count_of(m, "\"pid\":2,"), eb);
+    long ra = -1, rb = -1, rm = -1;
+    const char *k = "\"records\":";
+    if (strstr(a, k)) ra = strtol(strstr(a, k) + strlen(k), NULL, 10);
+    if (strstr(b, k)) rb = strtol(strstr(b, k) + strlen(k), NULL, 10);
+    if (strstr(m, k)) rm = strtol(strstr(m, k) + strlen(k), NULL, 10);
+    assert_true(ra > 0 && rb > 0);
+    assert_int_equal(rm, ra + rb);
+    /* A JSON parser agrees, where python3 is installed. */
+    if (system("command -v python3 >/dev/null 2>&1") == 0) {
+        rc = capture(&out, "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+                     "print(len(d[\"traceEvents\"]))' %s", pa);
+        assert_int_equal(rc, 0);
+        assert_int_equal(atoi(out), ea + eb);
+        free(out);
+    }
+    /* An unfinished input: exit 1, no output file. */
+    FILE *f = fopen(p1, "w");
+    assert_non_null(f);
+    fwrite(b, 1, strlen(b) / 2, f);
+    fclose(f);
+    rc = capture(&out, "cd %s && sh %s/scripts/timeline_merge.sh bad.json t.json", dir, g_abs_repo);
+    int named = strstr(out, "t.json.rank1 ends before its footer") != NULL;
+    free(out);
+    assert_int_not_equal(rc, 0);
+    assert_true(named);
+    snprintf(pa, sizeof pa, "%s/bad.json", dir);
+    assert_int_not_equal(access(pa, F_OK), 0);
+    free(a);
+    free(b);
+    free(m);
+    remove_dir(dir);
+}
+
 /* A rank SIGKILLed before step 5: the run ends non-zero within 60 s and
  * the weights file is the one saved after step 4, bit for bit (saves are
  * atomic, and a rank passes step 4 only after rank 0 wrote it). */
@@ -664,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_train_two_processes_exact),
         cmocka_unit_test(test_train_three_processes_close),
         cmocka_unit_test(test_train_autoplan),
+        cmocka_unit_test(test_timeline_merge),
         cmocka_unit_test(test_train_rank_killed),
         cmocka_unit_test(test_train_rank_hung),
         cmocka_unit_test(test_train_stock_rank_hung),

@@ -848,7 +848,7 @@ static void test_full_ring_drops_and_reports(void **state)
     char dir[64], path[128];
     tmpdir(dir);
     snprintf(path, sizeof path, "%s/d.json", dir);
-    sdnn_timeline_opts o = {16, 1000};
+    sdnn_timeline_opts o = {16, 1000, 0};
     sdnn_timeline *tl = NULL;
     assert_int_equal(sdnn_timeline_open(path, 1, &o, &tl), SDNN_OK);
     const int total = 20000;
