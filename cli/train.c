@@ -454,6 +454,18 @@ int sdnn_train(const sdnn_train_job *job)
     }
     if (sdnn_trainer_processes(R.t) > 1)
         srand((job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0)) + (unsigned)R.rank);
+    {
+        /* Only where the process was confined to fewer cores than the
+         * host has (a binding): more replicas than cores by choice is the
+         * user's call. */
+        int cores = sdnn_usable_cores();
+        if (job->nreplicas > cores && cores < sysconf(_SC_NPROCESSORS_ONLN))
+            fprintf(stderr,
+                    "warning: rank %d: %d replicas share the %d core%s this process may run on "
+                    "(its CPU affinity; mpirun binds each process to one core when -np is 1 or "
+                    "2): start it with mpirun --bind-to none, or --map-by slot:PE=%d\n",
+                    R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
+    }
     if (R.rank == 0) {
         if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());

@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -259,10 +260,12 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
      * the replicas).  A single replica may use every core, or its share of
      * them when mpirun put several processes on this host. */
     {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long cores = sdnn_usable_cores();
         const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
         long local = ls ? strtol(ls, NULL, 10) : 1;
-        if (local > 1) cores /= local;
+        /* Unbound processes of one host share its cores; a bound one
+         * already sees its share in its affinity. */
+        if (local > 1 && cores == sysconf(_SC_NPROCESSORS_ONLN)) cores /= local;
         sdnn_blas_set_threads(n > 1 || cores < 1 ? 1 : (int)cores);
     }
     t->w = calloc((size_t)n, sizeof *t->w);
@@ -511,6 +514,18 @@ void sdnn_trainer_average_bn(sdnn_trainer *t)
 }
 
 int sdnn_trainer_rank(const sdnn_trainer *t) { return t->comm ? t->comm->rank : 0; }
+int sdnn_usable_cores(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int k = CPU_COUNT(&set);
+        if (k > 0) return k;
+    }
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}
+
 int sdnn_trainer_processes(const sdnn_trainer *t) { return t->comm ? t->comm->size : 1; }
 int sdnn_trainer_world(const sdnn_trainer *t) { return t->world; }
 

@@ -73,6 +73,10 @@ sdnn_status sdnn_trainer_save(sdnn_trainer *t, const char *path);
 struct sdnn_autoplan;
 const struct sdnn_autoplan *sdnn_trainer_autoplan(const sdnn_trainer *t);
 
+/* The cores this process may run on (its CPU affinity, e.g. as mpirun's
+ * binding left it; else the online cores). */
+int sdnn_usable_cores(void);
+
 /* scalednn mode: average the batch-norm running statistics over the
  * replicas (before an evaluation of replica 0; saves do it themselves). */
 void sdnn_trainer_average_bn(sdnn_trainer *t);

@@ -28,9 +28,13 @@
 # what still runs in the namespaces and OpenMPI's session directories
 # (/tmp/ompi.sdnn-lab-PID-*).
 #
+# The K hosts share this machine's cores: --bind-to none, because each
+# host's daemon would otherwise bind its one rank to "its" first core, the
+# same core for every host (all ranks on one core).
+#
 # COMMAND runs as
 #   ip netns exec sdnn-lab-PID-0 mpirun -np K --host <the K namespaces>
-#       --mca plm_rsh_agent AGENT --mca btl self,tcp --mca pml ob1
+#       --bind-to none --mca plm_rsh_agent AGENT --mca btl self,tcp --mca pml ob1
 #       --mca btl_tcp_if_include / oob_tcp_if_include 10.77.X.0/24
 #       -x SDNN_... (every SDNN_* variable set) COMMAND
 # with SDNN_LAB_NET=10.77.X (host I is 10.77.X.(I+1) on eth0)
@@ -242,6 +246,7 @@ XENV=""
 for v in $(env | sed -n 's/^\(SDNN_[A-Za-z0-9_]*\)=.*/\1/p'); do XENV="$XENV -x $v"; done
 ip netns exec "$TAG-0" unshare --uts sh -c 'hostname "$0" && shift && exec "$@"' "$TAG-0" - \
     mpirun --allow-run-as-root --oversubscribe --stdin none -np "$K" --host "$HOSTS" \
+    --bind-to none \
     --mca plm_rsh_agent "$TMP/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca orte_startup_timeout 30 $XENV \
     --mca btl self,tcp --mca pml ob1 \
