@@ -74,7 +74,7 @@ static void test_codec(const variant *v, size_t n, int flavour)
     int id = sdnn_dcodec_of(v->codec);
     const sdnn_codec_params *p = &v->p;
     size_t eb = v->codec->encoded_size(p, n);
-    EXPECT(eb == sdnn_dcodec_size(id, p, n), "%s n=%zu: encoded size", v->label, n);
+    SOFT_ASSERT(eb == sdnn_dcodec_size(id, p, n), "%s n=%zu: encoded size", v->label, n);
     float *x = malloc(n * 4), *ya = malloc(n * 4), *yb = malloc(n * 4), *add = malloc(n * 4);
     unsigned char *ea = malloc(eb ? eb : 1), *ebuf = malloc(eb ? eb : 1);
     make_input(x, n, flavour);
@@ -89,10 +89,10 @@ static void test_codec(const variant *v, size_t n, int flavour)
     v->codec->encode(p, x, n, ea, stream);
     sdnn_status s = sdnn_dcodec_encode(ctx, 0, id, p, dx, n, de, stream, dsc);
     if (s == SDNN_OK) s = sdnn_dctx_sync(ctx);
-    EXPECT(s == SDNN_OK, "%s n=%zu encode: %s", v->label, n, s ? sdnn_last_error() : "ok");
+    SOFT_ASSERT(s == SDNN_OK, "%s n=%zu encode: %s", v->label, n, s ? sdnn_last_error() : "ok");
     down(ebuf, de, eb);
     size_t diff = gt_bytes_differ(ea, ebuf, eb);
-    EXPECT(diff == 0, "%s n=%zu flavour %d: device encoding = host encoding (%zu of %zu bytes differ)",
+    SOFT_ASSERT(diff == 0, "%s n=%zu flavour %d: device encoding = host encoding (%zu of %zu bytes differ)",
              v->label, n, flavour, diff, eb);
 
     /* decode (of the host's bytes) */
@@ -100,7 +100,7 @@ static void test_codec(const variant *v, size_t n, int flavour)
     v->codec->decode(p, ea, n, ya);
     sdnn_dcodec_decode(ctx, 0, id, p, de, n, dy);
     down(yb, dy, n * 4);
-    EXPECT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode bit for bit", v->label, n);
+    SOFT_ASSERT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode bit for bit", v->label, n);
 
     /* within the codec's bound */
     if (flavour == 0 && v->codec->dense && v->codec != &sdnn_codec_none) {
@@ -113,7 +113,7 @@ static void test_codec(const variant *v, size_t n, int flavour)
             double r = b > 0 ? e / b : (e > 0 ? INFINITY : 0);
             if (r > worst) worst = r;
         }
-        EXPECT(worst <= 1.0, "%s n=%zu: |decoded - x| within the bound (worst ratio %.3f)",
+        SOFT_ASSERT(worst <= 1.0, "%s n=%zu: |decoded - x| within the bound (worst ratio %.3f)",
                  v->label, n, worst);
     }
 
@@ -123,13 +123,13 @@ static void test_codec(const variant *v, size_t n, int flavour)
     v->codec->decode_add(p, ea, n, add, ya);
     sdnn_dcodec_decode_add(ctx, 0, id, p, de, n, dadd, dy);
     down(yb, dy, n * 4);
-    EXPECT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode_add bit for bit", v->label, n);
+    SOFT_ASSERT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode_add bit for bit", v->label, n);
     memcpy(ya, add, n * 4);
     v->codec->decode_add(p, ea, n, ya, ya);
     up(dy, add, n * 4);
     sdnn_dcodec_decode_add(ctx, 0, id, p, de, n, dy, dy);
     down(yb, dy, n * 4);
-    EXPECT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode_add in place bit for bit",
+    SOFT_ASSERT(gt_bytes_differ(ya, yb, n * 4) == 0, "%s n=%zu: decode_add in place bit for bit",
              v->label, n);
     memcpy(ya, add, n * 4);
     v->codec->accumulate(p, ea, n, ya);
@@ -137,7 +137,7 @@ static void test_codec(const variant *v, size_t n, int flavour)
     sdnn_dcodec_accumulate(ctx, 0, id, p, de, n, dy);
     s = sdnn_dctx_sync(ctx);
     down(yb, dy, n * 4);
-    EXPECT(s == SDNN_OK && gt_bytes_differ(ya, yb, n * 4) == 0,
+    SOFT_ASSERT(s == SDNN_OK && gt_bytes_differ(ya, yb, n * 4) == 0,
              "%s n=%zu: accumulate bit for bit", v->label, n);
 
     /* error feedback, a few steps (with DGC momentum for top-k) */
@@ -166,7 +166,7 @@ static void test_codec(const variant *v, size_t n, int flavour)
             bad += gt_bytes_differ(ga, gb, n * 4) + gt_bytes_differ(ra, rb, n * 4) +
                    (momentum ? gt_bytes_differ(va, vb, n * 4) : 0);
         }
-        EXPECT(bad == 0, "%s n=%zu: error feedback%s, 3 steps bit for bit (%zu bytes differ)",
+        SOFT_ASSERT(bad == 0, "%s n=%zu: error feedback%s, 3 steps bit for bit (%zu bytes differ)",
                  v->label, n, momentum ? " with momentum correction" : "", bad);
         free(ga); free(ra); free(va); free(gb); free(rb); free(vb); free(scratch);
         sdnn_dfree(dg); sdnn_dfree(dr); sdnn_dfree(dv);
@@ -180,7 +180,7 @@ static void test_ring(const variant *v, int W, size_t n)
 {
     sdnn_comm *local = NULL;
     if (sdnn_comm_open("local", &local) != SDNN_OK) {
-        EXPECT(0, "local backend: %s", sdnn_last_error());
+        SOFT_ASSERT(0, "local backend: %s", sdnn_last_error());
         return;
     }
     float *hin[8], *hout[8], *din[8];
@@ -195,7 +195,7 @@ static void test_ring(const variant *v, int W, size_t n)
     size_t wire_h = 0, wire_d = 0;
     sdnn_status s = local->ops->allreduce_mean_coded(local, v->codec, &v->p, stream,
                                                      (const float *const *)hin, W, hout, n, &wire_h);
-    EXPECT(s == SDNN_OK, "local coded mean: %s", s ? sdnn_last_error() : "ok");
+    SOFT_ASSERT(s == SDNN_OK, "local coded mean: %s", s ? sdnn_last_error() : "ok");
     sdnn_dctx *ctxs[8];
     for (int r = 0; r < W; ++r) ctxs[r] = ctx;
     sdnn_dring *ring = NULL;
@@ -204,14 +204,14 @@ static void test_ring(const variant *v, int W, size_t n)
         s = sdnn_dring_coded(ring, v->codec, &v->p, stream, (const float *const *)din, din, n,
                              &wire_d);
     if (s == SDNN_OK) s = sdnn_dring_sync(ring);
-    EXPECT(s == SDNN_OK, "device ring %s W=%d: %s", v->label, W, s ? sdnn_last_error() : "ok");
+    SOFT_ASSERT(s == SDNN_OK, "device ring %s W=%d: %s", v->label, W, s ? sdnn_last_error() : "ok");
     size_t bad = 0;
     float *tmp = malloc(n * 4);
     for (int r = 0; r < W; ++r) {
         down(tmp, din[r], n * 4);
         bad += gt_bytes_differ(tmp, hout[r], n * 4);
     }
-    EXPECT(bad == 0 && wire_d == wire_h,
+    SOFT_ASSERT(bad == 0 && wire_d == wire_h,
              "device ring %-14s W=%d n=%zu: = local backend bit for bit (%zu bytes differ), "
              "wire %zu vs %zu", v->label, W, n, bad, wire_d, wire_h);
 
@@ -227,7 +227,7 @@ static void test_ring(const variant *v, int W, size_t n)
         down(tmp, din[r], n * 4);
         bad += gt_bytes_differ(tmp, hout[0], n * 4);
     }
-    EXPECT(s == SDNN_OK && bad == 0, "device mean W=%d: = sdnn_mean_buffers bit for bit", W);
+    SOFT_ASSERT(s == SDNN_OK && bad == 0, "device mean W=%d: = sdnn_mean_buffers bit for bit", W);
     sdnn_dring_destroy(ring);
     for (int r = 0; r < W; ++r) {
         free(hin[r]);

@@ -47,7 +47,9 @@ GT_FN void gt_check(int ok, const char *file, int line, const char *fmt, ...)
     va_end(ap);
 }
 
-#define EXPECT(cond, ...) gt_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+/* An assertion that does not stop the test: a failure prints FAIL and counts
+ * in gt_failed; gt_summary makes the program exit non-zero. */
+#define SOFT_ASSERT(cond, ...) gt_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 /* A library call that must succeed; on failure the test cannot go on. */
 #define GT_OK(call)                                                                      \
     do {                                                                                 \

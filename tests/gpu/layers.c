@@ -144,7 +144,7 @@ static void check_forward(ref *R, int i)
     }
     cpu_forward(net, i, input, R->y);
     if (!push_inputs(R, i, prev_before)) {
-        EXPECT(0, "layer %d: pushing inputs", i);
+        SOFT_ASSERT(0, "layer %d: pushing inputs", i);
         goto out;
     }
     if (l->batch_normalize) {
@@ -154,7 +154,7 @@ static void check_forward(ref *R, int i)
     memcpy(R->dev->truth, R->y, (size_t)net->truths * net->batch * sizeof(float));
     sdnn_status s = sdnn_gpu_net_layer_forward(R->g, i, 1);
     if (s != SDNN_OK) {
-        EXPECT(0, "layer %d (%s) forward: %s", i, kind(l), sdnn_last_error());
+        SOFT_ASSERT(0, "layer %d (%s) forward: %s", i, kind(l), sdnn_last_error());
         goto out;
     }
     double e;
@@ -169,28 +169,28 @@ static void check_forward(ref *R, int i)
         }
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, want, nin);
         double frac = (double)dropped / (double)nin;
-        EXPECT(e < TOL && fabs(frac - l->probability) < 0.05 + 3.0 / sqrt((double)nin),
+        SOFT_ASSERT(e < TOL && fabs(frac - l->probability) < 0.05 + 3.0 / sqrt((double)nin),
                  "layer %2d %-9s forward: rel err %.2e, dropped %.3f (p = %.2f)", i, kind(l), e,
                  frac, l->probability);
         free(rnd);
         free(want);
     } else {
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
-        EXPECT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
+        SOFT_ASSERT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
     }
     if (l->batch_normalize) {
         double em = dev_err(R->g, i, SDNN_GT_ROLLING_MEAN, l->rolling_mean, nbiases(l));
         double ev = dev_err(R->g, i, SDNN_GT_ROLLING_VARIANCE, l->rolling_variance, nbiases(l));
-        EXPECT(em < TOL && ev < TOL, "layer %2d %-9s running mean %.2e, variance %.2e", i,
+        SOFT_ASSERT(em < TOL && ev < TOL, "layer %2d %-9s running mean %.2e, variance %.2e", i,
                  kind(l), em, ev);
     }
     if (l->cost) {
         float dc = sdnn_gpu_net_layer_cost(R->g, i);
         double ec = fabs((double)dc - l->cost[0]) / fmax(fabs(l->cost[0]), 1e-6);
-        EXPECT(ec < TOL, "layer %2d %-9s cost %g vs %g", i, kind(l), dc, l->cost[0]);
+        SOFT_ASSERT(ec < TOL, "layer %2d %-9s cost %g vs %g", i, kind(l), dc, l->cost[0]);
         if (l->type == YOLO || l->type == REGION || l->type == SOFTMAX || l->type == COST) {
             double ed = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
-            EXPECT(ed < TOL, "layer %2d %-9s loss delta: rel err %.2e", i, kind(l), ed);
+            SOFT_ASSERT(ed < TOL, "layer %2d %-9s loss delta: rel err %.2e", i, kind(l), ed);
         }
     }
 out:
@@ -238,12 +238,12 @@ static void check_backward(ref *R, int i)
     }
     if (ok && l->type == DROPOUT) ok = set_t(R->g, i, SDNN_GT_RAND, l->rand);
     if (!ok) {
-        EXPECT(0, "layer %d: pushing backward state", i);
+        SOFT_ASSERT(0, "layer %d: pushing backward state", i);
         goto out;
     }
     sdnn_status s = sdnn_gpu_net_layer_backward(R->g, i);
     if (s != SDNN_OK) {
-        EXPECT(0, "layer %d (%s) backward: %s", i, kind(l), sdnn_last_error());
+        SOFT_ASSERT(0, "layer %d (%s) backward: %s", i, kind(l), sdnn_last_error());
         goto out;
     }
     double worst = 0;
@@ -258,13 +258,13 @@ static void check_backward(ref *R, int i)
         double e = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
         if (e > worst) worst = e, worst_j = i;
     }
-    EXPECT(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
+    SOFT_ASSERT(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
              kind(l), worst, worst_j);
     if (nw) {
         double ew = dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw);
         double eb = dev_err(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb);
         double es = su ? dev_err(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb) : 0;
-        EXPECT(ew < TOL && eb < TOL && es < TOL,
+        SOFT_ASSERT(ew < TOL && eb < TOL && es < TOL,
                  "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
                  ew, eb, es);
     }
@@ -285,7 +285,7 @@ static void check_update(ref *R)
     sdnn_status s = sdnn_gpu_net_push(R->g);
     if (s == SDNN_OK) s = sdnn_gpu_net_update(R->g);
     if (s != SDNN_OK) {
-        EXPECT(0, "update: %s", sdnn_last_error());
+        SOFT_ASSERT(0, "update: %s", sdnn_last_error());
         return;
     }
     update_network(net);
@@ -302,7 +302,7 @@ static void check_update(ref *R)
         for (int k = 0; k < 5; ++k)
             if (e[k] > worst) worst = e[k];
     }
-    EXPECT(worst < 1e-6, "update (momentum, decay, batch scaling): worst rel err %.2e", worst);
+    SOFT_ASSERT(worst < 1e-6, "update (momentum, decay, batch scaling): worst rel err %.2e", worst);
 }
 
 /* Inputs and truths that suit the network's last layers. */
@@ -344,14 +344,14 @@ static void run(const char *name, const char *text, const char *set, sdnn_gpu_vd
     R.cpu = gt_parse_text(text, set);
     R.dev = gt_parse_text(text, set);
     if (!R.cpu || !R.dev) {
-        EXPECT(0, "%s: parse", name);
+        SOFT_ASSERT(0, "%s: parse", name);
         return;
     }
     gt_randomize(R.cpu, 42);
     gt_copy_net(R.dev, R.cpu);
     sdnn_status s = sdnn_gpu_net_create(R.dev, vd, &R.g);
     if (s != SDNN_OK) {
-        EXPECT(0, "%s: gpu net: %s", name, sdnn_last_error());
+        SOFT_ASSERT(0, "%s: gpu net: %s", name, sdnn_last_error());
         return;
     }
     make_data(&R, 7);
@@ -409,7 +409,7 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc; ++i) {
             char *t = gt_read_file(argv[i]);
             if (!t) {
-                EXPECT(0, "%s: cannot read", argv[i]);
+                SOFT_ASSERT(0, "%s: cannot read", argv[i]);
                 continue;
             }
             run(argv[i], t, "batch=2\nsubdivisions=1\n", vd);
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
             else snprintf(path, sizeof path, "%s/%s", dir, files[k].path);
             char *t = gt_read_file(path);
             if (!t) {
-                EXPECT(0, "%s: cannot read", path);
+                SOFT_ASSERT(0, "%s: cannot read", path);
                 continue;
             }
             run(path, t, files[k].set, vd);

@@ -31,11 +31,11 @@ static void check_support(const char *name)
     char path[512];
     resolve(name, path, sizeof path);
     if (access(path, R_OK) != 0) {
-        EXPECT(0, "%s: cannot read it", path);
+        SOFT_ASSERT(0, "%s: cannot read it", path);
         return;
     }
     network *net = gt_parse_file(path, "batch=1\nsubdivisions=1\n");
-    EXPECT(net != NULL, "%s parses", path);
+    SOFT_ASSERT(net != NULL, "%s parses", path);
     if (!net) return;
     int bad = 0;
     for (int i = 0; i < net->n; ++i) {
@@ -46,7 +46,7 @@ static void check_support(const char *name)
             printf("    %s layer %d: %s\n", path, i, sdnn_last_error());
         }
     }
-    EXPECT(bad == 0, "%s: all %d layers run on the GPU engine", path, net->n);
+    SOFT_ASSERT(bad == 0, "%s: all %d layers run on the GPU engine", path, net->n);
     free_network(net);
 }
 
@@ -62,39 +62,39 @@ int main(int argc, char **argv)
     sdnn_clear_error();
     sdnn_status s = sdnn_gpu_device_count(&n);
     printf("devices: %d (%s)%s%s\n", n, sdnn_strerror(s), s ? ": " : "", s ? sdnn_last_error() : "");
-    if (expect == -1) EXPECT(s != SDNN_OK && n == 0, "no device expected");
-    if (expect == 1) EXPECT(s == SDNN_OK && n > 0, "a device expected");
-    EXPECT(sdnn_gpu_available() == (s == SDNN_OK), "sdnn_gpu_available agrees");
+    if (expect == -1) SOFT_ASSERT(s != SDNN_OK && n == 0, "no device expected");
+    if (expect == 1) SOFT_ASSERT(s == SDNN_OK && n > 0, "a device expected");
+    SOFT_ASSERT(sdnn_gpu_available() == (s == SDNN_OK), "sdnn_gpu_available agrees");
 
     if (s != SDNN_OK) {
-        EXPECT(s == SDNN_ERR_UNSUPPORTED, "device count: unsupported (got %s)", sdnn_strerror(s));
-        EXPECT(strstr(sdnn_last_error(), "no CUDA device") != NULL, "message names it: %s",
+        SOFT_ASSERT(s == SDNN_ERR_UNSUPPORTED, "device count: unsupported (got %s)", sdnn_strerror(s));
+        SOFT_ASSERT(strstr(sdnn_last_error(), "no CUDA device") != NULL, "message names it: %s",
                  sdnn_last_error());
         sdnn_gpu_vdev *v = NULL;
         sdnn_clear_error();
         s = sdnn_gpu_vdev_open(NULL, &v);
-        EXPECT(s == SDNN_ERR_UNSUPPORTED && v == NULL &&
+        SOFT_ASSERT(s == SDNN_ERR_UNSUPPORTED && v == NULL &&
                      strstr(sdnn_last_error(), "no CUDA device"),
                  "vdev_open: %s", sdnn_last_error());
         sdnn_comm *c = NULL;
         sdnn_clear_error();
         s = sdnn_gpu_comm_open_device(0, &c);
-        EXPECT(s == SDNN_ERR_UNSUPPORTED && c == NULL, "device comm: %s", sdnn_last_error());
+        SOFT_ASSERT(s == SDNN_ERR_UNSUPPORTED && c == NULL, "device comm: %s", sdnn_last_error());
         int devs[1] = {0};
         sdnn_clear_error();
         s = sdnn_gpu_comm_open_nccl_local(devs, 1, &c);
-        EXPECT(s == SDNN_ERR_UNSUPPORTED && c == NULL, "nccl comm: %s", sdnn_last_error());
-        EXPECT(!sdnn_comm_nccl_ops.available() && !sdnn_comm_device_ops.available(),
+        SOFT_ASSERT(s == SDNN_ERR_UNSUPPORTED && c == NULL, "nccl comm: %s", sdnn_last_error());
+        SOFT_ASSERT(!sdnn_comm_nccl_ops.available() && !sdnn_comm_device_ops.available(),
                  "backends say unavailable (%s)", sdnn_comm_nccl_ops.unavailable_reason());
         unsigned char id[SDNN_NCCL_ID_BYTES];
         sdnn_clear_error();
         s = sdnn_gpu_nccl_id(id);
-        EXPECT(s == SDNN_ERR_UNSUPPORTED, "nccl id: %s", sdnn_last_error());
+        SOFT_ASSERT(s == SDNN_ERR_UNSUPPORTED, "nccl id: %s", sdnn_last_error());
         network **nets = NULL;
         sdnn_gpu_group *G = NULL;
         sdnn_clear_error();
         s = sdnn_gpu_group_create(nets, 1, NULL, &G);
-        EXPECT(s != SDNN_OK && G == NULL, "group: %s", sdnn_last_error());
+        SOFT_ASSERT(s != SDNN_OK && G == NULL, "group: %s", sdnn_last_error());
     } else {
         for (int d = 0; d < n; ++d) {
             char name[256];
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
         sdnn_gpu_vdev *v = NULL;
         GT_OK(sdnn_gpu_vdev_open(NULL, &v));
         network *net = gt_parse_file("cfg/shapes.cfg", "batch=2\nsubdivisions=1\n");
-        EXPECT(net != NULL, "shapes.cfg parses");
+        SOFT_ASSERT(net != NULL, "shapes.cfg parses");
         if (net) {
             sdnn_gpu_net *g = NULL;
             GT_OK(sdnn_gpu_net_create(net, v, &g));

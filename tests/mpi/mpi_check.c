@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "expect.h"
+#include "soft_assert.h"
 
 static uint64_t mix(uint64_t z)
 {
@@ -128,10 +128,10 @@ static void check_plain(sdnn_comm *c, sdnn_comm *local, world *w)
     const float *const *in = (const float *const *)(w->all + r * w->nin);
     for (size_t i = 0; i < w->n; ++i) w->out[0][i] = -1.0f;
     sdnn_status st = c->ops->allreduce_mean(c, in, w->nin, w->out[0], w->n);
-    EXPECT(st == SDNN_OK, "n=%zu: %s", w->n, sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "n=%zu: %s", w->n, sdnn_last_error());
     ring_reference(w, w->ref);
     size_t at = diff_at(w->out[0], w->ref, w->n);
-    EXPECT(at == w->n, "plain n=%zu P=%d nin=%d: element %zu is %a, the fixed-order ring gives %a",
+    SOFT_ASSERT(at == w->n, "plain n=%zu P=%d nin=%d: element %zu is %a, the fixed-order ring gives %a",
            w->n, w->P, w->nin, at, at < w->n ? w->out[0][at] : 0.0, at < w->n ? w->ref[at] : 0.0);
 
     /* == the local backend's identity-codec ring over the P means */
@@ -139,16 +139,16 @@ static void check_plain(sdnn_comm *c, sdnn_comm *local, world *w)
     sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
     st = local->ops->allreduce_mean_coded(local, &sdnn_codec_none, &p, 1,
                                           (const float *const *)w->mean, w->P, lo, w->n, NULL);
-    EXPECT(st == SDNN_OK, "local none ring: %s", sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "local none ring: %s", sdnn_last_error());
     at = diff_at(w->out[0], lo[0], w->n);
-    EXPECT(at == w->n, "plain n=%zu: element %zu differs from the local none ring", w->n, at);
+    SOFT_ASSERT(at == w->n, "plain n=%zu: element %zu differs from the local none ring", w->n, at);
     free_bufs(lo, w->P);
 
     /* out aliasing in[0] */
     float **copy = alloc_bufs(w->nin, w->n);
     for (int k = 0; k < w->nin; ++k) memcpy(copy[k], in[k], w->n * sizeof(float));
     st = c->ops->allreduce_mean(c, (const float *const *)copy, w->nin, copy[0], w->n);
-    EXPECT(st == SDNN_OK && diff_at(copy[0], w->ref, w->n) == w->n,
+    SOFT_ASSERT(st == SDNN_OK && diff_at(copy[0], w->ref, w->n) == w->n,
            "plain n=%zu with out == in[0] differs", w->n);
     free_bufs(copy, w->nin);
 }
@@ -183,15 +183,15 @@ static void check_coded(sdnn_comm *c, sdnn_comm *local, world *w, const codec_ca
     size_t wire = 0, lwire = 0;
     sdnn_status st = c->ops->allreduce_mean_coded(c, k->ops, &p, stream, in, w->nin, out, w->n,
                                                   &wire);
-    EXPECT(st == SDNN_OK, "%s n=%zu: %s", k->label, w->n, sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "%s n=%zu: %s", k->label, w->n, sdnn_last_error());
 
     float **lo = alloc_bufs(w->P, w->n);
     st = local->ops->allreduce_mean_coded(local, k->ops, &p, stream,
                                           (const float *const *)w->mean, w->P, lo, w->n, &lwire);
-    EXPECT(st == SDNN_OK, "local %s: %s", k->label, sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "local %s: %s", k->label, sdnn_last_error());
     for (int j = 0; j < w->nin; ++j) {
         size_t at = diff_at(out[j], lo[0], w->n);
-        EXPECT(at == w->n,
+        SOFT_ASSERT(at == w->n,
                "%s%s n=%zu P=%d nin=%d: output %d element %zu is %a, the local ring over the "
                "process means gives %a",
                k->label, alias ? " (out == in)" : "", w->n, w->P, w->nin, j, at,
@@ -199,7 +199,7 @@ static void check_coded(sdnn_comm *c, sdnn_comm *local, world *w, const codec_ca
     }
     unsigned long long mine = wire, sum = 0;
     MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    EXPECT(sum == lwire, "%s n=%zu: the processes sent %llu B, the local ring %zu B", k->label,
+    SOFT_ASSERT(sum == lwire, "%s n=%zu: the processes sent %llu B, the local ring %zu B", k->label,
            w->n, sum, lwire);
     free_bufs(lo, w->P);
     free_bufs(copy, w->nin);
@@ -221,12 +221,12 @@ static void check_central(sdnn_comm *c, world *w)
     memcpy(buf, w->mean[r], w->n * sizeof(float));
     size_t wire = 12345;
     sdnn_status st = c->ops->central_mean(c, buf, w->n, &wire);
-    EXPECT(st == SDNN_OK, "central n=%zu: %s", w->n, sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "central n=%zu: %s", w->n, sdnn_last_error());
     const size_t at = diff_at(buf, w->ref, w->n);
-    EXPECT(at == w->n, "central n=%zu P=%d: element %zu is %a, process 0's rank-order sum gives %a",
+    SOFT_ASSERT(at == w->n, "central n=%zu P=%d: element %zu is %a, process 0's rank-order sum gives %a",
            w->n, P, at, at < w->n ? buf[at] : 0.0f, at < w->n ? w->ref[at] : 0.0f);
     const size_t want = (r == 0 ? (size_t)(P - 1) : (P > 1 ? 1u : 0u)) * w->n * sizeof(float);
-    EXPECT(wire == want, "central n=%zu: rank %d reports %zu B sent, expected %zu", w->n, r, wire,
+    SOFT_ASSERT(wire == want, "central n=%zu: rank %d reports %zu B sent, expected %zu", w->n, r, wire,
            want);
     free(buf);
 }
@@ -239,8 +239,8 @@ static void check_broadcast(sdnn_comm *c)
     if (c->rank == 0) memcpy(b, want, n * sizeof(float));
     else memset(b, 0xff, n * sizeof(float));
     sdnn_status st = c->ops->broadcast(c, b, n);
-    EXPECT(st == SDNN_OK, "broadcast: %s", sdnn_last_error());
-    EXPECT(diff_at(b, want, n) == n, "broadcast: element %zu differs", diff_at(b, want, n));
+    SOFT_ASSERT(st == SDNN_OK, "broadcast: %s", sdnn_last_error());
+    SOFT_ASSERT(diff_at(b, want, n) == n, "broadcast: element %zu differs", diff_at(b, want, n));
     free(b);
     free(want);
 }
@@ -269,7 +269,7 @@ static int run_checks(sdnn_comm *c, int nin)
     }
     check_broadcast(c);
     sdnn_status st = c->ops->barrier(c);
-    EXPECT(st == SDNN_OK, "barrier: %s", sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "barrier: %s", sdnn_last_error());
     sdnn_comm_close(local);
     return 0;
 }
@@ -289,12 +289,12 @@ static void run_mismatch(sdnn_comm *c)
     fill(b[1], N, 2);
     const int nin = c->rank == 0 ? 2 : 1;
     sdnn_status st = c->ops->allreduce_mean(c, (const float *const *)b, nin, out, N);
-    EXPECT(st == SDNN_ERR_INVALID, "mismatched buffer counts: status %s", sdnn_strerror(st));
-    EXPECT(strstr(sdnn_last_error(), "between 1 and 2 local buffers") != NULL, "message: %s",
+    SOFT_ASSERT(st == SDNN_ERR_INVALID, "mismatched buffer counts: status %s", sdnn_strerror(st));
+    SOFT_ASSERT(strstr(sdnn_last_error(), "between 1 and 2 local buffers") != NULL, "message: %s",
            sdnn_last_error());
     /* The handle is still good: a call with equal counts works. */
     st = c->ops->allreduce_mean(c, (const float *const *)b, 1, out, N);
-    EXPECT(st == SDNN_OK, "after the refusal: %s", sdnn_last_error());
+    SOFT_ASSERT(st == SDNN_OK, "after the refusal: %s", sdnn_last_error());
     free(b[0]);
     free(b[1]);
     free(out);
