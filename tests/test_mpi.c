@@ -281,18 +281,27 @@ static void test_bench_comm(void **state)
 /* ---- training across processes (tests/mpi/mpi_train) ------------------- */
 
 /* mpi_train on NP processes (NP = 0: alone, without mpirun) in DIR with
- * ARGS; returns the exit status, prints the output on failure when
- * want_ok. */
+ * ARGS (ENV: variable settings before the command, or ""); returns the
+ * exit status, *secs the wall time and *out the output (malloc'd). */
+static int run_train_out(int np, const char *dir, const char *env, const char *args,
+                         double *secs, char **out)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = np > 0 ? capture(out, "cd %s && %s sh %s/tests/mpi/run.sh %d %s/tests/mpi/mpi_train %s",
+                              dir, env, g_abs_repo, np, g_abs_build, args)
+                    : capture(out, "cd %s && %s %s/tests/mpi/mpi_train %s", dir, env, g_abs_build,
+                              args);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (secs) *secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    return rc;
+}
+
+/* The same, the output printed on failure when want_ok, then dropped. */
 static int run_train(int np, const char *dir, const char *args, int want_ok, double *secs)
 {
     char *out;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int rc = np > 0 ? capture(&out, "cd %s && sh %s/tests/mpi/run.sh %d %s/tests/mpi/mpi_train %s",
-                              dir, g_abs_repo, np, g_abs_build, args)
-                    : capture(&out, "cd %s && %s/tests/mpi/mpi_train %s", dir, g_abs_build, args);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    if (secs) *secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    int rc = run_train_out(np, dir, "", args, secs, &out);
     if (want_ok && rc != 0) print_error("mpi_train %s on %d processes: exit %d\n%s\n", args, np, rc, out);
     free(out);
     return rc;
@@ -456,8 +465,7 @@ static void test_train_autoplan(void **state)
     NEED_MPI();
     char *dir = make_dir();
     char *out;
-    int rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 2 %s/tests/mpi/mpi_train -n 1 -s 8 "
-                     "-a none -o a.weights", dir, g_abs_repo, g_abs_build);
+    int rc = run_train_out(2, dir, "", "-n 1 -s 8 -a none -o a.weights", NULL, &out);
     int same = same_plans(out, 2);
     if (rc != 0 || !same) print_error("2x1 bucket_mb=auto: exit %d, same plans %d:\n%s\n", rc, same, out);
     free(out);
@@ -469,8 +477,7 @@ static void test_train_autoplan(void **state)
     print_message("2x1 bucket_mb=auto vs fixed buckets: relative difference %g, bitwise %s\n", d,
                   exact ? "equal" : "DIFFERENT");
     assert_true(d == 0 && exact);
-    rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 3 %s/tests/mpi/mpi_train -n 2 -s 8 "
-                 "-a auto -o b.weights", dir, g_abs_repo, g_abs_build);
+    rc = run_train_out(3, dir, "", "-n 2 -s 8 -a auto -o b.weights", NULL, &out);
     same = same_plans(out, 3);
     if (rc != 0 || !same) print_error("3x2 compress=auto: exit %d, same plans %d:\n%s\n", rc, same, out);
     free(out);
@@ -565,12 +572,7 @@ static void kill_case(const char *who)
     int exact = 0;
     snprintf(args, sizeof args, "-n 1 -s 10 -t 5 -k %s:5 -o k.weights", who);
     char *out;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int rc = capture(&out, "cd %s && sh %s/tests/mpi/run.sh 3 %s/tests/mpi/mpi_train %s", dir,
-                     g_abs_repo, g_abs_build, args);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    int rc = run_train_out(3, dir, "", args, &secs, &out);
     /* The lost rank is named: by mpirun ("process rank R ... exited on
      * signal 9"), or by a survivor's timeout ("for rank R, which did not
      * answer") when that comes first. */
@@ -590,65 +592,51 @@ static void kill_case(const char *who)
     remove_dir(dir);
 }
 
-/* A rank that stops (SIGSTOP: mpirun sees nothing) before step 5: its
- * neighbour fails within comm_timeout_s naming it, the run ends non-zero,
- * and the weights file is the one saved after step 4. */
-static void test_train_rank_hung(void **state)
+/* A rank that stops (SIGSTOP: mpirun sees nothing) before step 5, in the
+ * run MODE ("" or stock mode's options): the run ends non-zero within 30 s
+ * (comm_timeout_s=3) with every one of NEEDLES in its output, and the
+ * weights file is the one saved after step 4. */
+static void hung_case(const char *mode, int rank, const char *const *needles)
 {
-    (void)state;
-    NEED_MPI();
     char *dir = make_dir();
-    char *out;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int rc = capture(&out, "cd %s && SDNN_MPI_RUN_TIMEOUT=50 sh %s/tests/mpi/run.sh 3 "
-                     "%s/tests/mpi/mpi_train -n 1 -s 10 -t 3 -p 1:5 -o h.weights",
-                     dir, g_abs_repo, g_abs_build);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    double secs = (double)(b.tv_sec - a.tv_sec);
-    int named = strstr(out, "for rank 1, which did not answer") != NULL;
+    char args[160], *out;
+    double secs = 0;
+    snprintf(args, sizeof args, "%s -n 1 -s 10 -t 3 -p %d:5 -o h.weights", mode, rank);
+    int rc = run_train_out(3, dir, "SDNN_MPI_RUN_TIMEOUT=50", args, &secs, &out);
+    int named = 1;
+    for (const char *const *n = needles; *n; ++n) named = named && strstr(out, *n) != NULL;
     if (rc == 0 || !named || secs >= 30)
-        print_error("hung rank 1: exit %d after %.0f s, named %d:\n%s\n", rc, secs, named, out);
+        print_error("hung rank %d (%s): exit %d after %.0f s, named %d:\n%s\n", rank, mode, rc,
+                    secs, named, out);
     free(out);
     assert_int_not_equal(rc, 0);
     assert_true(named);
     assert_true(secs < 30);
     int exact = 0;
-    assert_int_equal(run_train(3, dir, "-n 1 -s 5 -o ref.weights", 1, NULL), 0);
+    snprintf(args, sizeof args, "%s -n 1 -s 5 -o ref.weights", mode);
+    assert_int_equal(run_train(3, dir, args, 1, NULL), 0);
     assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
     remove_dir(dir);
 }
 
-/* Stock mode: rank 2 stops before step 5; process 0, the central host,
- * waits for its weights at the next average, names it within the timeout,
- * and the weights file is the one saved after step 4. */
+/* Its neighbour names the stopped rank. */
+static void test_train_rank_hung(void **state)
+{
+    (void)state;
+    NEED_MPI();
+    static const char *const needles[] = {"for rank 1, which did not answer", NULL};
+    hung_case("", 1, needles);
+}
+
+/* Stock mode: process 0, the central host, waits for rank 2's weights at
+ * the next average and names it. */
 static void test_train_stock_rank_hung(void **state)
 {
     (void)state;
     NEED_MPI();
-    char *dir = make_dir();
-    char *out;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int rc = capture(&out, "cd %s && SDNN_MPI_RUN_TIMEOUT=50 sh %s/tests/mpi/run.sh 3 "
-                     "%s/tests/mpi/mpi_train -m stock -i 2 -n 1 -s 10 -t 3 -p 2:5 -o h.weights",
-                     dir, g_abs_repo, g_abs_build);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    double secs = (double)(b.tv_sec - a.tv_sec);
-    int named = strstr(out, "mpi rank 0: waited") != NULL &&
-                strstr(out, "for rank 2, which did not answer") != NULL &&
-                strstr(out, "central average") != NULL;
-    if (rc == 0 || !named || secs >= 30)
-        print_error("stock, hung rank 2: exit %d after %.0f s, named %d:\n%s\n", rc, secs, named,
-                    out);
-    free(out);
-    assert_int_not_equal(rc, 0);
-    assert_true(named);
-    assert_true(secs < 30);
-    int exact = 0;
-    assert_int_equal(run_train(3, dir, "-m stock -i 2 -n 1 -s 5 -o ref.weights", 1, NULL), 0);
-    assert_true(weights_diff(dir, "h.weights", "ref.weights", &exact) == 0 && exact);
-    remove_dir(dir);
+    static const char *const needles[] = {"mpi rank 0: waited", "for rank 2, which did not answer",
+                                          "central average", NULL};
+    hung_case("-m stock -i 2", 2, needles);
 }
 
 static void test_train_rank_killed(void **state)
