@@ -22,6 +22,20 @@ static int averaged_type(LAYER_TYPE t)
     return t == CONVOLUTIONAL || t == DECONVOLUTIONAL || t == CONNECTED;
 }
 
+/* An average that overflowed stops training before it reaches a replica. */
+static sdnn_status check_finite(network *base, int layer, const char *what, const float *v,
+                                size_t len)
+{
+    for (size_t e = 0; e < len; ++e)
+        if (!isfinite(v[e]))
+            return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                              "non-finite averaged %s[%zu] of layer %d (%s) at iteration %zu; "
+                              "training stopped, saved weights are left as they were",
+                              what, e, layer, sdnn_layer_type_name(base->layers[layer].type),
+                              get_current_batch(base));
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
 {
     *bytes = 0;
@@ -53,15 +67,10 @@ sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
                 for (size_t e = 0; e < len; ++e) host[e] += x[e];
             }
             for (size_t e = 0; e < len; ++e) host[e] *= scale;
-            for (size_t e = 0; e < len; ++e) {
-                if (!isfinite(host[e])) {
-                    free(host);
-                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
-                                      "non-finite averaged %s[%zu] of layer %d (%s) at iteration %zu; "
-                                      "training stopped, saved weights are left as they were",
-                                      p0[j].what, e, i, sdnn_layer_type_name(base->layers[i].type),
-                                      get_current_batch(base));
-                }
+            sdnn_status fin = check_finite(base, i, p0[j].what, host, len);
+            if (fin != SDNN_OK) {
+                free(host);
+                return fin;
             }
             for (int r = 0; r < n; ++r) {
                 sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
@@ -121,15 +130,10 @@ sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int in
         int np = sdnn_layer_params(&base->layers[i], p0);
         for (int j = 0; j < np; ++j) {
             const float *v = all + off;
-            for (size_t e = 0; e < p0[j].n; ++e) {
-                if (!isfinite(v[e])) {
-                    free(all);
-                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
-                                      "non-finite averaged %s[%zu] of layer %d (%s) at iteration "
-                                      "%zu; training stopped, saved weights are left as they were",
-                                      p0[j].what, e, i, sdnn_layer_type_name(base->layers[i].type),
-                                      get_current_batch(base));
-                }
+            sdnn_status fin = check_finite(base, i, p0[j].what, v, p0[j].n);
+            if (fin != SDNN_OK) {
+                free(all);
+                return fin;
             }
             for (int r = 0; r < n; ++r) {
                 sdnn_param pr[SDNN_MAX_PARAMS_PER_LAYER];
