@@ -434,6 +434,13 @@ fail:
 
 /* ---- the central host (stock mode) ----------------------------------------- */
 
+/* Segment j of a buffer of n floats cut into pieces of seg: [lo, lo+len). */
+static void seg_piece(size_t n, size_t seg, long j, size_t *lo, size_t *len)
+{
+    *lo = (size_t)j * seg;
+    *len = n - *lo < seg ? n - *lo : seg;
+}
+
 /* Process 0: for every segment j, receives from every peer (MP_CDEPTH
  * segments ahead per peer), adds them to its own values in rank order as
  * they come (work = buf0 + buf1 + ... + buf(P-1)), scales by (float)(1.0/P)
@@ -456,7 +463,8 @@ static sdnn_status central_root(mp_impl *M, size_t n)
     while (summed < nseg || sdone < nseg) {
         int moved = 0;
         while (rposted < nseg && rposted - summed < D) {
-            const size_t lo = (size_t)rposted * seg, len = n - lo < seg ? n - lo : seg;
+            size_t lo, len;
+            seg_piece(n, seg, rposted, &lo, &len);
             for (int p = 1; p < P; ++p) {
                 const size_t k = (size_t)(p - 1) * D + (size_t)(rposted % D);
                 rc = MPI_Irecv(M->cslots + k * seg, (int)len, MPI_FLOAT, p,
@@ -469,7 +477,8 @@ static sdnn_status central_root(mp_impl *M, size_t n)
         /* Add what arrived for segment `summed`, in rank order; the result
          * leaves once the sends of segment summed - D are done. */
         while (summed < rposted && summed - sdone < D) {
-            const size_t lo = (size_t)summed * seg, len = n - lo < seg ? n - lo : seg;
+            size_t lo, len;
+            seg_piece(n, seg, summed, &lo, &len);
             const size_t k = (size_t)(cpeer - 1) * D + (size_t)(summed % D);
             int done = 0;
             MPI_Status status;
@@ -557,7 +566,8 @@ static sdnn_status central_leaf(mp_impl *M, size_t n)
     while (rdone < nseg || sdone < nseg) {
         int moved = 0;
         while (sposted < nseg && sposted - sdone < D) {
-            const size_t lo = (size_t)sposted * seg, len = n - lo < seg ? n - lo : seg;
+            size_t lo, len;
+            seg_piece(n, seg, sposted, &lo, &len);
             rc = MPI_Isend(M->work + lo, (int)len, MPI_FLOAT, 0,
                            MP_TAG_CENTRAL + (int)(sposted % 4096), M->comm, &sreq[sposted % D]);
             if (rc != MPI_SUCCESS) { what = "MPI_Isend"; goto fail; }
@@ -573,7 +583,8 @@ static sdnn_status central_leaf(mp_impl *M, size_t n)
             moved = 1;
         }
         while (rposted < sdone && rposted - rdone < D) {
-            const size_t lo = (size_t)rposted * seg, len = n - lo < seg ? n - lo : seg;
+            size_t lo, len;
+            seg_piece(n, seg, rposted, &lo, &len);
             rc = MPI_Irecv(M->work + lo, (int)len, MPI_FLOAT, 0,
                            MP_TAG_CENTRAL + (int)(rposted % 4096), M->comm, &rreq[rposted % D]);
             if (rc != MPI_SUCCESS) { what = "MPI_Irecv"; goto fail; }
@@ -581,7 +592,8 @@ static sdnn_status central_leaf(mp_impl *M, size_t n)
             moved = 1;
         }
         while (rdone < rposted) {
-            const size_t lo = (size_t)rdone * seg, len = n - lo < seg ? n - lo : seg;
+            size_t lo, len;
+            seg_piece(n, seg, rdone, &lo, &len);
             int done = 0;
             MPI_Status status;
             rc = MPI_Test(&rreq[rdone % D], &done, &status);
