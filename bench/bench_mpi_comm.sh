@@ -34,8 +34,9 @@ OUT=runs/bench-mpi-comm
 mkdir -p "$OUT"
 RAW=$OUT/raw.tsv
 : >"$RAW"
-[ "${REPARSE:-0}" = 1 ] || [ -x ./darknet ] && [ -x build/tests/mpi/mpi_allreduce ] ||
+if [ "${REPARSE:-0}" != 1 ] && { [ ! -x ./darknet ] || [ ! -x build/tests/mpi/mpi_allreduce ]; }; then
     make -j2 all tests >/dev/null
+fi
 GLOO=1
 "$PY" -c "import torch.distributed" 2>/dev/null || GLOO=0
 
