@@ -361,15 +361,24 @@ int sdnn_cmd_plan(int argc, char **argv)
         }
     }
 
-    /* codecs: what the plan may choose, and what the cfg uses */
-    char allow_default[64];
-    snprintf(allow_default, sizeof allow_default, "none%s%s",
-             strcmp(conf.compress, "none") ? "," : "",
-             strcmp(conf.compress, "none") ? conf.compress : "");
+    /* codecs: what the plan may choose, and what training with this cfg
+     * uses.  compress=auto lets the planner pick among compress_allow when
+     * bucket_mb=auto; with fixed buckets nothing plans, so every bucket
+     * stays uncompressed (exchange.c). */
+    int cfg_auto_codec = strcmp(conf.compress, "auto") == 0;
+    int cfg_auto_buckets = !(conf.bucket_mb > 0);
+    char cfg_codecs[sizeof conf.compress_allow + 8];
+    if (cfg_auto_codec)
+        snprintf(cfg_codecs, sizeof cfg_codecs, "%s",
+                 cfg_auto_buckets ? conf.compress_allow : "none");
+    else
+        snprintf(cfg_codecs, sizeof cfg_codecs, "none%s%s",
+                 strcmp(conf.compress, "none") ? "," : "",
+                 strcmp(conf.compress, "none") ? conf.compress : "");
     sdnn_codec_model allowed[MAX_CODECS], cfgc[MAX_CODECS];
     int nallowed = 0, ncfg = 0;
-    if (codec_models(cmd, allow ? allow : allow_default, &conf, 1.0, allowed, &nallowed) ||
-        codec_models(cmd, allow_default, &conf, 1.0, cfgc, &ncfg))
+    if (codec_models(cmd, allow ? allow : cfg_codecs, &conf, 1.0, allowed, &nallowed) ||
+        codec_models(cmd, cfg_codecs, &conf, 1.0, cfgc, &ncfg))
         goto done;
 
     int world = nrep * (comm ? comm->size : 1);
@@ -377,9 +386,17 @@ int sdnn_cmd_plan(int argc, char **argv)
     sdnn_cm_env envc = {link, world, conf.overlap, cfgc, ncfg};
     sdnn_plan_opts po = SDNN_PLAN_OPTS_INIT;
     po.compress_min_bytes = conf.compress_min_kb * 1024.0;
-    if (sdnn_plan_auto(&prof, &env, &po, &autop) != SDNN_OK ||
-        sdnn_plan_fixed(&prof, &envc, conf.bucket_mb, ncfg > 1 ? 1 : 0, po.compress_min_bytes,
-                        &cfgp) != SDNN_OK) {
+    /* The cfg's own plan: with bucket_mb=auto training replaces its first
+     * 1 MiB buckets by the planner's over the cfg's codecs, so that plan is
+     * what the cfg trains with; with a fixed size, exchange.c's partition. */
+    sdnn_status pst = sdnn_plan_auto(&prof, &env, &po, &autop);
+    if (pst == SDNN_OK)
+        pst = cfg_auto_buckets
+                  ? sdnn_plan_auto(&prof, &envc, &po, &cfgp)
+                  : sdnn_plan_fixed(&prof, &envc, conf.bucket_mb,
+                                    !cfg_auto_codec && ncfg > 1 ? 1 : 0, po.compress_min_bytes,
+                                    &cfgp);
+    if (pst != SDNN_OK) {
         fail_status(cmd);
         goto done;
     }
@@ -411,7 +428,12 @@ int sdnn_cmd_plan(int argc, char **argv)
     char desc[512];
     describe_codecs(allowed, nallowed, desc, sizeof desc);
     printf("codecs allowed: %s\n", desc);
-    if (conf.mode == SDNN_MODE_STOCK)
+    if (!conf.present)
+        printf("note: %s has no [scalednn] section, so it trains in stock mode; the plans "
+               "below are for mode=scalednn with the section's defaults (bucket_mb=auto, "
+               "compress=%s, overlap=%d)\n",
+               pos[1], conf.compress, conf.overlap);
+    else if (conf.mode == SDNN_MODE_STOCK)
         printf("note: the cfg trains in stock mode; the plans below are for mode=scalednn\n");
     if (world == 1) printf("note: a world of one exchanges nothing: step == compute\n");
     if (verbose) print_layers(&prof);
@@ -420,8 +442,10 @@ int sdnn_cmd_plan(int argc, char **argv)
     sdnn_plan_print(stdout, &autop, &env);
     sdnn_plan_print_prediction(stdout, "predicted", &autop);
     char what[128];
-    snprintf(what, sizeof what, "cfg plan (bucket_mb=%g, compress=%s)", conf.bucket_mb,
-             conf.compress);
+    char bucket[32];
+    if (cfg_auto_buckets) snprintf(bucket, sizeof bucket, "auto");
+    else snprintf(bucket, sizeof bucket, "%g", conf.bucket_mb);
+    snprintf(what, sizeof what, "cfg plan (bucket_mb=%s, compress=%s)", bucket, conf.compress);
     sdnn_plan_print_prediction(stdout, what, &cfgp);
     if (verbose) {
         printf("\n%s:\n", what);

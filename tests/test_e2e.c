@@ -471,6 +471,35 @@ static void expect_failure(const char *section, const char *args, const char *wa
     tu_run("rm -f %s/keep/bad.backup", g_dir);
 }
 
+/* `scalednn plan` on a cfg without a [scalednn] section plans with the
+ * section's defaults (bucket_mb=auto used to fail with "bucket_mb=0:
+ * expected a number > 0"), and compress=auto plans over compress_allow. */
+static void test_plan_defaults(void **state)
+{
+    (void)state;
+    int rc = tu_run("%s scalednn plan %s/shapes.data cfg/shapes.cfg -gpus 0,1 -link eth1g "
+                    ">%s/plan0.log 2>&1", g_bin, g_dir, g_dir);
+    if (rc != 0) tu_run("tail -20 %s/plan0.log", g_dir);
+    assert_int_equal(rc, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan0.log", g_dir);
+    char *log = tu_slurp(path);
+    assert_non_null(strstr(log, "has no [scalednn] section"));
+    assert_non_null(strstr(log, "automatic plan (bucket_mb=auto"));
+    assert_non_null(strstr(log, "cfg plan (bucket_mb=auto, compress=none): "));
+    free(log);
+    rc = tu_run("(cat cfg/shapes.cfg; printf '[scalednn]\\ncompress=auto\\n') >%s/auto.cfg && "
+                "%s scalednn plan %s/shapes.data %s/auto.cfg -gpus 0,1 -link eth1g "
+                ">%s/plan1.log 2>&1", g_dir, g_bin, g_dir, g_dir, g_dir);
+    if (rc != 0) tu_run("tail -20 %s/plan1.log", g_dir);
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/plan1.log", g_dir);
+    log = tu_slurp(path);
+    assert_null(strstr(log, "has no [scalednn] section"));
+    assert_non_null(strstr(log, "cfg plan (bucket_mb=auto, compress=auto): "));
+    free(log);
+}
+
 static void test_bad_input_exits(void **state)
 {
     (void)state;
@@ -551,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_train_every_codec),
         cmocka_unit_test(test_map_during_training),
         cmocka_unit_test(test_plan_and_simulate),
+        cmocka_unit_test(test_plan_defaults),
         cmocka_unit_test(test_bad_input_exits),
         cmocka_unit_test(test_missing_label_file),
         cmocka_unit_test(test_nan_stops_training),
