@@ -7,8 +7,9 @@
  * machine's runs, so it profiles with the BLAS threads a training run of
  * that many replicas gets (trainer.c: one per replica when there are
  * several, every core for one; SDNN_BLAS_THREADS overrides) and measures
- * the comm backend.  `simulate` treats one core as one device and scales
- * its times (and the codec rates) by --speed.
+ * the comm backend.  `simulate` models a named GPU (plugin/devmodel.c,
+ * --device, a default per topology) or, with --device cpu, treats one core
+ * of this machine as one device; --speed scales either.
  */
 #include "plan_cmd.h"
 #include "plan.h"
@@ -17,6 +18,7 @@
 #include "comm.h"
 #include "config.h"
 #include "costmodel.h"
+#include "devmodel.h"
 #include "profile.h"
 #include "replicas.h"
 #include "saveio.h"
@@ -472,6 +474,7 @@ typedef struct topology {
     sdnn_link inter;     /* between hosts (eth, ib) */
     sdnn_link host;      /* GPU <-> host memory, stock's averaging */
     int host_share_max;  /* GPUs behind one host link (0: all of a host) */
+    const char *device;  /* the GPU model of this machine (devmodel.c) */
 } topology;
 
 /* Named machines.  pcie: N GPUs under one CPU, every stock transfer on the
@@ -490,8 +493,11 @@ static int find_topology(const char *cmd, const char *name, const char *linkname
         return 1;
     }
     const char *intra = "pcie3", *inter = NULL;
+    /* GPUs of the links' generation: PCIe 3 and NVLink 2 are V100's */
+    t->device = "v100";
     if (strcmp(name, "pcie") == 0) {
         t->kind = TOPO_PCIE;
+        t->device = "v100-pcie";
     } else if (strcmp(name, "nvlink") == 0) {
         t->kind = TOPO_NVLINK;
         intra = "nvlink2";
@@ -586,7 +592,8 @@ static int sim_usage(void)
 {
     fprintf(stderr,
             "usage: darknet scalednn simulate CFG --topology pcie|nvlink|eth|ib [--gpus N]\n"
-            "                                 [--nodes M] [--speed F] [--profile FILE]\n"
+            "                                 [--nodes M] [--device NAME|cpu] [--speed F]\n"
+            "                                 [--profile FILE]\n"
             "                                 [--csv FILE] [--link NAME] [--codec NAME]\n"
             "                                 [--compress_allow LIST] [--bucket_mb X]\n"
             "                                 [--interval K] [--iters N] [--codec_GBps X]\n"
@@ -596,8 +603,11 @@ static int sim_usage(void)
             "  --gpus N     GPUs (per host for eth/ib); the table sweeps 1, 2, 4, ... N\n"
             "               (8; 4 per host for eth/ib)\n"
             "  --nodes M    hosts for eth/ib, swept 1, 2, 4, ... M (4)\n"
-            "  --speed F    device speed: this machine's per-core profile and codec\n"
-            "               rates divided/multiplied by F (1)\n"
+            "  --device D   the GPU whose layer times are modelled from its published\n"
+            "               fp32 rate and memory bandwidth: %s\n"
+            "               (default: v100-pcie for pcie, v100 otherwise); cpu: this\n"
+            "               machine's measured per-core profile and codec rates\n"
+            "  --speed F    times divided and codec rates multiplied by F (1)\n"
             "  --profile F  per-layer times measured elsewhere (e.g. on a GPU)\n"
             "  --csv FILE   also write every row as CSV (scripts/plot_scaling.sh)\n"
             "  --link NAME  replace the topology's GPU (pcie, nvlink) or network (eth, ib)\n"
@@ -608,8 +618,9 @@ static int sim_usage(void)
             "  --interval K stock averaging interval (the cfg's, 4)\n"
             "  --iters N    profiling passes (10)\n"
             "  --codec_GBps X  encode and decode rate of every lossy codec on the device,\n"
-            "               GB/s of fp32 input (this machine's rates x --speed)\n",
-            sdnn_link_names());
+            "               GB/s of fp32 input (the device model's, or with --device cpu\n"
+            "               this machine's rates x --speed)\n",
+            sdnn_device_model_names(), sdnn_link_names());
     return 2;
 }
 
@@ -675,7 +686,7 @@ int sdnn_cmd_simulate(int argc, char **argv)
     const char *topo_s = NULL, *gpus_s = NULL, *nodes_s = NULL, *speed_s = NULL;
     const char *profile_in = NULL, *csv = NULL, *linkname = NULL, *codec = "fp16";
     const char *allow = NULL, *bucket_s = NULL, *interval_s = NULL, *iters_s = NULL;
-    const char *codec_rate_s = NULL, *pos[1] = {0};
+    const char *codec_rate_s = NULL, *device_s = NULL, *pos[1] = {0};
     int help = 0;
     const flag flags[] = {
         {"--topology", &topo_s, NULL}, {"--gpus", &gpus_s, NULL},
@@ -684,7 +695,7 @@ int sdnn_cmd_simulate(int argc, char **argv)
         {"--link", &linkname, NULL},   {"--codec", &codec, NULL},
         {"--compress_allow", &allow, NULL}, {"--bucket_mb", &bucket_s, NULL},
         {"--interval", &interval_s, NULL}, {"--iters", &iters_s, NULL},
-        {"--codec_GBps", &codec_rate_s, NULL},
+        {"--codec_GBps", &codec_rate_s, NULL}, {"--device", &device_s, NULL},
         {"-h", NULL, &help},           {"--help", NULL, &help},
     };
     int np = parse_args(cmd, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), pos, 1);
@@ -715,19 +726,50 @@ int sdnn_cmd_simulate(int argc, char **argv)
                 "topk)\n", cmd, codec);
         return 2;
     }
+    if (device_s && profile_in) {
+        fprintf(stderr, "%s: --device and --profile are alternatives (a profile measured on a "
+                "device replaces the model)\n", cmd);
+        return 2;
+    }
+    const sdnn_device_model *dev = NULL;
+    if (!profile_in) {
+        const char *dn = device_s ? device_s : topo.device;
+        if (strcmp(dn, "cpu") != 0 && !(dev = sdnn_device_model_find(dn))) {
+            fprintf(stderr, "%s: --device %s: unknown device (%s, cpu)\n", cmd, dn,
+                    sdnn_device_model_names());
+            return 2;
+        }
+    }
     if (sdnn_check_readable(pos[0]) != SDNN_OK) return fail_status(cmd);
     sdnn_config conf;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(pos[0], &conf, &stripped) != SDNN_OK) return fail_status(cmd);
-    if (bucket_mb <= 0) bucket_mb = conf.bucket_mb;
+    /* bucket_mb=auto: the fixed-size variants use training's buckets before
+     * its first plan (the planned variant is what auto becomes). */
+    int bucket_auto = bucket_mb <= 0 && !(conf.bucket_mb > 0);
+    if (bucket_mb <= 0) bucket_mb = bucket_auto ? 1.0 : conf.bucket_mb;
     if (interval <= 0) interval = conf.interval;
 
     int rc = 1;
     sdnn_cost_profile here = {0}, prof = {0};
     sim_row *rows = NULL;
     sdnn_blas_set_threads(1);   /* one core stands for one device */
-    if (get_profile(cmd, profile_in, stripped.path, iters, NULL, &here)) goto done;
-    if (profile_in && profile_matches(cmd, &here, stripped.path)) goto done;
+    if (dev) {
+        network *net = parse_network_cfg(stripped.path);
+        if (!net) {
+            fprintf(stderr, "%s: Darknet could not parse the cfg\n", cmd);
+            goto done;
+        }
+        sdnn_status dst = sdnn_device_model_profile(net, dev, &here);
+        sdnn_network_free(net);
+        if (dst != SDNN_OK) {
+            fail_status(cmd);
+            goto done;
+        }
+    } else {
+        if (get_profile(cmd, profile_in, stripped.path, iters, NULL, &here)) goto done;
+        if (profile_in && profile_matches(cmd, &here, stripped.path)) goto done;
+    }
     if (sdnn_cost_profile_scaled(&here, speed, &prof) != SDNN_OK) {
         fail_status(cmd);
         goto done;
@@ -742,6 +784,20 @@ int sdnn_cmd_simulate(int argc, char **argv)
     if (codec_models(cmd, fixed_list, &conf, speed, fixed, &nfixed) ||
         codec_models(cmd, allow ? allow : allow_default, &conf, speed, allowed, &nallowed))
         goto done;
+    if (dev && codec_rate <= 0) {
+        /* the codecs as element kernels on the device (top-k: a selection of
+         * about three sweeps), at the model's speed */
+        sdnn_codec_model *sets[2] = {fixed, allowed};
+        int counts[2] = {nfixed, nallowed};
+        for (int s2 = 0; s2 < 2; ++s2)
+            for (int k = 0; k < counts[s2]; ++k) {
+                sdnn_codec_model *m = &sets[s2][k];
+                if (!m->lossy) continue;
+                int passes = strcmp(m->name, "topk") == 0 ? 3 : 1;
+                m->enc_Bps = m->dec_Bps =
+                    sdnn_device_model_codec_Bps(dev, m->ratio, passes) * speed;
+            }
+    }
     if (codec_rate > 0) {
         for (int k = 0; k < nfixed; ++k)
             if (fixed[k].lossy) fixed[k].enc_Bps = fixed[k].dec_Bps = codec_rate * 1e9;
@@ -771,15 +827,29 @@ int sdnn_cmd_simulate(int argc, char **argv)
         printf(" (ring on %s: %.1f us, %.1f GB/s; stock through %s shared by %s)\n",
                topo.intra.name, topo.intra.alpha_s * 1e6, topo.intra.beta_Bps / 1e9,
                topo.host.name, topo.host_share_max ? "2 GPUs" : "every GPU");
+    if (dev)
+        printf("device: %s, %s: %.1f TFLOP/s fp32, %.0f GB/s, %.0f GiB (published); model: "
+               "%.0f%% of the peak in convolutions and gemms, %.0f%% of the bandwidth in "
+               "element kernels, %.0f us a kernel launch, %.0f GB/s to the host "
+               "(--device cpu: this machine's measured profile)\n",
+               dev->name, dev->desc, dev->fp32_flops / 1e12, dev->mem_Bps / 1e9, dev->mem_gib,
+               dev->compute_eff * 100, dev->mem_eff * 100, dev->launch_s * 1e6,
+               dev->host_Bps / 1e9);
+    else if (!profile_in)
+        printf("device: cpu (this machine's measured profile, one core per device)\n");
     printf("compute per GPU step: %.3f ms (%s / speed %g), batch %d x %d, %.0f bytes of "
            "gradients\n",
-           one * 1e3, profile_in ? profile_in : "this machine's profile, 1 core", speed,
-           prof.batch, prof.subdivisions, sdnn_cost_profile_bytes(&prof));
+           one * 1e3,
+           profile_in ? profile_in
+                      : dev ? "the device model" : "this machine's profile, 1 core",
+           speed, prof.batch, prof.subdivisions, sdnn_cost_profile_bytes(&prof));
     char desc[512];
     describe_codecs(allowed, nallowed, desc, sizeof desc);
-    printf("variants: stock (interval %d); scalednn with bucket_mb=%g: no-overlap, overlap, "
+    printf("variants: stock (interval %d); scalednn with bucket_mb=%g%s: no-overlap, overlap, "
            "overlap+%s; planned (auto buckets, codecs: %s)\n\n",
-           interval, bucket_mb, codec, desc);
+           interval, bucket_mb,
+           bucket_auto ? " (the cfg's bucket_mb=auto starts with 1 MiB buckets)" : "", codec,
+           desc);
     printf("%5s %5s", "gpus", "hosts");
     for (int v = 0; v < NVARIANTS; ++v) printf(" | %-17s", variant_name(v, codec));
     printf("\n%11s", "");
