@@ -3,9 +3,11 @@
  * kernel computes: the kinds' names and the sizes of each kind's parameter
  * tensors.  Plain C, compiled by every build (make GPU=1 and GPU=sim), so
  * the CUDA layers (layers.cu) and the simulated ones (sim/sim_layers.c)
- * count the same parameters.
+ * count the same parameters; and the loss sum both take to the host.
  */
-#include "dev.h"
+#include "dlayer.h"
+
+#include <stdlib.h>
 
 static const char *const kind_names[SDNN_DL_KIND_COUNT] = {
     "convolutional", "connected", "maxpool", "avgpool", "route", "shortcut",
@@ -33,4 +35,20 @@ size_t sdnn_dl_nbiases(const sdnn_dlayer *l)
 size_t sdnn_dl_nscales(const sdnn_dlayer *l)
 {
     return l->bn ? sdnn_dl_nbiases(l) : 0;
+}
+
+sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a loss of %zu floats", n);
+    sdnn_status st = sdnn_dcopy(c, SDNN_STREAM_COMPUTE, h, d, n * sizeof *h, 1);
+    if (st != SDNN_OK) {
+        free(h);
+        return st;
+    }
+    float s = 0;
+    for (size_t i = 0; i < n; ++i) s += h[i];
+    free(h);
+    *sum = s;
+    return SDNN_OK;
 }

@@ -7,6 +7,7 @@
  * and parameter sizes are in dlayer.c (shared with the simulated layers).
  */
 #include "bn.cuh"
+#include "dlayer.h"
 #include "layers.cuh"
 #include "ops.h"
 
@@ -251,24 +252,6 @@ static sdnn_status act_norm_bias_backward(sdnn_dctx *c, sdnn_dlayer *l, int ch, 
                               ((sdnn_dl_impl *)l->impl)->partial);
 }
 
-static sdnn_status host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum)
-{
-    float *h = (float *)malloc(n * sizeof *h);
-    if (!h) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a loss of %zu floats", n);
-    cudaError_t e = cudaMemcpyAsync(h, d, n * sizeof *h, cudaMemcpyDeviceToHost, c->s[0]);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->s[0]);
-    if (e != cudaSuccess) {
-        free(h);
-        return sdnn_cuda_fail(e, __FILE__, __LINE__, "loss to host");
-    }
-    /* Darknet's sum_array: a float sum in index order. */
-    float s = 0;
-    for (size_t i = 0; i < n; ++i) s += h[i];
-    free(h);
-    *sum = s;
-    return SDNN_OK;
-}
-
 extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s)
 {
     size_t out = (size_t)l->outputs * l->batch;
@@ -333,7 +316,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
             k_softmax_xent<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->output, s->truth, in,
                                                                    l->delta, l->loss);
             SDNN_LAUNCHED("softmax loss");
-            SDNN_CHECK(host_sum(c, l->loss, in, &l->cost));
+            SDNN_CHECK(sdnn_dl_host_sum(c, l->loss, in, &l->cost));
             l->has_cost = 1;
         }
         return SDNN_OK;
@@ -344,7 +327,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         k_cost<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->cost_type, (float *)s->input, s->truth,
                                                        in, l->delta, l->output);
         SDNN_LAUNCHED("cost");
-        SDNN_CHECK(host_sum(c, l->output, in, &l->cost));
+        SDNN_CHECK(sdnn_dl_host_sum(c, l->output, in, &l->cost));
         l->has_cost = 1;
         return SDNN_OK;
     case SDNN_DL_DROPOUT:
