@@ -110,6 +110,7 @@ run comm 120
 run layers 300
 run train 240
 run vrep 180
+run group 120
 echo "tests/gpu:$summary" | tee -a "$LOG"
 echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
 exit $failed

@@ -640,6 +640,23 @@ static sdnn_status run_unit(void *arg)
     return st;
 }
 
+/* The stream failed before the unit's turn: it never runs, and gives its
+ * communicators back (their peers' matching parts wait for an abort). */
+static void skip_unit(void *arg)
+{
+    unit *u = *(unit **)arg;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < u->nops; ++i) {
+        set_async(u->ops[i].c, SDNN_ERR_COMM,
+                  "an operation was skipped: its stream had failed before");
+        --u->ops[i].c->inflight;
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(u->ops);
+    free(u);
+}
+
 /* ---- the calls ------------------------------------------------------------------------ */
 
 static sdnn_status flush(dop *ops, int n)
@@ -679,8 +696,9 @@ static sdnn_status flush(dop *ops, int n)
         pthread_mutex_unlock(&g_mu);
         u->nops = m;
         u->ops = uo;
-        sdnn_status st = sdnn_sim_launch(ops[i].ctx, ops[i].stream, "ncclGroupEnd (simulated)",
-                                         run_unit, &u, sizeof u);
+        sdnn_status st = sdnn_sim_launch_ex(ops[i].ctx, ops[i].stream,
+                                            "ncclGroupEnd (simulated)", run_unit, skip_unit, &u,
+                                            sizeof u);
         if (st != SDNN_OK) {
             pthread_mutex_lock(&g_mu);
             for (int j = 0; j < m; ++j) --uo[j].c->inflight;
