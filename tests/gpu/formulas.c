@@ -135,14 +135,11 @@ static void test_batchnorm(void)
         float s = 0;
         for (int b = 0; b < B; ++b)
             for (int i = 0; i < S; ++i) s += x[(b * C + c) * S + i];
-        mean[c] = s * (float)(1.0 / m);
+        mean[c] = s * sdnn_bn_mean_scale((size_t)m);
         float v = 0;
         for (int b = 0; b < B; ++b)
-            for (int i = 0; i < S; ++i) {
-                float d = x[(b * C + c) * S + i] - mean[c];
-                v += d * d;
-            }
-        var[c] = v * (float)(1.0 / (m - 1.0));
+            for (int i = 0; i < S; ++i) v += sdnn_bn_var_term(x[(b * C + c) * S + i], mean[c]);
+        var[c] = v * sdnn_bn_var_scale((size_t)m);
         rm[c] = sdnn_bn_rolling(rm0[c], mean[c]);
         rv[c] = sdnn_bn_rolling(rv0[c], var[c]);
     }
