@@ -148,9 +148,8 @@ __global__ void k_bn_delta(float *delta, const float *x, const float *mean, cons
 {
     SDNN_FOR(i, n) {
         int ch = sdnn_bn_channel(i, C, S);
-        float d = delta[i] * scales[ch];
-        delta[i] = sdnn_bn_normalize_delta(d, x[i], mean[ch], var[ch], mean_delta[ch],
-                                           var_delta[ch], m);
+        delta[i] = sdnn_bn_delta_elem(delta[i], scales[ch], x[i], mean[ch], var[ch],
+                                      mean_delta[ch], var_delta[ch], m);
     }
 }
 

@@ -291,9 +291,9 @@ static sdnn_status k_bn_bwd(void *arg)
     }
     for (size_t i = 0; i < n; ++i) {
         int ch = sdnn_bn_channel(i, a->C, a->S);
-        float d = a->delta[i] * a->scales[ch];
-        a->delta[i] = sdnn_bn_normalize_delta(d, a->x[i], a->mean[ch], a->var[ch],
-                                              a->mean_delta[ch], a->var_delta[ch], (int)m);
+        a->delta[i] = sdnn_bn_delta_elem(a->delta[i], a->scales[ch], a->x[i], a->mean[ch],
+                                         a->var[ch], a->mean_delta[ch], a->var_delta[ch],
+                                         (int)m);
     }
     return SDNN_OK;
 }
