@@ -135,14 +135,11 @@ static void test_batchnorm(void)
         float s = 0;
         for (int b = 0; b < B; ++b)
             for (int i = 0; i < S; ++i) s += x[(b * C + c) * S + i];
-        mean[c] = s * (float)(1.0 / m);
+        mean[c] = s * sdnn_bn_mean_scale((size_t)m);
         float v = 0;
         for (int b = 0; b < B; ++b)
-            for (int i = 0; i < S; ++i) {
-                float d = x[(b * C + c) * S + i] - mean[c];
-                v += d * d;
-            }
-        var[c] = v * (float)(1.0 / (m - 1.0));
+            for (int i = 0; i < S; ++i) v += sdnn_bn_var_term(x[(b * C + c) * S + i], mean[c]);
+        var[c] = v * sdnn_bn_var_scale((size_t)m);
         rm[c] = sdnn_bn_rolling(rm0[c], mean[c]);
         rv[c] = sdnn_bn_rolling(rv0[c], var[c]);
     }
@@ -182,8 +179,8 @@ static void test_batchnorm(void)
     }
     for (size_t i = 0; i < n; ++i) {
         int c = sdnn_bn_channel(i, C, S);
-        delta[i] = sdnn_bn_normalize_delta(delta[i] * l->scales[c], x[i], mean[c], var[c], md[c],
-                                           vd[c], m);
+        delta[i] = sdnn_bn_delta_elem(delta[i], l->scales[c], x[i], mean[c], var[c], md[c],
+                                      vd[c], m);
     }
     CMP(bu, l->bias_updates, C, "batchnorm %s", "bias gradient");
     CMP(su, l->scale_updates, C, "batchnorm %s", "scale gradient");
@@ -484,6 +481,55 @@ static void test_bias_gradient(void)
     free(delta);
 }
 
+/* ---- region ------------------------------------------------------------------------------ */
+
+/* The entries whose delta the device multiplies by the logistic gradient
+ * are the ones libdarknet's CPU region forward passes through the logistic
+ * (x, y and, without background, the objectness; coords = 4, as the CPU
+ * forward has no extra coordinates); w, h pass through, classes get the
+ * softmax. */
+static void test_region(int background)
+{
+    int num = 2, classes = 3, coords = 4, per = coords + classes + 1;
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=2\nwidth=3\nheight=3\nchannels=%d\n[region]\nanchors=1,1,2,2\n"
+             "classes=%d\ncoords=%d\nnum=%d\nsoftmax=1\nbackground=%d\n",
+             num * per, classes, coords, num, background);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t n = (size_t)l->outputs * l->batch;
+    float *in = malloc(n * 4);
+    gt_fill(in, n, -3, 3);
+    network nn = *net;
+    nn.input = in;
+    nn.train = 0;
+    nn.index = 0;
+    l->forward(*l, nn);
+    int wh = l->w * l->h, logistic = 0, passed = 0, bad = 0;
+    for (size_t k = 0; k < n; ++k) {
+        int r = (int)(k % (size_t)l->outputs), e = (r / wh) % per;
+        float want;
+        if (sdnn_region_logistic(r, wh, coords, classes, background)) {
+            want = 1.0f / (1.0f + expf(-in[k]));
+            ++logistic;
+        } else if (e < coords) {
+            want = in[k];
+            ++passed;
+        } else {
+            continue;   /* objectness with background, classes: softmax */
+        }
+        bad += fabsf(want - l->output[k]) > 1e-6f * fmaxf(1.0f, fabsf(want));
+    }
+    int expect_logistic = l->batch * num * wh * (2 + !background);
+    SOFT_ASSERT(bad == 0 && logistic == expect_logistic && passed == l->batch * num * wh * 2,
+                "region background=%d: logistic entries as the CPU forward (%d logistic, %d "
+                "passed through, %d differ)",
+                background, logistic, passed, bad);
+    free(in);
+    sdnn_network_free(net);
+}
+
 /* ---- update --------------------------------------------------------------------------- */
 
 static void test_update(void)
@@ -573,6 +619,8 @@ int main(void)
     test_im2col(2, 2, 0);
     test_im2col(1, 1, 0);
     test_bias_gradient();
+    test_region(0);
+    test_region(1);
     test_dropout();
     test_update();
     return gt_summary("formulas");
