@@ -28,6 +28,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 #include <time.h>
 
@@ -126,7 +127,7 @@ static void stop(run *R)
 {
     sdnn_gpu_group_destroy(R->G);
     R->G = NULL;
-    for (int r = 0; r < R->n; ++r) free_network(R->nets[r]);
+    for (int r = 0; r < R->n; ++r) sdnn_network_free(R->nets[r]);
     R->n = 0;
 }
 
@@ -364,7 +365,7 @@ int main(int argc, char **argv)
                 "steps: rel err %.2e", e);
     stop(&one);
     stop(&two);
-    free_network(rinit);
+    sdnn_network_free(rinit);
 
     /* batch norm, int8, topk and split=device0 over NCCL on devices 0 and 1,
      * against virtual replicas on device 0 */
@@ -415,7 +416,7 @@ int main(int argc, char **argv)
         stop(&nc);
     }
     stop(&ref_cpu_split);
-    free_network(binit);
+    sdnn_network_free(binit);
 
     if (simulated) {
         failing_exchange(init, "error:7", "exchange failing mid-step");
@@ -424,6 +425,6 @@ int main(int argc, char **argv)
     } else {
         printf("    error paths: only with the simulated NCCL's fault injection\n");
     }
-    free_network(init);
+    sdnn_network_free(init);
     return gt_summary("group");
 }
