@@ -27,6 +27,9 @@
 #
 #   probe     the engine loads, finds the device, every layer of the
 #             shipped and Debian cfgs is one it runs
+#   runtime   dev.h's runtime: copies, events, NCCL groups; on simulated
+#             devices also faults, tagged-memory errors, sticky errors,
+#             copy statistics, a deadlock outside an NCCL group
 #   formulas  ops.h against libdarknet's CPU layers (host only)
 #   codecs    device codecs = host codecs byte for byte, within bounds;
 #             device ring = host local backend bit for bit (2..4 ranks)
@@ -121,6 +124,7 @@ run() {  # name timeout args...
 
 export SDNN_DEBIAN_CFG
 run probe 60 --expect-device
+run runtime 60
 run formulas 60
 run codecs 240
 run comm 120

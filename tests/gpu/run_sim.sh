@@ -82,6 +82,7 @@ run() {  # name timeout args...
 }
 
 run probe 60 --expect-device
+run runtime 60
 run formulas 60
 run codecs 240
 run comm 180

@@ -399,7 +399,7 @@ sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c)
     snprintf(msg, sizeof msg, "%s", c->async_msg);
     pthread_mutex_unlock(&g_mu);
     if (st == SDNN_OK) return SDNN_OK;
-    return SDNN_ERROR(st, "simulated NCCL, rank %d: %s", c->rank, msg);
+    return SDNN_ERROR(st, "%s", msg);
 }
 
 /* ---- queued units ------------------------------------------------------------------ */
@@ -602,7 +602,7 @@ static sdnn_status run_unit(void *arg)
                     break;
                 }
             st = SDNN_ERROR(SDNN_ERR_COMM,
-                            "simulated NCCL, rank %d: %s still unmatched after %.0f s "
+                            "simulated NCCL, rank %d: %s still unmatched after %.1f s "
                             "(real NCCL would hang here: the caller's own timeout should "
                             "have aborted the communicator)",
                             o->c->rank, pending_what(o, what, sizeof what), hang_s());
