@@ -305,6 +305,9 @@ sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c)
                                           1);
         sdnn_status e2 = sdnn_dnccl_group_end();
         if (st == SDNN_OK) st = e2;
+        /* Part of the group may be queued: cancel it rather than wait on it. */
+        if (st != SDNN_OK)
+            for (int i = 0; i < g->ndev; ++i) sdnn_dnccl_abort(g->comm[i]);
         for (int i = 0; i < g->ndev && st == SDNN_OK; ++i)
             st = sdnn_dctx_sync_stream(g->ctx[i], SDNN_STREAM_COMM);
     }
