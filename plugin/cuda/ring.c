@@ -24,6 +24,7 @@
  */
 #include "dev.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -162,20 +163,25 @@ static sdnn_status nccl_wait(sdnn_dring *R)
         }
         if (all) break;
         if (now_s() - t0 > R->timeout_s) {
-            int stuck = 0;
-            for (int i = 0; i < R->nlocal; ++i)
-                if (!sdnn_devent_done(R->r[i].done)) {
-                    stuck = i;
-                    break;
-                }
-            ring_rank *k = &R->r[stuck];
+            /* Every local rank still waiting, with its two peers. */
+            char who[512] = "";
+            size_t len = 0;
+            int first = -1;
+            for (int i = 0; i < R->nlocal; ++i) {
+                if (sdnn_devent_done(R->r[i].done)) continue;
+                int g = R->r[i].rank;
+                if (first < 0) first = g;
+                if (len < sizeof who)
+                    len += (size_t)snprintf(who + len, sizeof who - len, "%s%d (peers %d, %d)",
+                                            len ? ", " : "", g, mod(g - 1, R->world),
+                                            mod(g + 1, R->world));
+            }
             ring_abort(R);
             return SDNN_ERROR(SDNN_ERR_COMM,
-                              "NCCL ring: rank %d's exchange with its peers (ranks %d and %d) "
-                              "made no progress for %.1f s (a peer that never answers, or an "
-                              "unmatched send or receive): communicators aborted",
-                              k->rank, mod(k->rank - 1, R->world), mod(k->rank + 1, R->world),
-                              R->timeout_s);
+                              "NCCL ring: rank %d's exchange with its peers made no progress "
+                              "for %.1f s (a peer that never answers, or an unmatched send or "
+                              "receive); waiting: rank %s; communicators aborted",
+                              first, R->timeout_s, who);
         }
         struct timespec t = {0, nap_us * 1000L};
         nanosleep(&t, NULL);
