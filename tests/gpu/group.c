@@ -22,7 +22,9 @@
  *                              that never answers (caught by the ring's
  *                              timeout, SDNN_ERR_COMM naming the peers):
  *                              the step fails, the next is refused, the
- *                              group is destroyed without hanging
+ *                              group is destroyed without hanging; a
+ *                              failed call inside a ring shift aborts the
+ *                              ring's communicators at once
  */
 #include "comm.h"
 #include "dev.h"
@@ -267,6 +269,46 @@ static void failing_exchange(network *init, const char *fault, const char *what)
                 what, now() - t2);
 }
 
+/* The ring itself: a failed NCCL call inside a shift leaves part of the
+ * group queued and unmatched, so the ring must abort at once (not at the
+ * next bounded sync), refuse later calls, and be destroyed without a wait. */
+static void ring_failed_call(void)
+{
+    setenv("SDNN_SIM_NCCL_FAULT", "error:3", 1);
+    sdnn_dctx *ctx[2] = {0};
+    for (int r = 0; r < 2; ++r) {
+        sdnn_dctx_options o = SDNN_DCTX_OPTIONS_INIT;
+        o.device = r;
+        if (sdnn_dctx_create(&o, &ctx[r]) != SDNN_OK) exit(2);
+    }
+    sdnn_dring *R = NULL;
+    sdnn_status s = sdnn_dring_create_nccl_local(ctx, 2, &R);
+    unsetenv("SDNN_SIM_NCCL_FAULT");
+    if (s != SDNN_OK) {
+        SOFT_ASSERT(0, "ring with a failing call: %s", sdnn_last_error());
+        return;
+    }
+    const size_t n = 5000;
+    float *d[2];
+    for (int r = 0; r < 2; ++r)
+        if (sdnn_dmalloc(ctx[r], n * 4, (void **)&d[r]) != SDNN_OK) exit(2);
+    sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+    size_t wire = 0;
+    s = sdnn_dring_coded(R, &sdnn_codec_fp16, &p, 1, (const float *const *)d, d, n, &wire);
+    SOFT_ASSERT(s == SDNN_ERR_COMM && sdnn_dring_failed(R),
+                "ring: a failed NCCL call in a shift aborts the communicators at once (%s: %s)",
+                sdnn_strerror(s), sdnn_last_error());
+    s = sdnn_dring_mean(R, (const float *const *)d, d, n, &wire);
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED, "ring: later calls are refused (%s)", sdnn_strerror(s));
+    double t0 = now();
+    sdnn_dring_destroy(R);
+    SOFT_ASSERT(now() - t0 < 5, "ring: destroyed in %.2f s, nothing waited on", now() - t0);
+    for (int r = 0; r < 2; ++r) {
+        sdnn_dfree(d[r]);
+        sdnn_dctx_destroy(ctx[r]);
+    }
+}
+
 static void peer_timeout_backend(void)
 {
     /* The comm backend: rank 1 never answers; rank 0's wait is bounded. */
@@ -422,6 +464,7 @@ int main(int argc, char **argv)
         failing_exchange(init, "error:7", "exchange failing mid-step");
         failing_exchange(init, "silent:1:3", "peer that never answers");
         peer_timeout_backend();
+        ring_failed_call();
     } else {
         printf("    error paths: only with the simulated NCCL's fault injection\n");
     }
