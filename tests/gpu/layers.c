@@ -3,9 +3,10 @@
  * backward, on random inputs (DESIGN §5: ||gpu - cpu|| / ||cpu|| < 1e-4 in
  * fp32), then Darknet's update.  Needs a CUDA device.
  *
- *   layers [CFG ...]      default: a zoo of every kind, the shipped cfgs
- *                         and Debian's yolov3-tiny, yolov2-tiny and cifar
- *                         (SDNN_DEBIAN_CFG names their folder)
+ *   layers [CFG ...]      default: a zoo of every kind, every activation,
+ *                         the cost kinds (smooth, L1, masked), the shipped
+ *                         cfgs and Debian's yolov3-tiny, yolov2-tiny and
+ *                         cifar (SDNN_DEBIAN_CFG names their folder)
  *
  * Each layer is checked alone: the CPU reference runs the network layer by
  * layer; before the device runs layer i, it receives the tensors the CPU
