@@ -25,6 +25,26 @@
 # Results on simulated devices show the engine's host logic, ordering and
 # arithmetic, never the CUDA kernels, cuDNN or real NCCL.
 #
+#   probe     the engine loads, finds the device, every layer of the
+#             shipped and Debian cfgs is one it runs
+#   runtime   dev.h's runtime: copies, events, NCCL groups; on simulated
+#             devices also faults, tagged-memory errors, sticky errors,
+#             copy statistics, a deadlock outside an NCCL group
+#   formulas  ops.h against libdarknet's CPU layers (host only)
+#   codecs    device codecs = host codecs byte for byte, within bounds;
+#             device ring = host local backend bit for bit (2..4 ranks)
+#   comm      nccl (world 1) = device backend = local, plain and coded
+#   layers    every device layer vs libdarknet, fwd + bwd, rel err < 1e-4,
+#             and Darknet's update; zoo, shapes, fmnist, yolov3-tiny,
+#             yolov2-tiny, cifar
+#   train     20 steps of the shapes detector vs train_network, 10 of
+#             fmnist; a 1-replica group = the single net bit for bit
+#   vrep      2 virtual replicas x batch 4 = 1 x batch 8 (rel < 1e-4),
+#             overlap/split/codec/stock variants
+#   group     4 devices: the NCCL ring over 2-4 devices = local, the group
+#             with subdivisions, batch norm, int8/top-k, split=device0
+#             across devices, a residual net, and (simulated NCCL only)
+#             its error paths
 set -u
 . tests/gpu/env.sh
 
@@ -104,12 +124,14 @@ run() {  # name timeout args...
 
 export SDNN_DEBIAN_CFG
 run probe 60 --expect-device
+run runtime 60
 run formulas 60
 run codecs 240
 run comm 120
 run layers 300
 run train 240
 run vrep 180
+run group 120
 echo "tests/gpu:$summary" | tee -a "$LOG"
 echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
 exit $failed

@@ -82,11 +82,13 @@ run() {  # name timeout args...
 }
 
 run probe 60 --expect-device
+run runtime 60
 run formulas 60
 run codecs 240
 run comm 180
 run layers 300
 run train 240
 run vrep 240
+run group 240
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed

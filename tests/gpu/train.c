@@ -20,6 +20,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 #define LOSS_TOL 1e-3
 #define PARAM_TOL 1e-3
@@ -116,8 +117,8 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
              "steps: worst rel err %.2e (layer %d, step %d)", name, steps, worst_param,
              worst_layer, worst_step);
     sdnn_gpu_net_destroy(g);
-    free_network(cpu);
-    free_network(dev);
+    sdnn_network_free(cpu);
+    sdnn_network_free(dev);
 }
 
 static void world_of_one(sdnn_gpu_vdev *vd)
@@ -163,8 +164,8 @@ static void world_of_one(sdnn_gpu_vdev *vd)
              "exposed", ps.copies, ps.copy_ms, ps.exposed_ms);
     sdnn_gpu_group_destroy(G);
     sdnn_gpu_net_destroy(g);
-    free_network(a);
-    free_network(b);
+    sdnn_network_free(a);
+    sdnn_network_free(b);
 }
 
 int main(int argc, char **argv)
