@@ -14,9 +14,11 @@ if [ "$ASAN" = 1 ]; then
     B=build-sim-asan
     MAKE_ARGS="GPU=sim SAN=1 BUILD=$B"
     SEEDS=${SDNN_SIM_SEEDS:-17}
-    export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp:print_suppressions=0"
-    export ASAN_OPTIONS="suppressions=$(pwd)/tests/asan.supp"
-    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    ROOT=$(pwd)
+    LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
+    ASAN_OPTIONS="suppressions=$ROOT/tests/asan.supp"
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
     SLOW=4
 else
     B=build-sim
@@ -41,7 +43,8 @@ fi
 if [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
 else SDNN_DEBIAN_CFG=$(pwd)/tests/gpu/bundle/cfg; fi
 export SDNN_DEBIAN_CFG
-export SDNN_SIM_DEVICES=${SDNN_SIM_DEVICES:-4}
+SDNN_SIM_DEVICES="${SDNN_SIM_DEVICES:-4}"
+export SDNN_SIM_DEVICES
 
 BIN=$B/tests/gpu
 LOG=$LOGS/sim-tests.log
