@@ -2,7 +2,7 @@
  * dev: the boundary between the host glue that reads Darknet's structs
  * (net.c, compiled by the C compiler without -DGPU) and the device code.
  * It has two implementations: CUDA (*.cu, compiled by nvcc, make GPU=1)
- * and the simulated device runtime (sim/*.c, make GPU=sim), which runs
+ * and the simulated device runtime (plugin/cuda/sim/, make GPU=sim), which runs
  * the same host code on CPU-simulated devices.  Nothing here includes
  * darknet.h or a CUDA header: device state lives in our own structures
  * (sdnn_dlayer), streams and handles stay behind the opaque sdnn_dctx.
