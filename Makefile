@@ -2,16 +2,21 @@
 #
 #   make                 libscalednn.a, libscalednn.so and ./darknet
 #   make test            the CMocka suite (no GPU needed)
-#   make asan            the suite under AddressSanitizer + UBSan (build-asan/)
+#   make test-sim        the GPU suite on simulated devices (GPU=sim, build-sim/)
+#   make asan            the suite under AddressSanitizer + UBSan (build-asan/),
+#                        then the simulated GPU suite under both (build-sim-asan/)
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
-#           MPI=0|1, GPU=0|1 (later issues), DEBUG=1
+#           MPI=0|1, GPU=0|1|sim (sim: simulated devices, BUILD=build-sim), DEBUG=1
 # Paths:    DARKNET_HOME (Debian's darknet), CUDA_HOME, MPI_HOME
 
 DARKNET_HOME ?= /usr/lib/darknet
 CUDA_HOME    ?= /usr/local/cuda
 MPI_HOME     ?= /usr/lib/x86_64-linux-gnu/openmpi
+ifeq ($(GPU),sim)
+BUILD        ?= build-sim
+endif
 BUILD        ?= build
 SAN          ?= 0
 DEBUG        ?= 0
@@ -108,7 +113,7 @@ LIBA := $(BUILD)/libscalednn.a
 LIBSO := $(BUILD)/libscalednn.so
 endif
 
-.PHONY: all test asan clean tests bench
+.PHONY: all test test-sim asan clean tests bench
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
@@ -158,8 +163,22 @@ test: tests
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	sh tests/run.sh $(TEST_BIN)
 
+# The GPU suite on simulated devices (make GPU=sim; needs OpenBLAS, no GPU):
+# results show the engine's host logic and ordering, not the kernels.
+test-sim:
+ifeq ($(HAVE_OPENBLAS),1)
+	sh tests/gpu/run.sh --device sim
+else
+	@echo "no OpenBLAS: the GPU suite on simulated devices (GPU=sim) skipped"
+endif
+
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
+ifeq ($(HAVE_OPENBLAS),1)
+	sh tests/gpu/run.sh --device sim --asan
+else
+	@echo "no OpenBLAS: the GPU suite on simulated devices (GPU=sim SAN=1) skipped"
+endif
 
 clean:
-	rm -rf build build-asan build-noblas darknet libscalednn.a libscalednn.so
+	rm -rf build build-asan build-noblas build-sim build-sim-asan darknet libscalednn.a libscalednn.so

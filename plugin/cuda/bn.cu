@@ -47,16 +47,12 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
         size_t bidx = e / (size_t)S, s = e % (size_t)S;
         size_t idx = (bidx * (size_t)C + ch) * (size_t)S + s;
         if (MODE == 0) acc[0] += a[idx];
-        if (MODE == 1) {
-            float d = a[idx] - mu;
-            acc[0] += d * d;
-        }
+        if (MODE == 1) acc[0] += sdnn_bn_var_term(a[idx], mu);
         if (MODE == 2) acc[0] += a[idx];
         if (MODE == 3) {
-            float d = a[idx];
-            acc[0] += d;
-            acc[K > 1 ? 1 : 0] += d * b[idx];
-            acc[K > 2 ? 2 : 0] += d * (cc[idx] - mu);
+            float t[3];
+            sdnn_bn_backward_terms(a[idx], b[idx], cc[idx], mu, t);
+            for (int k = 0; k < K; ++k) acc[k] += t[k];
         }
     }
     for (int k = 0; k < K; ++k) sh[k][threadIdx.x] = acc[k];
@@ -102,20 +98,18 @@ __global__ void k_finish_bn_backward(const float *partial, int C, int parts, con
         s1 += q[1];
         s2 += q[2];
     }
-    bias_updates[ch] += s0;
-    scale_updates[ch] += s1;
-    /* Darknet scales delta by the scale before these two sums. */
-    mean_delta[ch] = (scales[ch] * s0) * sdnn_bn_mean_delta_factor(var[ch]);
-    var_delta[ch] = (scales[ch] * s2) * sdnn_bn_var_delta_factor(var[ch]);
+    const float sums[3] = {s0, s1, s2};
+    sdnn_bn_backward_channel(sums, scales[ch], var[ch], &bias_updates[ch], &scale_updates[ch],
+                             &mean_delta[ch], &var_delta[ch]);
 }
 
-/* rolling = .99 * rolling + .01 * batch value (Darknet's scal then axpy). */
+/* rolling = .99 * rolling + .01 * batch value (ops.h). */
 __global__ void k_rolling(int C, const float *mean, const float *var, float *rmean, float *rvar)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
-    rmean[ch] = SDNN_ADD(SDNN_MUL(rmean[ch], 0.99f), SDNN_MUL(0.01f, mean[ch]));
-    rvar[ch] = SDNN_ADD(SDNN_MUL(rvar[ch], 0.99f), SDNN_MUL(0.01f, var[ch]));
+    rmean[ch] = sdnn_bn_rolling(rmean[ch], mean[ch]);
+    rvar[ch] = sdnn_bn_rolling(rvar[ch], var[ch]);
 }
 
 /* Training: x = out; x_norm = normalize(out); out = x_norm*scale + bias. */
@@ -124,12 +118,12 @@ __global__ void k_bn_apply_train(float *out, float *x, float *x_norm, const floa
                                  int C, int S, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
+        int ch = sdnn_bn_channel(i, C, S);
         float v = out[i];
         x[i] = v;
         float z = sdnn_bn_normalize(v, mean[ch], var[ch]);
         x_norm[i] = z;
-        out[i] = SDNN_ADD(SDNN_MUL(z, scales[ch]), biases[ch]);
+        out[i] = sdnn_bn_scale_shift(z, scales[ch], biases[ch]);
     }
 }
 
@@ -137,15 +131,15 @@ __global__ void k_bn_apply_infer(float *out, const float *mean, const float *var
                                  const float *scales, const float *biases, int C, int S, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
+        int ch = sdnn_bn_channel(i, C, S);
         float z = sdnn_bn_normalize(out[i], mean[ch], var[ch]);
-        out[i] = SDNN_ADD(SDNN_MUL(z, scales[ch]), biases[ch]);
+        out[i] = sdnn_bn_scale_shift(z, scales[ch], biases[ch]);
     }
 }
 
 __global__ void k_add_bias(float *out, const float *biases, int C, int S, size_t n)
 {
-    SDNN_FOR(i, n) out[i] += biases[(i / (size_t)S) % (size_t)C];
+    SDNN_FOR(i, n) out[i] += biases[sdnn_bn_channel(i, C, S)];
 }
 
 __global__ void k_bn_delta(float *delta, const float *x, const float *mean, const float *var,
@@ -153,10 +147,9 @@ __global__ void k_bn_delta(float *delta, const float *x, const float *mean, cons
                            int C, int S, int m, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
-        float d = delta[i] * scales[ch];
-        delta[i] = sdnn_bn_normalize_delta(d, x[i], mean[ch], var[ch], mean_delta[ch],
-                                           var_delta[ch], m);
+        int ch = sdnn_bn_channel(i, C, S);
+        delta[i] = sdnn_bn_delta_elem(delta[i], scales[ch], x[i], mean[ch], var[ch],
+                                      mean_delta[ch], var_delta[ch], m);
     }
 }
 
@@ -179,13 +172,13 @@ sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
                                                        a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn mean");
     k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        (float)(1.0 / (double)m), a->mean);
+                                                        sdnn_bn_mean_scale(m), a->mean);
     SDNN_LAUNCHED("bn mean");
     k_channel_partial<1><<<grid, SDNN_THREADS, 0, s>>>(a->out, NULL, NULL, a->mean, a->channels,
                                                        a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn variance");
     k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        (float)(1.0 / ((double)m - 1)), a->var);
+                                                        sdnn_bn_var_scale(m), a->var);
     SDNN_LAUNCHED("bn variance");
     k_rolling<<<ch_grid(a->channels), 128, 0, s>>>(a->channels, a->mean, a->var, a->rolling_mean,
                                                     a->rolling_var);

@@ -298,3 +298,25 @@ extern "C" sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int 
         SDNN_CU(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, c->s[stream]));
     return SDNN_OK;
 }
+
+extern "C" sdnn_status sdnn_dev_stats_get(int dev, sdnn_dev_stats *s)
+{
+    (void)dev;
+    memset(s, 0, sizeof *s);
+    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                      "device memory and copy statistics are kept by the simulated runtime "
+                      "(make GPU=sim) only");
+}
+
+extern "C" sdnn_status sdnn_dctx_sync_stream(sdnn_dctx *c, int stream)
+{
+    SDNN_CU(cudaStreamSynchronize(c->s[stream]));
+    return SDNN_OK;
+}
+
+extern "C" sdnn_status sdnn_dzero(sdnn_dctx *c, int stream, void *p, size_t bytes)
+{
+    if (bytes == 0) return SDNN_OK;
+    SDNN_CU(cudaMemsetAsync(p, 0, bytes, c->s[stream]));
+    return SDNN_OK;
+}

@@ -3,9 +3,10 @@
  * backward, on random inputs (DESIGN §5: ||gpu - cpu|| / ||cpu|| < 1e-4 in
  * fp32), then Darknet's update.  Needs a CUDA device.
  *
- *   layers [CFG ...]      default: a zoo of every kind, the shipped cfgs
- *                         and Debian's yolov3-tiny, yolov2-tiny and cifar
- *                         (SDNN_DEBIAN_CFG names their folder)
+ *   layers [CFG ...]      default: a zoo of every kind, every activation,
+ *                         the cost kinds (smooth, L1, masked), the shipped
+ *                         cfgs and Debian's yolov3-tiny, yolov2-tiny and
+ *                         cifar (SDNN_DEBIAN_CFG names their folder)
  *
  * Each layer is checked alone: the CPU reference runs the network layer by
  * layer; before the device runs layer i, it receives the tensors the CPU
@@ -19,11 +20,25 @@
  * The region layer's backward follows Darknet's GPU build (logistic
  * gradient of x, y and objectness, then into the previous delta); Debian's
  * CPU build leaves its backward empty, so that check uses the formula.
+ *
+ * Backward passes accumulate into the previous layer's delta (route and
+ * shortcut may have put contributions there first).  Debian's CPU 1x1
+ * convolution overwrites it instead (Darknet's bug; the device is right),
+ * so each layer's share is computed by libdarknet on a zeroed delta, and
+ * the device must give (values already there) + share: the previous delta
+ * is pre-filled with known values of the share's size before the device
+ * runs, so an overwrite cannot pass.
+ *
+ * A bias or scale gradient is a sum over the batch that can cancel to
+ * rounding noise (a layer before batch norm: the normalised delta sums to
+ * 0 per channel); such a sum is compared relative to the sum of the
+ * magnitudes of its terms, not to itself.
  */
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
 #include "ops.h"
+#include "replicas.h"
 
 #define TOL 1e-4
 
@@ -65,18 +80,50 @@ static const char *kind(const layer *l)
     }
 }
 
-/* Device tensor vs host values. */
-static double dev_err(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host, size_t n)
+/* Device tensor vs host values: ||dev - host|| / max(||host||, floor). */
+static double dev_err_floor(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host,
+                            size_t n, double floor)
 {
-    float *tmp = malloc(n * sizeof *tmp);
+    float *tmp = malloc((n ? n : 1) * sizeof *tmp);
     if (sdnn_gpu_net_get(g, i, t, tmp) != SDNN_OK) {
         free(tmp);
         printf("    get tensor %d of layer %d failed: %s\n", (int)t, i, sdnn_last_error());
         return 1e30;
     }
-    double e = gt_relerr(tmp, host, n);
+    double d = 0, r = 0;
+    for (size_t k = 0; k < n; ++k) {
+        double e = (double)tmp[k] - (double)host[k];
+        d += e * e;
+        r += (double)host[k] * (double)host[k];
+    }
     free(tmp);
-    return e;
+    r = sqrt(r);
+    if (r < floor) r = floor;
+    return r > 0 ? sqrt(d) / r : sqrt(d);
+}
+
+static double dev_err(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host, size_t n)
+{
+    return dev_err_floor(g, i, t, host, n, 0);
+}
+
+/* The norm over channels of sum |delta| * |x|: the size of the terms a
+ * per-channel gradient sums (x NULL: 1), for dev_err_floor. */
+static double channel_terms(const layer *l, const float *delta, const float *x)
+{
+    int C = l->type == CONNECTED ? l->outputs : l->n;
+    int S = l->type == CONNECTED ? 1 : l->out_w * l->out_h;
+    double r = 0;
+    for (int c = 0; c < C; ++c) {
+        double s = 0;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                size_t e = ((size_t)b * C + c) * S + k;
+                s += fabs(delta[e]) * (x ? fabs(x[e]) : 1.0);
+            }
+        r += s * s;
+    }
+    return sqrt(r);
 }
 
 static int set_t(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host)
@@ -136,7 +183,10 @@ static void check_forward(ref *R, int i)
     layer *l = &net->layers[i];
     float *input = i == 0 ? R->x : net->layers[i - 1].output;
     size_t nin = (size_t)l->inputs * l->batch;
-    float *prev_before = fdup(input, nin);
+    /* what layer i - 1 (or the net's input) holds: a route's inputs are
+     * not its previous layer's outputs */
+    size_t nprev = i == 0 ? (size_t)net->inputs * net->batch : outs(&net->layers[i - 1]);
+    float *prev_before = fdup(input, nprev);
     float *rm0 = NULL, *rv0 = NULL;
     if (l->batch_normalize) {
         rm0 = fdup(l->rolling_mean, nbiases(l));
@@ -178,6 +228,11 @@ static void check_forward(ref *R, int i)
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
         SOFT_ASSERT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
     }
+    if (l->type == COST && l->cost_type == MASKED && i > 0) {
+        /* Darknet writes SECRET_NUM into the input where the truth is */
+        double ei = dev_err(R->g, i - 1, SDNN_GT_OUTPUT, input, nprev);
+        SOFT_ASSERT(ei < TOL, "layer %2d %-9s masked input: rel err %.2e", i, kind(l), ei);
+    }
     if (l->batch_normalize) {
         double em = dev_err(R->g, i, SDNN_GT_ROLLING_MEAN, l->rolling_mean, nbiases(l));
         double ev = dev_err(R->g, i, SDNN_GT_ROLLING_VARIANCE, l->rolling_variance, nbiases(l));
@@ -199,8 +254,9 @@ out:
     free(rv0);
 }
 
-/* Region backward as Darknet's GPU build: logistic gradient, then +=. */
-static void region_expected(const layer *l, const float *delta, float *prev)
+/* Region backward as Darknet's GPU build: logistic gradient (the layer's
+ * own delta holds it afterwards), then +=. */
+static void region_expected(layer *l, const float *delta, float *prev)
 {
     int wh = l->w * l->h, per = l->coords + l->classes + 1;
     for (size_t k = 0; k < outs(l); ++k) {
@@ -210,6 +266,7 @@ static void region_expected(const layer *l, const float *delta, float *prev)
                        (e == l->coords && !l->background);
         float d = delta[k];
         if (logistic) d *= (1 - l->output[k]) * l->output[k];
+        l->delta[k] = d;
         prev[k] += d;
     }
 }
@@ -225,11 +282,31 @@ static void check_backward(ref *R, int i)
     float *wu = fdup(l->weight_updates, nw), *bu = fdup(l->bias_updates, nb);
     float *su = l->batch_normalize ? fdup(l->scale_updates, nb) : NULL;
     float *input = i == 0 ? R->x : net->layers[i - 1].output;
-    cpu_backward(net, i, input, i == 0 ? NULL : net->layers[i - 1].delta);
-    if (l->type == REGION) region_expected(l, before[i], net->layers[i - 1].delta);
+    /* The previous delta: libdarknet's share on a zeroed delta (dropout
+     * works in place on it instead), the device's on known values. */
+    layer *prev = i == 0 ? NULL : &net->layers[i - 1];
+    size_t np = prev ? outs(prev) : 0;
+    int share_of = prev && l->type != DROPOUT;
+    float *pre = NULL, *share = NULL;
+    if (share_of) memset(prev->delta, 0, np * sizeof(float));
+    cpu_backward(net, i, input, prev ? prev->delta : NULL);
+    if (l->type == REGION) region_expected(l, before[i], prev->delta);
+    if (share_of) {
+        share = fdup(prev->delta, np);
+        double rms = 0;
+        for (size_t k = 0; k < np; ++k) rms += (double)share[k] * share[k];
+        rms = np ? sqrt(rms / (double)np) : 0;
+        if (rms == 0) rms = 1;
+        pre = malloc((np ? np : 1) * sizeof *pre);
+        for (size_t k = 0; k < np; ++k) {
+            pre[k] = before[i - 1][k] + (float)(rms * gt_unif(-1, 1));
+            prev->delta[k] = pre[k] + share[k];
+        }
+    }
 
     int ok = push_inputs(R, i, NULL);
-    for (int j = 0; ok && j < n; ++j) ok = set_t(R->g, j, SDNN_GT_DELTA, before[j]);
+    for (int j = 0; ok && j < n; ++j)
+        ok = set_t(R->g, j, SDNN_GT_DELTA, share_of && j == i - 1 ? pre : before[j]);
     /* the layer's own output (activation gradient) as the CPU had it */
     if (ok) ok = set_t(R->g, i, SDNN_GT_OUTPUT, l->output);
     if (ok && nw) {
@@ -261,14 +338,26 @@ static void check_backward(ref *R, int i)
     SOFT_ASSERT(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
              kind(l), worst, worst_j);
     if (nw) {
+        /* the terms: the delta after the activation gradient (bias), times
+         * x_norm (scale); l->delta after a batch-norm backward is the
+         * normalised one, of the same size */
         double ew = dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw);
-        double eb = dev_err(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb);
-        double es = su ? dev_err(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb) : 0;
+        double eb = dev_err_floor(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb,
+                                  channel_terms(l, l->delta, NULL));
+        double es = su ? dev_err_floor(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb,
+                                       channel_terms(l, l->delta, l->x_norm))
+                       : 0;
         SOFT_ASSERT(ew < TOL && eb < TOL && es < TOL,
                  "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
                  ew, eb, es);
     }
 out:
+    /* The CPU network goes on with the correct gradient, without the known
+     * values: what was there + this layer's share. */
+    if (share_of)
+        for (size_t k = 0; k < np; ++k) prev->delta[k] = before[i - 1][k] + share[k];
+    free(pre);
+    free(share);
     for (int j = 0; j < n; ++j) free(before[j]);
     free(before);
     free(wu);
@@ -329,7 +418,11 @@ static void make_data(ref *R, uint64_t seed)
     } else {
         gt_seed(seed);
         gt_fill(R->x, nin, 0, 1);
-        if (last->type == COST && last->cost_type != SSE) gt_fill(R->y, ntr, -1, 1);
+        if (last->type == COST && last->cost_type != SSE) {
+            gt_fill(R->y, ntr, -1, 1);
+            if (last->cost_type == MASKED)   /* every third truth is ignored */
+                for (size_t k = 0; k < ntr; k += 3) R->y[k] = SDNN_COST_SECRET;
+        }
         else
             for (int r = 0; r < net->batch; ++r)
                 R->y[(size_t)r * net->truths + gt_next() % (uint64_t)net->truths] = 1;
@@ -364,8 +457,8 @@ static void run(const char *name, const char *text, const char *set, sdnn_gpu_vd
     sdnn_gpu_net_destroy(R.g);
     free(R.x);
     free(R.y);
-    free_network(R.cpu);
-    free_network(R.dev);
+    sdnn_network_free(R.cpu);
+    sdnn_network_free(R.dev);
 }
 
 static const char *zoo =
@@ -387,6 +480,27 @@ static const char *zoo =
     "[softmax]\n"
     "[cost]\ntype=sse\n";
 
+/* Every activation of ops.h in a convolution, with and without batch norm,
+ * and in a connected layer. */
+static const char *activations =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=6\nheight=6\nchannels=3\n"
+    "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=logistic\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=relu\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=relie\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=ramp\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=tanh\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=plse\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=elu\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=loggy\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=stair\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=hardtan\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=lhtan\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=selu\n"
+    "[connected]\noutput=6\nactivation=loggy\n"
+    "[connected]\noutput=5\nbatch_normalize=1\nactivation=selu\n"
+    "[cost]\ntype=sse\n";
+
 static const char *regress =
     "[net]\nbatch=3\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
     "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
@@ -399,6 +513,131 @@ static const char *regress_l1 =
     "[convolutional]\nfilters=4\nsize=3\nstride=2\npad=1\nactivation=relie\n"
     "[connected]\noutput=7\nactivation=linear\n"
     "[cost]\ntype=L1\n";
+
+/* ---- a launch captures its arguments ---------------------------------------------- */
+
+/* As a CUDA launch does, a device layer call takes what it needs when it is
+ * called: the host may change the layer structs (net.c rebuilds states,
+ * replicas swap buffers) before the queued work runs.  Here they change at
+ * once after the calls; on the simulated device with SDNN_SIM_JITTER the
+ * queued work mostly runs after that. */
+#define CAP_OK(call, what)                                                             \
+    do {                                                                               \
+        if ((call) != SDNN_OK) {                                                       \
+            SOFT_ASSERT(0, "launch capture: %s: %s", what, sdnn_last_error());         \
+            goto out;                                                                  \
+        }                                                                              \
+    } while (0)
+
+static void check_launch_capture(sdnn_dctx *c)
+{
+    enum { B = 2, A0 = 5, A1 = 3, A = A0 + A1, NI = 4, NO = 3 };
+    sdnn_dlayer L[3];
+    memset(L, 0, sizeof L);
+    float h0[B * A0], h1[B * A1], got[B * A], want[B * A];
+    float w[NI * NO], u[NI * NO], b[NO], bu[NO], wg[NI * NO], bg[NO];
+    gt_seed(99);
+    gt_fill(h0, B * A0, -1, 1);
+    gt_fill(h1, B * A1, -1, 1);
+    for (int r = 0; r < B; ++r) {
+        memcpy(want + r * A, h0 + r * A0, A0 * sizeof(float));
+        memcpy(want + r * A + A0, h1 + r * A1, A1 * sizeof(float));
+    }
+    float *route_out = NULL, *src0 = NULL, *src1 = NULL;
+    float *dw = NULL, *du = NULL, *db = NULL, *dbu = NULL;
+    /* route: two source layers, then the route */
+    L[0].batch = L[1].batch = L[2].batch = B;
+    L[0].outputs = A0;
+    L[1].outputs = A1;
+    L[2].kind = SDNN_DL_ROUTE;
+    L[2].index = 2;
+    L[2].inputs = L[2].outputs = A;
+    L[2].nroute = 2;
+    L[2].route_from[0] = 0;
+    L[2].route_from[1] = 1;
+    L[2].route_size[0] = A0;
+    L[2].route_size[1] = A1;
+    CAP_OK(sdnn_dmalloc(c, sizeof h0, (void **)&src0), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof h1, (void **)&src1), "alloc");
+    L[0].output = src0;
+    L[1].output = src1;
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, src0, h0, sizeof h0, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, src1, h1, sizeof h1, 1), "copy");
+    CAP_OK(sdnn_dl_setup(c, &L[2]), "route setup");
+    route_out = L[2].output;
+    sdnn_dstate st;
+    memset(&st, 0, sizeof st);
+    st.input = src1;
+    st.layers = L;
+    st.train = 1;
+    CAP_OK(sdnn_dl_forward(c, &L[2], &st), "route forward");
+    /* the sources swapped, the route's sizes and output gone */
+    L[0].output = src1;
+    L[1].output = src0;
+    L[2].output = NULL;
+    L[2].route_size[0] = L[2].route_size[1] = 0;
+    L[2].batch = 0;
+
+    /* update: a connected layer's parameters */
+    sdnn_dlayer f;
+    memset(&f, 0, sizeof f);
+    f.kind = SDNN_DL_CONNECTED;
+    f.inputs = NI;
+    f.outputs = NO;
+    f.batch = B;
+    f.lr_scale = 1;
+    gt_fill(w, NI * NO, -1, 1);
+    gt_fill(u, NI * NO, -1, 1);
+    gt_fill(b, NO, -1, 1);
+    gt_fill(bu, NO, -1, 1);
+    CAP_OK(sdnn_dmalloc(c, sizeof w, (void **)&dw), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof u, (void **)&du), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof b, (void **)&db), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof bu, (void **)&dbu), "alloc");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, dw, w, sizeof w, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, du, u, sizeof u, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, db, b, sizeof b, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, dbu, bu, sizeof bu, 1), "copy");
+    f.weights = dw;
+    f.weight_updates = du;
+    f.biases = db;
+    f.bias_updates = dbu;
+    sdnn_dupdate ua = {B, 0.1f, 0.9f, 0.0005f};
+    CAP_OK(sdnn_dl_update(c, &f, &ua), "update");
+    f.weights = f.weight_updates = f.biases = f.bias_updates = NULL;
+    f.lr_scale = 0;
+    ua.learning_rate = 0;
+    ua.batch = 1;
+
+    CAP_OK(sdnn_dctx_sync(c), "sync");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, got, route_out, sizeof got, 1), "copy back");
+    SOFT_ASSERT(gt_bytes_differ(got, want, sizeof got) == 0,
+                "launch capture: route output from the sources as they were at the call");
+    for (int k = 0; k < NI * NO; ++k)
+        sdnn_sgd_elem(&w[k], &u[k], -0.0005f * B, 0.1f / B, 0.9f);
+    for (int k = 0; k < NO; ++k) sdnn_sgd_elem(&b[k], &bu[k], 0, 0.1f / B, 0.9f);
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, wg, dw, sizeof wg, 0), "copy back");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, bg, db, sizeof bg, 1), "copy back");
+    SOFT_ASSERT(gt_bytes_differ(wg, w, sizeof w) == 0 && gt_bytes_differ(bg, b, sizeof b) == 0,
+                "launch capture: update with the rates and buffers as they were at the call");
+out:
+    sdnn_dctx_sync(c);
+    L[2].output = route_out;
+    L[2].batch = B;
+    sdnn_dl_release(&L[2]);
+    sdnn_dfree(src0);
+    sdnn_dfree(src1);
+    sdnn_dfree(dw);
+    sdnn_dfree(du);
+    sdnn_dfree(db);
+    sdnn_dfree(dbu);
+}
+
+static const char *regress_masked =
+    "[net]\nbatch=3\nsubdivisions=1\nwidth=5\nheight=5\nchannels=2\n"
+    "[convolutional]\nfilters=3\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=6\nactivation=linear\n"
+    "[cost]\ntype=masked\n";
 
 int main(int argc, char **argv)
 {
@@ -416,9 +655,12 @@ int main(int argc, char **argv)
             free(t);
         }
     } else {
+        check_launch_capture(vd);
         run("zoo (every kind)", zoo, NULL, vd);
+        run("activations (every kind)", activations, NULL, vd);
         run("regression (smooth L1)", regress, NULL, vd);
         run("regression (L1)", regress_l1, NULL, vd);
+        run("regression (masked)", regress_masked, NULL, vd);
         const char *dir = getenv("SDNN_DEBIAN_CFG");
         if (!dir || !*dir) dir = "/usr/share/darknet/cfg";
         struct {

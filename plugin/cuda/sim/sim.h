@@ -41,6 +41,21 @@ sdnn_status sdnn_sim_launch(sdnn_dctx *c, int stream, const char *call, sdnn_sim
 sdnn_status sdnn_sim_dptr(sdnn_dctx *c, const void *p, size_t bytes, const char *call,
                           void **host);
 
+/* Additions (runtime agent): sdnn_sim_launch, then wait on the host for
+ * that operation (and everything queued before it on the stream); for the
+ * dev.h calls documented as synchronous.  Returns the stream's sticky
+ * error, if any, as a sync does. */
+sdnn_status sdnn_sim_launch_sync(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
+                                 const void *arg, size_t argsize);
+/* sdnn_sim_launch, with `skipped` called in place of fn when the stream
+ * already failed (fn is then never called): for an operation that holds
+ * resources it must give back either way.  `skipped` may be NULL. */
+typedef void (*sdnn_sim_skip_fn)(void *arg);
+sdnn_status sdnn_sim_launch_ex(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
+                               sdnn_sim_skip_fn skipped, const void *arg, size_t argsize);
+/* Host wait for one stream of c (the sticky error if any), naming `call`. */
+sdnn_status sdnn_sim_stream_sync(sdnn_dctx *c, int stream, const char *call);
+
 #ifdef __cplusplus
 }
 #endif
