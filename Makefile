@@ -6,12 +6,15 @@
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
-#           MPI=0|1, GPU=0|1 (later issues), DEBUG=1
+#           MPI=0|1, GPU=0|1|sim (sim: simulated devices, BUILD=build-sim), DEBUG=1
 # Paths:    DARKNET_HOME (Debian's darknet), CUDA_HOME, MPI_HOME
 
 DARKNET_HOME ?= /usr/lib/darknet
 CUDA_HOME    ?= /usr/local/cuda
 MPI_HOME     ?= /usr/lib/x86_64-linux-gnu/openmpi
+ifeq ($(GPU),sim)
+BUILD        ?= build-sim
+endif
 BUILD        ?= build
 SAN          ?= 0
 DEBUG        ?= 0
@@ -162,4 +165,4 @@ asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
 
 clean:
-	rm -rf build build-asan build-noblas darknet libscalednn.a libscalednn.so
+	rm -rf build build-asan build-noblas build-sim build-sim-asan darknet libscalednn.a libscalednn.so

@@ -1,7 +1,8 @@
 # mk/gpu.mk — the GPU engine (plugin/cuda/), included by the Makefile.
 #
 #   make GPU=1 [CUDNN=1] [NCCL=1] [CUDA_HOME=...] [CUDNN_HOME=...] [NCCL_HOME=...]
-#   make GPU=1 gpu-tests        the self-checking programs of tests/gpu/
+#   make GPU=sim [BUILD=build-sim]  the engine on simulated devices (no nvcc)
+#   make GPU=1|sim gpu-tests    the self-checking programs of tests/gpu/
 #   make GPU=1 gpu-bench        the benchmark programs of bench/gpu/
 #
 # nvcc compiles plugin/cuda/*.cu for sm_90 (H100/H200) and sm_80 (A100),
@@ -10,6 +11,12 @@
 # is ever compiled with -DGPU: Debian's libdarknet is a CPU build and
 # darknet.h changes the layout of `layer` under GPU.  The engine's switch is
 # SDNN_GPU_ENGINE.
+#
+# GPU=sim links the same host glue (plugin/cuda/*.c) against the simulated
+# device runtime (plugin/cuda/sim/*.c) instead of the .cu files: streams
+# are worker threads, device memory is a mapping the host cannot touch,
+# NCCL an in-process stand-in (docs/ARCHITECTURE.md, "The simulated
+# device").  It needs OpenBLAS (gemm) and no CUDA at all.
 ifeq ($(GPU),1)
 
 ifneq ($(HAVE_NVCC),1)
@@ -102,6 +109,42 @@ $(BUILD)/cuda/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 $(BUILD)/cuda/pic/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_CFLAGS) -fPIC -c $< -o $@
+endif
+
+ifeq ($(GPU),sim)
+
+ifneq ($(BLAS),1)
+$(error GPU=sim: the simulated device computes gemm with OpenBLAS (install libopenblas-dev; BLAS=1))
+endif
+$(info $(call found,1,GPU engine on simulated devices,) GPU=sim)
+
+CFLAGS += -DSDNN_GPU_ENGINE=1
+GPU_CFLAGS := -DSDNN_CUDNN=0 -DSDNN_NCCL=1 -Iplugin/cuda
+GPU_C   := $(wildcard plugin/cuda/*.c) $(wildcard plugin/cuda/sim/*.c)
+GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/sim/*.h include/*.h plugin/*.h)
+GPU_OBJ := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/%.o)
+GPU_PIC := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/pic/%.o)
+EXTRA_LIB_OBJ += $(GPU_OBJ)
+EXTRA_PIC_OBJ += $(GPU_PIC)
+
+GPU_STAMP := $(BUILD)/cuda/.flags-sim-$(shell echo '$(CC) $(CFLAGS) $(GPU_CFLAGS)' | cksum | cut -d' ' -f1)
+
+$(GPU_STAMP):
+	@mkdir -p $(BUILD)/cuda
+	@rm -f $(BUILD)/cuda/.flags-*
+	@touch $@
+
+$(BUILD)/cuda/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) -c $< -o $@
+
+$(BUILD)/cuda/pic/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) -fPIC -c $< -o $@
+
+endif
+
+ifneq ($(filter 1 sim,$(GPU)),)
 
 # ---- tests/gpu and bench/gpu programs ---------------------------------------
 # Self-checking programs without CMocka (the GPU machine has no Debian

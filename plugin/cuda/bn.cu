@@ -55,10 +55,9 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
         }
         if (MODE == 2) acc[0] += a[idx];
         if (MODE == 3) {
-            float d = a[idx];
-            acc[0] += d;
-            acc[K > 1 ? 1 : 0] += d * b[idx];
-            acc[K > 2 ? 2 : 0] += d * (cc[idx] - mu);
+            float t[3];
+            sdnn_bn_backward_terms(a[idx], b[idx], cc[idx], mu, t);
+            for (int k = 0; k < K; ++k) acc[k] += t[k];
         }
     }
     for (int k = 0; k < K; ++k) sh[k][threadIdx.x] = acc[k];
@@ -104,20 +103,18 @@ __global__ void k_finish_bn_backward(const float *partial, int C, int parts, con
         s1 += q[1];
         s2 += q[2];
     }
-    bias_updates[ch] += s0;
-    scale_updates[ch] += s1;
-    /* Darknet scales delta by the scale before these two sums. */
-    mean_delta[ch] = (scales[ch] * s0) * sdnn_bn_mean_delta_factor(var[ch]);
-    var_delta[ch] = (scales[ch] * s2) * sdnn_bn_var_delta_factor(var[ch]);
+    const float sums[3] = {s0, s1, s2};
+    sdnn_bn_backward_channel(sums, scales[ch], var[ch], &bias_updates[ch], &scale_updates[ch],
+                             &mean_delta[ch], &var_delta[ch]);
 }
 
-/* rolling = .99 * rolling + .01 * batch value (Darknet's scal then axpy). */
+/* rolling = .99 * rolling + .01 * batch value (ops.h). */
 __global__ void k_rolling(int C, const float *mean, const float *var, float *rmean, float *rvar)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
-    rmean[ch] = SDNN_ADD(SDNN_MUL(rmean[ch], 0.99f), SDNN_MUL(0.01f, mean[ch]));
-    rvar[ch] = SDNN_ADD(SDNN_MUL(rvar[ch], 0.99f), SDNN_MUL(0.01f, var[ch]));
+    rmean[ch] = sdnn_bn_rolling(rmean[ch], mean[ch]);
+    rvar[ch] = sdnn_bn_rolling(rvar[ch], var[ch]);
 }
 
 /* Training: x = out; x_norm = normalize(out); out = x_norm*scale + bias. */
@@ -126,12 +123,12 @@ __global__ void k_bn_apply_train(float *out, float *x, float *x_norm, const floa
                                  int C, int S, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
+        int ch = sdnn_bn_channel(i, C, S);
         float v = out[i];
         x[i] = v;
         float z = sdnn_bn_normalize(v, mean[ch], var[ch]);
         x_norm[i] = z;
-        out[i] = SDNN_ADD(SDNN_MUL(z, scales[ch]), biases[ch]);
+        out[i] = sdnn_bn_scale_shift(z, scales[ch], biases[ch]);
     }
 }
 
@@ -139,15 +136,15 @@ __global__ void k_bn_apply_infer(float *out, const float *mean, const float *var
                                  const float *scales, const float *biases, int C, int S, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
+        int ch = sdnn_bn_channel(i, C, S);
         float z = sdnn_bn_normalize(out[i], mean[ch], var[ch]);
-        out[i] = SDNN_ADD(SDNN_MUL(z, scales[ch]), biases[ch]);
+        out[i] = sdnn_bn_scale_shift(z, scales[ch], biases[ch]);
     }
 }
 
 __global__ void k_add_bias(float *out, const float *biases, int C, int S, size_t n)
 {
-    SDNN_FOR(i, n) out[i] += biases[(i / (size_t)S) % (size_t)C];
+    SDNN_FOR(i, n) out[i] += biases[sdnn_bn_channel(i, C, S)];
 }
 
 __global__ void k_bn_delta(float *delta, const float *x, const float *mean, const float *var,
@@ -155,7 +152,7 @@ __global__ void k_bn_delta(float *delta, const float *x, const float *mean, cons
                            int C, int S, int m, size_t n)
 {
     SDNN_FOR(i, n) {
-        int ch = (int)((i / (size_t)S) % (size_t)C);
+        int ch = sdnn_bn_channel(i, C, S);
         float d = delta[i] * scales[ch];
         delta[i] = sdnn_bn_normalize_delta(d, x[i], mean[ch], var[ch], mean_delta[ch],
                                            var_delta[ch], m);

@@ -83,30 +83,10 @@ __device__ static inline uint16_t f32_to_bf16(float x)
 
 __device__ static inline float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-/* ---- codec ids -------------------------------------------------------------------- */
-
-static const sdnn_codec_ops *const host_codecs[SDNN_DCODEC_COUNT] = {
-    &sdnn_codec_none, &sdnn_codec_fp16, &sdnn_codec_bf16, &sdnn_codec_int8, &sdnn_codec_topk};
-
-extern "C" int sdnn_dcodec_of(const sdnn_codec_ops *c)
-{
-    for (int i = 0; i < SDNN_DCODEC_COUNT; ++i)
-        if (c == host_codecs[i] || (c && strcmp(c->name, host_codecs[i]->name) == 0)) return i;
-    return -1;
-}
-
-extern "C" const sdnn_codec_ops *sdnn_dcodec_host(int codec)
-{
-    return codec >= 0 && codec < SDNN_DCODEC_COUNT ? host_codecs[codec] : NULL;
-}
+/* ---- codec ids: dcodec_ids.c (shared with the simulated build) --------------------- */
 
 static size_t chunk_of(const sdnn_codec_params *p) { return p->int8_chunk >= 1 ? (size_t)p->int8_chunk : 256; }
 static size_t chunks_of(size_t n, size_t chunk) { return n / chunk + (n % chunk != 0); }
-
-extern "C" size_t sdnn_dcodec_size(int codec, const sdnn_codec_params *p, size_t n)
-{
-    return host_codecs[codec]->encoded_size(p, n);
-}
 
 /* ---- dense kernels ------------------------------------------------------------------ */
 

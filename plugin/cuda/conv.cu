@@ -17,6 +17,7 @@
  */
 #include "convpick.h"
 #include "layers.cuh"
+#include "ops.h"
 
 #include <string.h>
 
@@ -208,44 +209,25 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
 
 #else /* !SDNN_CUDNN: im2col + gemm */
 
-/* col[(ch*size*size + ki*size + kj) * (oh*ow) + oy*ow + ox] */
-__global__ void k_im2col(const float *im, int ch, int h, int w, int size, int stride, int pad,
-                         int oh, int ow, float *col)
+/* The index maps are ops.h's (shared with the simulated device). */
+__global__ void k_im2col(const float *im, sdnn_conv_geom g, float *col)
 {
-    size_t n = (size_t)ch * size * size * oh * ow;
-    SDNN_FOR(i, n) {
-        int ox = (int)(i % ow);
-        int oy = (int)((i / ow) % oh);
-        int r = (int)(i / ((size_t)ow * oh));
-        int kj = r % size, ki = (r / size) % size, cc = r / (size * size);
-        int y = oy * stride - pad + ki, x = ox * stride - pad + kj;
-        col[i] = (y >= 0 && y < h && x >= 0 && x < w) ? im[((size_t)cc * h + y) * w + x] : 0.0f;
-    }
+    size_t n = (size_t)g.ch * g.size * g.size * g.oh * g.ow;
+    SDNN_FOR(i, n) col[i] = sdnn_im2col_elem(im, &g, i);
 }
 
 /* im += col2im(col), a gather per input element. */
-__global__ void k_col2im_add(const float *col, int ch, int h, int w, int size, int stride,
-                             int pad, int oh, int ow, float *im)
+__global__ void k_col2im_add(const float *col, sdnn_conv_geom g, float *im)
 {
-    size_t n = (size_t)ch * h * w;
-    SDNN_FOR(i, n) {
-        int x = (int)(i % w), y = (int)((i / w) % h), cc = (int)(i / ((size_t)w * h));
-        float sum = 0;
-        for (int ki = 0; ki < size; ++ki) {
-            int ty = y + pad - ki;
-            if (ty < 0 || ty % stride) continue;
-            int oy = ty / stride;
-            if (oy >= oh) continue;
-            for (int kj = 0; kj < size; ++kj) {
-                int tx = x + pad - kj;
-                if (tx < 0 || tx % stride) continue;
-                int ox = tx / stride;
-                if (ox >= ow) continue;
-                sum += col[(((size_t)cc * size + ki) * size + kj) * oh * ow + (size_t)oy * ow + ox];
-            }
-        }
-        im[i] += sum;
-    }
+    size_t n = (size_t)g.ch * g.h * g.w;
+    SDNN_FOR(i, n) im[i] += sdnn_col2im_elem(col, &g, i);
+}
+
+static sdnn_conv_geom conv_geom(const sdnn_dlayer *l)
+{
+    sdnn_conv_geom g = {l->c / l->groups, l->h, l->w, l->size, l->stride, l->pad, l->out_h,
+                        l->out_w};
+    return g;
 }
 
 sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
@@ -262,6 +244,7 @@ sdnn_status sdnn_conv_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s
 {
     int g = l->groups, m = l->n / g, k = l->size * l->size * l->c / g, n = l->out_h * l->out_w;
     float *col = (float *)s->workspace;
+    sdnn_conv_geom cg = conv_geom(l);
     for (int b = 0; b < l->batch; ++b) {
         for (int j = 0; j < g; ++j) {
             const float *in = s->input + ((size_t)b * g + j) * (l->c / g) * l->h * l->w;
@@ -269,8 +252,7 @@ sdnn_status sdnn_conv_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s
             const float *wt = l->weights + (size_t)j * l->nweights / g;
             const float *src = in;
             if (l->size != 1 || l->stride != 1 || l->pad != 0) {
-                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(
-                    in, l->c / g, l->h, l->w, l->size, l->stride, l->pad, l->out_h, l->out_w, col);
+                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(in, cg, col);
                 SDNN_LAUNCHED("im2col");
                 src = col;
             }
@@ -284,6 +266,7 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
 {
     int g = l->groups, m = l->n / g, k = l->size * l->size * l->c / g, n = l->out_h * l->out_w;
     float *col = (float *)s->workspace;
+    sdnn_conv_geom cg = conv_geom(l);
     int direct = l->size == 1 && l->stride == 1 && l->pad == 0;
     for (int b = 0; b < l->batch; ++b) {
         for (int j = 0; j < g; ++j) {
@@ -292,8 +275,7 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
             float *wu = l->weight_updates + (size_t)j * l->nweights / g;
             const float *src = in;
             if (!direct) {
-                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(
-                    in, l->c / g, l->h, l->w, l->size, l->stride, l->pad, l->out_h, l->out_w, col);
+                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(in, cg, col);
                 SDNN_LAUNCHED("im2col");
                 src = col;
             }
@@ -306,8 +288,7 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
                 } else {
                     SDNN_CHECK(sdnn_gemm_rm(c, 1, 0, k, n, m, 1, wt, k, d, n, 0, col, n));
                     k_col2im_add<<<sdnn_grid((size_t)(l->c / g) * l->h * l->w), SDNN_THREADS, 0,
-                                   c->s[0]>>>(col, l->c / g, l->h, l->w, l->size, l->stride,
-                                              l->pad, l->out_h, l->out_w, pd);
+                                   c->s[0]>>>(col, cg, pd);
                     SDNN_LAUNCHED("col2im");
                 }
             }

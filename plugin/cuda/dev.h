@@ -91,6 +91,20 @@ sdnn_status sdnn_dcopy(sdnn_dctx *c, int stream, void *dst, const void *src, siz
 sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int dst_dev, const void *src,
                             int src_dev, size_t bytes);
 
+/* What a device has done since the process started: device memory in use
+ * (the sum of live allocations) and its peak, and copies by kind (pinned
+ * or pageable host memory, device to device, between devices).  Kept by
+ * the simulated runtime (make GPU=sim); the CUDA runtime reports
+ * SDNN_ERR_UNSUPPORTED. */
+typedef struct sdnn_dev_stats {
+    size_t mem_live, mem_peak;
+    uint64_t allocs, frees, bad_frees;
+    uint64_t h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable, d2d, peer;
+    uint64_t h2d_pinned_bytes, h2d_pageable_bytes, d2h_pinned_bytes, d2h_pageable_bytes;
+    uint64_t d2d_bytes, peer_bytes;
+} sdnn_dev_stats;
+sdnn_status sdnn_dev_stats_get(int dev, sdnn_dev_stats *s);
+
 /* ---- element kernels (compute stream) ------------------------------------- */
 
 sdnn_status sdnn_k_fill(sdnn_dctx *c, float *x, size_t n, float v);

@@ -3,42 +3,16 @@
  * dispatcher net.c calls.  Each kind computes what libdarknet's CPU layer
  * computes (ops.h has the formulas); the convolution itself is in conv.cu,
  * batch norm in bn.cu.  YOLO and region layers compute their loss on the
- * host (net.c); here they only carry their delta back.
+ * host (net.c); here they only carry their delta back.  The kinds' names
+ * and parameter sizes are in dlayer.c (shared with the simulated layers).
  */
 #include "bn.cuh"
+#include "dlayer.h"
 #include "layers.cuh"
 #include "ops.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const kind_names[SDNN_DL_KIND_COUNT] = {
-    "convolutional", "connected", "maxpool", "avgpool", "route", "shortcut",
-    "upsample", "softmax", "cost", "dropout", "yolo", "region"};
-
-extern "C" const char *sdnn_dl_kind_name(int kind)
-{
-    return kind >= 0 && kind < SDNN_DL_KIND_COUNT ? kind_names[kind] : "unknown";
-}
-
-extern "C" size_t sdnn_dl_nweights(const sdnn_dlayer *l)
-{
-    if (l->kind == SDNN_DL_CONV) return (size_t)l->nweights;
-    if (l->kind == SDNN_DL_CONNECTED) return (size_t)l->inputs * l->outputs;
-    return 0;
-}
-
-extern "C" size_t sdnn_dl_nbiases(const sdnn_dlayer *l)
-{
-    if (l->kind == SDNN_DL_CONV) return (size_t)l->n;
-    if (l->kind == SDNN_DL_CONNECTED) return (size_t)l->outputs;
-    return 0;
-}
-
-extern "C" size_t sdnn_dl_nscales(const sdnn_dlayer *l)
-{
-    return l->bn ? sdnn_dl_nbiases(l) : 0;
-}
 
 /* ---- kernels of the simpler kinds --------------------------------------------- */
 
@@ -60,17 +34,12 @@ __global__ void k_maxpool_bwd(const float *delta, const int *idx, sdnn_pool_geom
 /* Global average: one thread per (image, channel), summed in index order. */
 __global__ void k_avgpool_fwd(const float *in, int hw, size_t n, float *out)
 {
-    SDNN_FOR(o, n) {
-        const float *p = in + o * (size_t)hw;
-        float s = 0;
-        for (int i = 0; i < hw; ++i) s += p[i];
-        out[o] = s / hw;
-    }
+    SDNN_FOR(o, n) out[o] = sdnn_avgpool_elem(in, hw, o);
 }
 
 __global__ void k_avgpool_bwd(const float *delta, int hw, size_t n, float *prev)
 {
-    SDNN_FOR(t, n) prev[t] += delta[t / hw] / hw;
+    SDNN_FOR(t, n) prev[t] += sdnn_avgpool_grad_elem(delta, hw, t);
 }
 
 /* dst[b*dpitch + i] (+)= src[b*spitch + i] for i < len. */
@@ -89,7 +58,7 @@ __global__ void k_shortcut(sdnn_shortcut_geom g, float s1, float s2, const float
     SDNN_FOR(e, n) {
         int fi;
         int oi = sdnn_shortcut_map(&g, (int)e, &fi);
-        out[oi] = SDNN_ADD(SDNN_MUL(s1, out[oi]), SDNN_MUL(s2, add[fi]));
+        out[oi] = sdnn_shortcut_elem(out[oi], add[fi], s1, s2);
     }
 }
 
@@ -99,20 +68,11 @@ __global__ void k_upsample_fwd(const float *in, int w, int h, int c, int s, floa
     SDNN_FOR(o, n) out[o] = scale * in[sdnn_upsample_src((int)o, w, h, c, s)];
 }
 
-/* prev[t] += scale * delta of every output copied from t, rows then columns. */
-__global__ void k_upsample_bwd(const float *delta, int w, int h, int c, int s, float scale,
-                               size_t n, float *prev)
+/* prev[t] += scale * delta of every output copied from t. */
+__global__ void k_upsample_bwd(const float *delta, int w, int h, int s, float scale, size_t n,
+                               float *prev)
 {
-    SDNN_FOR(t, n) {
-        int x = (int)(t % w), y = (int)((t / w) % h);
-        size_t plane = t / ((size_t)w * h);           /* b*c + k */
-        const float *d = delta + plane * (size_t)w * h * s * s;
-        float acc = prev[t];
-        for (int dy = 0; dy < s; ++dy)
-            for (int dx = 0; dx < s; ++dx)
-                acc += scale * d[(size_t)(y * s + dy) * w * s + x * s + dx];
-        prev[t] = acc;
-    }
+    SDNN_FOR(t, n) prev[t] = sdnn_upsample_grad_elem(delta, w, h, s, scale, t, prev[t]);
 }
 
 /* One row (image x group) per thread, as Darknet's softmax(). */
@@ -123,14 +83,7 @@ __global__ void k_softmax(const float *in, int n, int rows, int groups, int batc
         int b = (int)r / groups, g = (int)r % groups;
         const float *x = in + (size_t)b * batch_offset + (size_t)g * group_offset;
         float *y = out + (size_t)b * batch_offset + (size_t)g * group_offset;
-        float largest = -3.402823466e+38f, sum = 0;
-        for (int i = 0; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
-        for (int i = 0; i < n; ++i) {
-            float e = expf(x[i] / temp - largest / temp);
-            sum += e;
-            y[i] = e;
-        }
-        for (int i = 0; i < n; ++i) y[i] /= sum;
+        sdnn_softmax_row(x, n, temp, y);
     }
 }
 
@@ -138,8 +91,9 @@ __global__ void k_softmax_xent(const float *p, const float *t, size_t n, float *
                                float *loss)
 {
     SDNN_FOR(i, n) {
-        loss[i] = t[i] != 0 ? -logf(p[i]) : 0.0f;
-        delta[i] = t[i] - p[i];
+        float d;
+        loss[i] = sdnn_xent_elem(p[i], t[i], &d);
+        delta[i] = d;
     }
 }
 
@@ -147,41 +101,25 @@ __global__ void k_cost(int type, float *pred, const float *truth, size_t n, floa
                        float *err)
 {
     SDNN_FOR(i, n) {
-        float p = pred[i], t = truth[i];
-        int kind = type;
-        if (type == SDNN_COST_MASKED) {
-            if (t == -1234.0f) pred[i] = p = -1234.0f;   /* SECRET_NUM, as Darknet */
-            kind = SDNN_COST_SSE;
-        }
         float d;
-        err[i] = sdnn_cost_elem(kind, p, t, &d);
+        err[i] = sdnn_cost_layer_elem(type, &pred[i], truth[i], &d);
         delta[i] = d;
     }
-}
-
-/* splitmix64 finaliser over (seed, pass, element): the dropout draw. */
-__device__ static inline float dropout_uniform(uint64_t seed, uint64_t pass, uint64_t i)
-{
-    uint64_t z = seed ^ (pass * 0x9e3779b97f4a7c15ull) ^ ((i + 1) * 0xc2b2ae3d27d4eb4full);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)(z >> 40) * 0x1p-24f;
 }
 
 __global__ void k_dropout_fwd(float *x, float *rnd, size_t n, float p, float scale,
                               uint64_t seed, uint64_t pass)
 {
     SDNN_FOR(i, n) {
-        float r = dropout_uniform(seed, pass, i);
+        float r = sdnn_dropout_uniform(seed, pass, i);
         rnd[i] = r;
-        x[i] = r < p ? 0.0f : x[i] * scale;
+        x[i] = sdnn_dropout_elem(x[i], r, p, scale);
     }
 }
 
 __global__ void k_dropout_bwd(float *d, const float *rnd, size_t n, float p, float scale)
 {
-    SDNN_FOR(i, n) d[i] = rnd[i] < p ? 0.0f : d[i] * scale;
+    SDNN_FOR(i, n) d[i] = sdnn_dropout_elem(d[i], rnd[i], p, scale);
 }
 
 /* Region layer (Darknet's GPU backward): logistic gradient on x, y, the
@@ -190,11 +128,8 @@ __global__ void k_region_grad(const float *out, float *delta, int outputs, int w
                               int classes, int background, size_t n)
 {
     SDNN_FOR(i, n) {
-        int r = (int)(i % outputs);
-        int e = (r / wh) % (coords + classes + 1);
-        int logistic = e < 2 || (coords > 4 && e >= 4 && e < coords) ||
-                       (e == coords && !background);
-        if (logistic) delta[i] *= sdnn_gradient(out[i], SDNN_ACT_LOGISTIC);
+        if (sdnn_region_logistic((int)(i % outputs), wh, coords, classes, background))
+            delta[i] *= sdnn_gradient(out[i], SDNN_ACT_LOGISTIC);
     }
 }
 
@@ -317,24 +252,6 @@ static sdnn_status act_norm_bias_backward(sdnn_dctx *c, sdnn_dlayer *l, int ch, 
                               ((sdnn_dl_impl *)l->impl)->partial);
 }
 
-static sdnn_status host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum)
-{
-    float *h = (float *)malloc(n * sizeof *h);
-    if (!h) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a loss of %zu floats", n);
-    cudaError_t e = cudaMemcpyAsync(h, d, n * sizeof *h, cudaMemcpyDeviceToHost, c->s[0]);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->s[0]);
-    if (e != cudaSuccess) {
-        free(h);
-        return sdnn_cuda_fail(e, __FILE__, __LINE__, "loss to host");
-    }
-    /* Darknet's sum_array: a float sum in index order. */
-    float s = 0;
-    for (size_t i = 0; i < n; ++i) s += h[i];
-    free(h);
-    *sum = s;
-    return SDNN_OK;
-}
-
 extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s)
 {
     size_t out = (size_t)l->outputs * l->batch;
@@ -399,7 +316,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
             k_softmax_xent<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->output, s->truth, in,
                                                                    l->delta, l->loss);
             SDNN_LAUNCHED("softmax loss");
-            SDNN_CHECK(host_sum(c, l->loss, in, &l->cost));
+            SDNN_CHECK(sdnn_dl_host_sum(c, l->loss, in, &l->cost));
             l->has_cost = 1;
         }
         return SDNN_OK;
@@ -410,7 +327,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         k_cost<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->cost_type, (float *)s->input, s->truth,
                                                        in, l->delta, l->output);
         SDNN_LAUNCHED("cost");
-        SDNN_CHECK(host_sum(c, l->output, in, &l->cost));
+        SDNN_CHECK(sdnn_dl_host_sum(c, l->output, in, &l->cost));
         l->has_cost = 1;
         return SDNN_OK;
     case SDNN_DL_DROPOUT:
@@ -491,8 +408,8 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
     }
     case SDNN_DL_UPSAMPLE:
         if (!s->delta) return SDNN_OK;
-        k_upsample_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->delta, l->w, l->h, l->c,
-                                                               l->stride, l->scale, in, s->delta);
+        k_upsample_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->delta, l->w, l->h, l->stride,
+                                                               l->scale, in, s->delta);
         SDNN_LAUNCHED("upsample backward");
         return SDNN_OK;
     case SDNN_DL_SOFTMAX:

@@ -134,6 +134,47 @@ SDNN_HD float sdnn_bn_normalize_delta(float delta, float x, float mean, float va
     return delta / sqrtf(var + 0.00001f) + var_delta * 2.0f * (x - mean) / m + mean_delta / m;
 }
 
+/* The channel of element i of a (batch, C, S) tensor. */
+SDNN_HD int sdnn_bn_channel(size_t i, int C, int S)
+{
+    return (int)((i / (size_t)S) % (size_t)C);
+}
+
+/* rolling = .99 * rolling + .01 * batch value (Darknet's scal then axpy). */
+SDNN_HD float sdnn_bn_rolling(float rolling, float batch_value)
+{
+    return SDNN_ADD(SDNN_MUL(rolling, 0.99f), SDNN_MUL(0.01f, batch_value));
+}
+
+/* out = x_norm * scale + bias */
+SDNN_HD float sdnn_bn_scale_shift(float z, float scale, float bias)
+{
+    return SDNN_ADD(SDNN_MUL(z, scale), bias);
+}
+
+/* The three per-channel sums of the backward pass gather, per element:
+ * delta (bias gradient), delta * x_norm (scale gradient) and
+ * delta * (x - mean) (variance delta). */
+SDNN_HD void sdnn_bn_backward_terms(float delta, float x_norm, float x, float mean, float t[3])
+{
+    t[0] = delta;
+    t[1] = delta * x_norm;
+    t[2] = delta * (x - mean);
+}
+
+/* The per-channel step after those sums (s[0..2] as sdnn_bn_backward_terms):
+ * the gradients accumulate; Darknet scales delta by the scale before the
+ * mean and variance deltas, here the sums are scaled instead. */
+SDNN_HD void sdnn_bn_backward_channel(const float s[3], float scale, float var,
+                                      float *bias_update, float *scale_update, float *mean_delta,
+                                      float *var_delta)
+{
+    *bias_update += s[0];
+    *scale_update += s[1];
+    *mean_delta = (scale * s[0]) * sdnn_bn_mean_delta_factor(var);
+    *var_delta = (scale * s[2]) * sdnn_bn_var_delta_factor(var);
+}
+
 /* ---- maxpool ---------------------------------------------------------- */
 
 typedef struct sdnn_pool_geom {
@@ -193,6 +234,70 @@ SDNN_HD float sdnn_maxpool_grad_elem(const float *delta, const int *indexes,
     return sum;
 }
 
+/* ---- avgpool (global) ------------------------------------------------------ */
+
+/* Output o (image x channel): the mean of its hw inputs, summed in order. */
+SDNN_HD float sdnn_avgpool_elem(const float *in, int hw, size_t o)
+{
+    const float *p = in + o * (size_t)hw;
+    float s = 0;
+    for (int i = 0; i < hw; ++i) s += p[i];
+    return s / hw;
+}
+
+/* Input t's share of its output's delta. */
+SDNN_HD float sdnn_avgpool_grad_elem(const float *delta, int hw, size_t t)
+{
+    return delta[t / (size_t)hw] / hw;
+}
+
+/* ---- convolution as im2col + gemm ------------------------------------------- */
+
+/* One image's (channel group's) geometry: ch input channels of h x w, a
+ * size x size kernel, Darknet's pad (already size/2 when pad=1), an
+ * oh x ow output.  The column matrix has ch*size*size rows of oh*ow. */
+typedef struct sdnn_conv_geom {
+    int ch, h, w, size, stride, pad, oh, ow;
+} sdnn_conv_geom;
+
+/* col[(c*size*size + ki*size + kj) * (oh*ow) + oy*ow + ox], as Darknet's
+ * im2col_cpu (0 outside the image). */
+SDNN_HD float sdnn_im2col_elem(const float *im, const sdnn_conv_geom *g, size_t i)
+{
+    int ox = (int)(i % (size_t)g->ow);
+    int oy = (int)((i / (size_t)g->ow) % (size_t)g->oh);
+    int r = (int)(i / ((size_t)g->ow * g->oh));
+    int kj = r % g->size, ki = (r / g->size) % g->size, cc = r / (g->size * g->size);
+    int y = oy * g->stride - g->pad + ki, x = ox * g->stride - g->pad + kj;
+    return (y >= 0 && y < g->h && x >= 0 && x < g->w) ? im[((size_t)cc * g->h + y) * g->w + x]
+                                                     : 0.0f;
+}
+
+/* Image element i of col2im(col): the sum of every column entry that
+ * im2col took from it (a gather in kernel-row, kernel-column order, so no
+ * atomics and a fixed order; Darknet's col2im_cpu scatters). */
+SDNN_HD float sdnn_col2im_elem(const float *col, const sdnn_conv_geom *g, size_t i)
+{
+    int x = (int)(i % (size_t)g->w), y = (int)((i / (size_t)g->w) % (size_t)g->h);
+    int cc = (int)(i / ((size_t)g->w * g->h));
+    float sum = 0;
+    for (int ki = 0; ki < g->size; ++ki) {
+        int ty = y + g->pad - ki;
+        if (ty < 0 || ty % g->stride) continue;
+        int oy = ty / g->stride;
+        if (oy >= g->oh) continue;
+        for (int kj = 0; kj < g->size; ++kj) {
+            int tx = x + g->pad - kj;
+            if (tx < 0 || tx % g->stride) continue;
+            int ox = tx / g->stride;
+            if (ox >= g->ow) continue;
+            sum += col[(((size_t)cc * g->size + ki) * g->size + kj) * g->oh * g->ow +
+                       (size_t)oy * g->ow + ox];
+        }
+    }
+    return sum;
+}
+
 /* ---- shortcut ----------------------------------------------------------- */
 
 /* Darknet's shortcut maps the `from` tensor (w1,h1,c1) onto the output
@@ -228,6 +333,12 @@ SDNN_HD int sdnn_shortcut_map(const sdnn_shortcut_geom *g, int e, int *from_inde
     return i * g->sample + g->w2 * (j * g->sample + g->h2 * (k + g->c2 * b));
 }
 
+/* out = s1 * out + s2 * add, two roundings as Darknet's shortcut_cpu. */
+SDNN_HD float sdnn_shortcut_elem(float out, float add, float s1, float s2)
+{
+    return SDNN_ADD(SDNN_MUL(s1, out), SDNN_MUL(s2, add));
+}
+
 /* ---- upsample ---------------------------------------------------------- */
 
 /* Output element o of a stride-s nearest upsampling of (w,h,c): the input
@@ -240,6 +351,44 @@ SDNN_HD int sdnn_upsample_src(int o, int w, int h, int c, int s)
     int k = (o / (ow * oh)) % c;
     int b = o / (ow * oh * c);
     return b * w * h * c + k * w * h + (j / s) * w + i / s;
+}
+
+/* Input element t of the backward pass: acc (the delta it holds) plus scale
+ * times the delta of every output copied from it, rows then columns. */
+SDNN_HD float sdnn_upsample_grad_elem(const float *delta, int w, int h, int s, float scale,
+                                      size_t t, float acc)
+{
+    int x = (int)(t % (size_t)w), y = (int)((t / (size_t)w) % (size_t)h);
+    size_t plane = t / ((size_t)w * h);           /* b*c + k */
+    const float *d = delta + plane * (size_t)w * h * s * s;
+    for (int dy = 0; dy < s; ++dy)
+        for (int dx = 0; dx < s; ++dx)
+            acc += scale * d[(size_t)(y * s + dy) * w * s + x * s + dx];
+    return acc;
+}
+
+/* ---- softmax ------------------------------------------------------------- */
+
+/* One row of n values, as Darknet's softmax(): the largest value, then
+ * e = exp(x/t - largest/t) summed in index order, then each e / sum. */
+SDNN_HD void sdnn_softmax_row(const float *x, int n, float temp, float *y)
+{
+    float largest = -3.402823466e+38f, sum = 0;
+    for (int i = 0; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
+    for (int i = 0; i < n; ++i) {
+        float e = expf(x[i] / temp - largest / temp);
+        sum += e;
+        y[i] = e;
+    }
+    for (int i = 0; i < n; ++i) y[i] /= sum;
+}
+
+/* Softmax cross-entropy of one element (Darknet's softmax_x_ent_cpu): the
+ * loss, and the delta t - p. */
+SDNN_HD float sdnn_xent_elem(float p, float t, float *delta)
+{
+    *delta = t - p;
+    return t != 0 ? -logf(p) : 0.0f;
 }
 
 /* ---- losses --------------------------------------------------------------- */
@@ -265,6 +414,55 @@ SDNN_HD float sdnn_cost_elem(int type, float p, float t, float *delta)
     }
     *delta = diff;
     return diff * diff;
+}
+
+/* Darknet's SECRET_NUM: a masked cost ignores truths equal to it. */
+#define SDNN_COST_SECRET (-1234.0f)
+
+/* The cost layer's element: as sdnn_cost_elem, and for the masked cost the
+ * prediction is set to SECRET_NUM where the truth is (Darknet writes that
+ * into its input), then the squared error. */
+SDNN_HD float sdnn_cost_layer_elem(int type, float *pred, float t, float *delta)
+{
+    float p = *pred;
+    int kind = type;
+    if (type == SDNN_COST_MASKED) {
+        if (t == SDNN_COST_SECRET) *pred = p = SDNN_COST_SECRET;
+        kind = SDNN_COST_SSE;
+    }
+    return sdnn_cost_elem(kind, p, t, delta);
+}
+
+/* ---- dropout ------------------------------------------------------------- */
+
+/* The draw of element i in forward pass `pass` of a layer seeded `seed`: a
+ * splitmix64 finaliser over the three, 24 bits into [0, 1).  Counter-based,
+ * so any thread (or the simulation) draws the same value for i. */
+SDNN_HD float sdnn_dropout_uniform(uint64_t seed, uint64_t pass, uint64_t i)
+{
+    uint64_t z = seed ^ (pass * 0x9e3779b97f4a7c15ull) ^ ((i + 1) * 0xc2b2ae3d27d4eb4full);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1p-24f;
+}
+
+/* Forward and backward alike: dropped (r < p) is 0, kept is scaled. */
+SDNN_HD float sdnn_dropout_elem(float x, float r, float p, float scale)
+{
+    return r < p ? 0.0f : x * scale;
+}
+
+/* ---- region ---------------------------------------------------------------- */
+
+/* Darknet's GPU region backward multiplies the delta by the logistic
+ * gradient on x, y, the extra coordinates and (without background) the
+ * objectness of every anchor.  r: the index within one image's outputs,
+ * wh the cells, per anchor coords + classes + 1 planes. */
+SDNN_HD int sdnn_region_logistic(int r, int wh, int coords, int classes, int background)
+{
+    int e = (r / wh) % (coords + classes + 1);
+    return e < 2 || (coords > 4 && e >= 4 && e < coords) || (e == coords && !background);
 }
 
 /* ---- update ------------------------------------------------------------- */

@@ -305,3 +305,12 @@ extern "C" sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int 
         SDNN_CU(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, c->s[stream]));
     return SDNN_OK;
 }
+
+extern "C" sdnn_status sdnn_dev_stats_get(int dev, sdnn_dev_stats *s)
+{
+    (void)dev;
+    memset(s, 0, sizeof *s);
+    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                      "device memory and copy statistics are kept by the simulated runtime "
+                      "(make GPU=sim) only");
+}

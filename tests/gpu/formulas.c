@@ -7,8 +7,9 @@
  * own layers saw, and compares the results: activations and their
  * gradients, batch normalisation forward and backward, maxpool windows and
  * their gradient gather, average pooling, shortcut geometry, upsampling,
- * softmax with its loss, the cost layer's kinds, dropout masks, route
- * concatenation and Darknet's SGD update.  What it cannot check is the
+ * softmax with its loss, the cost layer's kinds (masked too), dropout masks,
+ * route concatenation, im2col and col2im, the bias gradient and Darknet's
+ * SGD update.  What it cannot check is the
  * kernels' launch geometry and reductions: tests/gpu/layers does that on a
  * device.
  */
@@ -19,6 +20,12 @@
 
 float activate(float x, ACTIVATION a);
 float gradient(float x, ACTIVATION a);
+/* libdarknet's, not in darknet.h */
+void im2col_cpu(float *im, int channels, int height, int width, int ksize, int stride, int pad,
+                float *col);
+void col2im_cpu(float *col, int channels, int height, int width, int ksize, int stride, int pad,
+                float *im);
+void backward_bias(float *bias_updates, float *delta, int batch, int n, int size);
 
 #define TOL 1e-5
 
@@ -135,13 +142,14 @@ static void test_batchnorm(void)
                 v += d * d;
             }
         var[c] = v * (float)(1.0 / (m - 1.0));
-        rm[c] = SDNN_ADD(SDNN_MUL(rm0[c], 0.99f), SDNN_MUL(0.01f, mean[c]));
-        rv[c] = SDNN_ADD(SDNN_MUL(rv0[c], 0.99f), SDNN_MUL(0.01f, var[c]));
+        rm[c] = sdnn_bn_rolling(rm0[c], mean[c]);
+        rv[c] = sdnn_bn_rolling(rv0[c], var[c]);
     }
     for (size_t i = 0; i < n; ++i) {
-        int c = (int)((i / S) % C);
+        int c = sdnn_bn_channel(i, C, S);
         xn[i] = sdnn_bn_normalize(x[i], mean[c], var[c]);
-        out[i] = sdnn_activate(xn[i] * l->scales[c] + l->biases[c], SDNN_ACT_LEAKY);
+        out[i] = sdnn_activate(sdnn_bn_scale_shift(xn[i], l->scales[c], l->biases[c]),
+                               SDNN_ACT_LEAKY);
     }
     CMP(mean, l->mean, C, "batchnorm %s", "mean");
     CMP(var, l->variance, C, "batchnorm %s", "variance (unbiased)");
@@ -160,21 +168,19 @@ static void test_batchnorm(void)
     float bu[6], su[6], md[6], vd[6];
     for (size_t i = 0; i < n; ++i) delta[i] *= sdnn_gradient(out[i], SDNN_ACT_LEAKY);
     for (int c = 0; c < C; ++c) {
-        float s0 = 0, s1 = 0, s2 = 0;
+        float sum[3] = {0, 0, 0}, t[3];
         for (int b = 0; b < B; ++b)
             for (int i = 0; i < S; ++i) {
                 size_t k = (size_t)(b * C + c) * S + i;
-                s0 += delta[k];
-                s1 += delta[k] * xn[k];
-                s2 += delta[k] * (x[k] - mean[c]);
+                sdnn_bn_backward_terms(delta[k], xn[k], x[k], mean[c], t);
+                for (int j = 0; j < 3; ++j) sum[j] += t[j];
             }
-        bu[c] = bu0[c] + s0;
-        su[c] = su0[c] + s1;
-        md[c] = (l->scales[c] * s0) * sdnn_bn_mean_delta_factor(var[c]);
-        vd[c] = (l->scales[c] * s2) * sdnn_bn_var_delta_factor(var[c]);
+        bu[c] = bu0[c];
+        su[c] = su0[c];
+        sdnn_bn_backward_channel(sum, l->scales[c], var[c], &bu[c], &su[c], &md[c], &vd[c]);
     }
     for (size_t i = 0; i < n; ++i) {
-        int c = (int)((i / S) % C);
+        int c = sdnn_bn_channel(i, C, S);
         delta[i] = sdnn_bn_normalize_delta(delta[i] * l->scales[c], x[i], mean[c], var[c], md[c],
                                            vd[c], m);
     }
@@ -232,16 +238,12 @@ static void test_avgpool(void)
     cpu_forward(net, 0, in, NULL);
     float *out = calloc(nout, 4);
     int hw = l->w * l->h;
-    for (size_t o = 0; o < nout; ++o) {
-        float s = 0;
-        for (int i = 0; i < hw; ++i) s += in[o * hw + i];
-        out[o] = s / hw;
-    }
+    for (size_t o = 0; o < nout; ++o) out[o] = sdnn_avgpool_elem(in, hw, o);
     CMP(out, l->output, nout, "avgpool %s", "output");
     gt_fill(l->delta, nout, -1, 1);
     float *pd = calloc(nin, 4), *mine = calloc(nin, 4);
     cpu_backward(net, 0, in, pd);
-    for (size_t t = 0; t < nin; ++t) mine[t] = l->delta[t / hw] / hw;
+    for (size_t t = 0; t < nin; ++t) mine[t] = sdnn_avgpool_grad_elem(l->delta, hw, t);
     CMP(mine, pd, nin, "avgpool %s", "input delta");
     free(in); free(out); free(pd); free(mine);
     free_network(net);
@@ -265,7 +267,7 @@ static void test_shortcut(const char *name, const char *cfg)
     size_t ne = (size_t)g.minw * g.minh * g.minc * l->batch;
     for (size_t e = 0; e < ne; ++e) {
         int fi, oi = sdnn_shortcut_map(&g, (int)e, &fi);
-        out[oi] = SDNN_ADD(SDNN_MUL(l->alpha, out[oi]), SDNN_MUL(l->beta, from->output[fi]));
+        out[oi] = sdnn_shortcut_elem(out[oi], from->output[fi], l->alpha, l->beta);
     }
     for (size_t k = 0; k < nout; ++k) out[k] = sdnn_activate(out[k], act_code(l->activation));
     CMP(out, l->output, nout, "shortcut %s output", name);
@@ -282,7 +284,7 @@ static void test_shortcut(const char *name, const char *cfg)
     sdnn_shortcut_geom_init(&g, l->out_w, l->out_h, l->out_c, l->w, l->h, l->c);
     for (size_t e = 0; e < ne; ++e) {
         int fi, oi = sdnn_shortcut_map(&g, (int)e, &fi);
-        fd0[oi] = SDNN_ADD(SDNN_MUL(1.0f, fd0[oi]), SDNN_MUL(l->beta, delta[fi]));
+        fd0[oi] = sdnn_shortcut_elem(fd0[oi], delta[fi], 1.0f, l->beta);
     }
     CMP(mpd, pd, nout, "shortcut %s input delta", name);
     CMP(fd0, from->delta, nfrom, "shortcut %s source delta", name);
@@ -311,7 +313,16 @@ static void test_upsample(int stride, float scale)
     cpu_backward(net, 0, in, pd);
     for (size_t o = 0; o < nout; ++o)
         mine[sdnn_upsample_src((int)o, l->w, l->h, l->c, stride)] += l->scale * l->delta[o];
-    CMP(mine, pd, nin, "upsample x%d scale %g input delta", stride, scale);
+    CMP(mine, pd, nin, "upsample x%d scale %g input delta (scatter)", stride, scale);
+    /* the kernels' gather, onto a delta that already holds values */
+    float *pre = malloc(nin * 4), *pd2 = malloc(nin * 4);
+    gt_fill(pre, nin, -1, 1);
+    memcpy(pd2, pre, nin * 4);
+    cpu_backward(net, 0, in, pd2);
+    for (size_t t = 0; t < nin; ++t)
+        mine[t] = sdnn_upsample_grad_elem(l->delta, l->w, l->h, stride, l->scale, t, pre[t]);
+    CMP(mine, pd2, nin, "upsample x%d scale %g input delta (gather, accumulated)", stride, scale);
+    free(pre); free(pd2);
     free(in); free(out); free(pd); free(mine);
     free_network(net);
 }
@@ -362,16 +373,10 @@ static void test_softmax(int groups, float temp)
     for (int r = 0; r < l->batch * groups; ++r) {
         const float *x = in + (size_t)(r / groups) * l->inputs + (size_t)(r % groups) * per;
         float *y = out + (size_t)(r / groups) * l->inputs + (size_t)(r % groups) * per;
-        float largest = -FLT_MAX, sum = 0;
-        for (int i = 0; i < per; ++i) largest = x[i] > largest ? x[i] : largest;
-        for (int i = 0; i < per; ++i) sum += (y[i] = expf(x[i] / temp - largest / temp));
-        for (int i = 0; i < per; ++i) y[i] /= sum;
+        sdnn_softmax_row(x, per, temp, y);
     }
     float cost = 0;
-    for (size_t i = 0; i < n; ++i) {
-        cost += truth[i] != 0 ? -logf(out[i]) : 0.0f;
-        delta[i] = truth[i] - out[i];
-    }
+    for (size_t i = 0; i < n; ++i) cost += sdnn_xent_elem(out[i], truth[i], &delta[i]);
     CMP(out, l->output, n, "softmax groups=%d temperature=%g output", groups, temp);
     CMP(delta, l->delta, n, "softmax groups=%d temperature=%g delta", groups, temp);
     SOFT_ASSERT(fabsf(cost - l->cost[0]) <= 1e-5f * fabsf(l->cost[0]) + 1e-6f,
@@ -382,6 +387,7 @@ static void test_softmax(int groups, float temp)
 
 static void test_cost(const char *type, int ours)
 {
+    int masked = ours == SDNN_COST_MASKED;
     char cfg[256];
     snprintf(cfg, sizeof cfg,
              "[net]\nbatch=2\nwidth=1\nheight=1\nchannels=9\n[cost]\ntype=%s\nscale=0.7\n", type);
@@ -391,13 +397,16 @@ static void test_cost(const char *type, int ours)
     float *in = malloc(n * 4), *truth = malloc(n * 4);
     gt_fill(in, n, -2, 2);
     gt_fill(truth, n, -2, 2);
+    if (masked)
+        for (size_t i = 0; i < n; i += 3) truth[i] = SDNN_COST_SECRET;
     float *in0 = fdup(in, n);
     cpu_forward(net, 0, in, truth);
     float *err = malloc(n * 4), *delta = malloc(n * 4), cost = 0;
     for (size_t i = 0; i < n; ++i) {
-        err[i] = sdnn_cost_elem(ours, in0[i], truth[i], &delta[i]);
+        err[i] = sdnn_cost_layer_elem(ours, &in0[i], truth[i], &delta[i]);
         cost += err[i];
     }
+    if (masked) CMP(in0, in, n, "cost %s input (SECRET_NUM written)", type);
     CMP(err, l->output, n, "cost %s error", type);
     CMP(delta, l->delta, n, "cost %s delta", type);
     SOFT_ASSERT(fabsf(cost - l->cost[0]) <= 1e-5f * fabsf(l->cost[0]), "cost %s sum %g vs %g", type,
@@ -424,15 +433,54 @@ static void test_dropout(void)
     SOFT_ASSERT(l->output == p->output && l->delta == p->delta,
              "dropout aliases the previous layer's output and delta");
     float *out = calloc(n, 4);
-    for (size_t i = 0; i < n; ++i) out[i] = l->rand[i] < l->probability ? 0 : in0[i] * l->scale;
+    for (size_t i = 0; i < n; ++i) out[i] = sdnn_dropout_elem(in0[i], l->rand[i], l->probability, l->scale);
     CMP(out, p->output, n, "dropout %s", "output (CPU draws)");
     gt_fill(p->delta, n, -1, 1);
     float *d0 = fdup(p->delta, n);
     cpu_backward(net, 1, p->output, p->delta);
-    for (size_t i = 0; i < n; ++i) out[i] = l->rand[i] < l->probability ? 0 : d0[i] * l->scale;
+    for (size_t i = 0; i < n; ++i) out[i] = sdnn_dropout_elem(d0[i], l->rand[i], l->probability, l->scale);
     CMP(out, p->delta, n, "dropout %s", "delta");
     free(in0); free(out); free(d0);
     free_network(net);
+}
+
+/* ---- im2col, col2im, the bias gradient ----------------------------------------------- */
+
+static void test_im2col(int size, int stride, int pad)
+{
+    sdnn_conv_geom g = {3, 7, 6, size, stride, pad, 0, 0};
+    g.oh = (g.h + 2 * pad - size) / stride + 1;
+    g.ow = (g.w + 2 * pad - size) / stride + 1;
+    size_t nim = (size_t)g.ch * g.h * g.w, ncol = (size_t)g.ch * size * size * g.oh * g.ow;
+    float *im = malloc(nim * 4), *col = malloc(ncol * 4), *mine = malloc(ncol * 4);
+    gt_fill(im, nim, -1, 1);
+    im2col_cpu(im, g.ch, g.h, g.w, size, stride, pad, col);
+    for (size_t i = 0; i < ncol; ++i) mine[i] = sdnn_im2col_elem(im, &g, i);
+    CMP(mine, col, ncol, "im2col %dx%d/%d pad %d", size, size, stride, pad);
+    float *back = calloc(nim, 4), *mback = malloc(nim * 4);
+    gt_fill(col, ncol, -1, 1);
+    col2im_cpu(col, g.ch, g.h, g.w, size, stride, pad, back);
+    for (size_t i = 0; i < nim; ++i) mback[i] = sdnn_col2im_elem(col, &g, i);
+    CMP(mback, back, nim, "col2im %dx%d/%d pad %d", size, size, stride, pad);
+    free(im); free(col); free(mine); free(back); free(mback);
+}
+
+/* The per-channel sum of the bias gradient, in the order of the simulated
+ * device (image, then position) against libdarknet's backward_bias. */
+static void test_bias_gradient(void)
+{
+    int B = 3, C = 5, S = 11;
+    size_t n = (size_t)B * C * S;
+    float *delta = malloc(n * 4), bu[5], mine[5];
+    gt_fill(delta, n, -1, 1);
+    gt_fill(bu, 5, -1, 1);
+    memcpy(mine, bu, sizeof bu);
+    backward_bias(bu, delta, B, C, S);
+    float sum[5] = {0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n; ++i) sum[sdnn_bn_channel(i, C, S)] += delta[i];
+    for (int c = 0; c < C; ++c) mine[c] += sum[c];
+    CMP(mine, bu, 5, "bias gradient %s", "(backward_bias)");
+    free(delta);
 }
 
 /* ---- update --------------------------------------------------------------------------- */
@@ -517,6 +565,13 @@ int main(void)
     test_cost("sse", SDNN_COST_SSE);
     test_cost("L1", SDNN_COST_L1);
     test_cost("smooth", SDNN_COST_SMOOTH);
+    test_cost("masked", SDNN_COST_MASKED);
+    test_im2col(3, 1, 1);
+    test_im2col(3, 2, 1);
+    test_im2col(5, 2, 2);
+    test_im2col(2, 2, 0);
+    test_im2col(1, 1, 0);
+    test_bias_gradient();
     test_dropout();
     test_update();
     return gt_summary("formulas");

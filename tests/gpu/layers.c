@@ -19,6 +19,19 @@
  * The region layer's backward follows Darknet's GPU build (logistic
  * gradient of x, y and objectness, then into the previous delta); Debian's
  * CPU build leaves its backward empty, so that check uses the formula.
+ *
+ * Backward passes accumulate into the previous layer's delta (route and
+ * shortcut may have put contributions there first).  Debian's CPU 1x1
+ * convolution overwrites it instead (Darknet's bug; the device is right),
+ * so each layer's share is computed by libdarknet on a zeroed delta, and
+ * the device must give (values already there) + share: the previous delta
+ * is pre-filled with known values of the share's size before the device
+ * runs, so an overwrite cannot pass.
+ *
+ * A bias or scale gradient is a sum over the batch that can cancel to
+ * rounding noise (a layer before batch norm: the normalised delta sums to
+ * 0 per channel); such a sum is compared relative to the sum of the
+ * magnitudes of its terms, not to itself.
  */
 #include "dev.h"
 #include "engine.h"
@@ -65,18 +78,50 @@ static const char *kind(const layer *l)
     }
 }
 
-/* Device tensor vs host values. */
-static double dev_err(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host, size_t n)
+/* Device tensor vs host values: ||dev - host|| / max(||host||, floor). */
+static double dev_err_floor(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host,
+                            size_t n, double floor)
 {
-    float *tmp = malloc(n * sizeof *tmp);
+    float *tmp = malloc((n ? n : 1) * sizeof *tmp);
     if (sdnn_gpu_net_get(g, i, t, tmp) != SDNN_OK) {
         free(tmp);
         printf("    get tensor %d of layer %d failed: %s\n", (int)t, i, sdnn_last_error());
         return 1e30;
     }
-    double e = gt_relerr(tmp, host, n);
+    double d = 0, r = 0;
+    for (size_t k = 0; k < n; ++k) {
+        double e = (double)tmp[k] - (double)host[k];
+        d += e * e;
+        r += (double)host[k] * (double)host[k];
+    }
     free(tmp);
-    return e;
+    r = sqrt(r);
+    if (r < floor) r = floor;
+    return r > 0 ? sqrt(d) / r : sqrt(d);
+}
+
+static double dev_err(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host, size_t n)
+{
+    return dev_err_floor(g, i, t, host, n, 0);
+}
+
+/* The norm over channels of sum |delta| * |x|: the size of the terms a
+ * per-channel gradient sums (x NULL: 1), for dev_err_floor. */
+static double channel_terms(const layer *l, const float *delta, const float *x)
+{
+    int C = l->type == CONNECTED ? l->outputs : l->n;
+    int S = l->type == CONNECTED ? 1 : l->out_w * l->out_h;
+    double r = 0;
+    for (int c = 0; c < C; ++c) {
+        double s = 0;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                size_t e = ((size_t)b * C + c) * S + k;
+                s += fabs(delta[e]) * (x ? fabs(x[e]) : 1.0);
+            }
+        r += s * s;
+    }
+    return sqrt(r);
 }
 
 static int set_t(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host)
@@ -199,8 +244,9 @@ out:
     free(rv0);
 }
 
-/* Region backward as Darknet's GPU build: logistic gradient, then +=. */
-static void region_expected(const layer *l, const float *delta, float *prev)
+/* Region backward as Darknet's GPU build: logistic gradient (the layer's
+ * own delta holds it afterwards), then +=. */
+static void region_expected(layer *l, const float *delta, float *prev)
 {
     int wh = l->w * l->h, per = l->coords + l->classes + 1;
     for (size_t k = 0; k < outs(l); ++k) {
@@ -210,6 +256,7 @@ static void region_expected(const layer *l, const float *delta, float *prev)
                        (e == l->coords && !l->background);
         float d = delta[k];
         if (logistic) d *= (1 - l->output[k]) * l->output[k];
+        l->delta[k] = d;
         prev[k] += d;
     }
 }
@@ -225,11 +272,31 @@ static void check_backward(ref *R, int i)
     float *wu = fdup(l->weight_updates, nw), *bu = fdup(l->bias_updates, nb);
     float *su = l->batch_normalize ? fdup(l->scale_updates, nb) : NULL;
     float *input = i == 0 ? R->x : net->layers[i - 1].output;
-    cpu_backward(net, i, input, i == 0 ? NULL : net->layers[i - 1].delta);
-    if (l->type == REGION) region_expected(l, before[i], net->layers[i - 1].delta);
+    /* The previous delta: libdarknet's share on a zeroed delta (dropout
+     * works in place on it instead), the device's on known values. */
+    layer *prev = i == 0 ? NULL : &net->layers[i - 1];
+    size_t np = prev ? outs(prev) : 0;
+    int share_of = prev && l->type != DROPOUT;
+    float *pre = NULL, *share = NULL;
+    if (share_of) memset(prev->delta, 0, np * sizeof(float));
+    cpu_backward(net, i, input, prev ? prev->delta : NULL);
+    if (l->type == REGION) region_expected(l, before[i], prev->delta);
+    if (share_of) {
+        share = fdup(prev->delta, np);
+        double rms = 0;
+        for (size_t k = 0; k < np; ++k) rms += (double)share[k] * share[k];
+        rms = np ? sqrt(rms / (double)np) : 0;
+        if (rms == 0) rms = 1;
+        pre = malloc((np ? np : 1) * sizeof *pre);
+        for (size_t k = 0; k < np; ++k) {
+            pre[k] = before[i - 1][k] + (float)(rms * gt_unif(-1, 1));
+            prev->delta[k] = pre[k] + share[k];
+        }
+    }
 
     int ok = push_inputs(R, i, NULL);
-    for (int j = 0; ok && j < n; ++j) ok = set_t(R->g, j, SDNN_GT_DELTA, before[j]);
+    for (int j = 0; ok && j < n; ++j)
+        ok = set_t(R->g, j, SDNN_GT_DELTA, share_of && j == i - 1 ? pre : before[j]);
     /* the layer's own output (activation gradient) as the CPU had it */
     if (ok) ok = set_t(R->g, i, SDNN_GT_OUTPUT, l->output);
     if (ok && nw) {
@@ -261,14 +328,26 @@ static void check_backward(ref *R, int i)
     SOFT_ASSERT(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
              kind(l), worst, worst_j);
     if (nw) {
+        /* the terms: the delta after the activation gradient (bias), times
+         * x_norm (scale); l->delta after a batch-norm backward is the
+         * normalised one, of the same size */
         double ew = dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw);
-        double eb = dev_err(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb);
-        double es = su ? dev_err(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb) : 0;
+        double eb = dev_err_floor(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb,
+                                  channel_terms(l, l->delta, NULL));
+        double es = su ? dev_err_floor(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb,
+                                       channel_terms(l, l->delta, l->x_norm))
+                       : 0;
         SOFT_ASSERT(ew < TOL && eb < TOL && es < TOL,
                  "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
                  ew, eb, es);
     }
 out:
+    /* The CPU network goes on with the correct gradient, without the known
+     * values: what was there + this layer's share. */
+    if (share_of)
+        for (size_t k = 0; k < np; ++k) prev->delta[k] = before[i - 1][k] + share[k];
+    free(pre);
+    free(share);
     for (int j = 0; j < n; ++j) free(before[j]);
     free(before);
     free(wu);

@@ -41,6 +41,15 @@ sdnn_status sdnn_sim_launch(sdnn_dctx *c, int stream, const char *call, sdnn_sim
 sdnn_status sdnn_sim_dptr(sdnn_dctx *c, const void *p, size_t bytes, const char *call,
                           void **host);
 
+/* Additions (runtime agent): sdnn_sim_launch, then wait on the host for
+ * that operation (and everything queued before it on the stream); for the
+ * dev.h calls documented as synchronous.  Returns the stream's sticky
+ * error, if any, as a sync does. */
+sdnn_status sdnn_sim_launch_sync(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
+                                 const void *arg, size_t argsize);
+/* Host wait for one stream of c (the sticky error if any), naming `call`. */
+sdnn_status sdnn_sim_stream_sync(sdnn_dctx *c, int stream, const char *call);
+
 #ifdef __cplusplus
 }
 #endif

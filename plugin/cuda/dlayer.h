@@ -1,0 +1,23 @@
+/*
+ * dlayer: host-side helpers of the device layers that every implementation
+ * of dev.h's layers shares (dlayer.c; the CUDA layers in layers.cu, the
+ * simulated ones in sim/sim_layers.c).  Only dev.h calls, no kernels.
+ */
+#ifndef SDNN_CUDA_DLAYER_H
+#define SDNN_CUDA_DLAYER_H
+
+#include "dev.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The sum of n device floats, as Darknet's sum_array (a float sum in index
+ * order): the values come to the host on the compute stream, which this
+ * waits for. */
+sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
