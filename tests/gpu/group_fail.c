@@ -21,6 +21,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 static const char *cfg =
     "[net]\nbatch=2\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
@@ -55,7 +56,7 @@ static void stop(run *R)
 {
     sdnn_gpu_group_destroy(R->G);
     for (int r = 0; r < R->n; ++r)
-        if (R->nets[r]) free_network(R->nets[r]);
+        if (R->nets[r]) sdnn_network_free(R->nets[r]);
 }
 
 static data batch_of(run *R, int k)
@@ -203,7 +204,7 @@ static void failed_step(int n, network *init)
         size_t x = differ(a.nets[0], saved);
         SOFT_ASSERT(x == 0, "%d replicas: the CPU network keeps the last good pull (%zu bytes "
                     "differ)", n, x);
-        free_network(saved);
+        sdnn_network_free(saved);
     }
     SOFT_ASSERT(sdnn_gpu_group_failed(a.G) == SDNN_ERR_COMM,
                 "%d replicas: the first failure stays the group's status", n);
@@ -227,6 +228,6 @@ int main(int argc, char **argv)
         caller_errors(n, init);
         failed_step(n, init);
     }
-    free_network(init);
+    sdnn_network_free(init);
     return gt_summary("group_fail");
 }

@@ -19,6 +19,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 static const char *cfg =
     "[net]\nbatch=2\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
@@ -66,8 +67,8 @@ static void group_nets(network *init)
         }
     }
     sdnn_gpu_group_destroy(G);
-    free_network(nets[0]);
-    free_network(nets[1]);
+    sdnn_network_free(nets[0]);
+    sdnn_network_free(nets[1]);
 }
 
 static void single_net(sdnn_gpu_vdev *vd, network *init)
@@ -81,7 +82,7 @@ static void single_net(sdnn_gpu_vdev *vd, network *init)
     sdnn_gpu_net *g = NULL;
     if (sdnn_gpu_net_create(net, vd, &g) != SDNN_OK) {
         SOFT_ASSERT(0, "single: create: %s", sdnn_last_error());
-        free_network(net);
+        sdnn_network_free(net);
         return;
     }
     size_t arena, dev, pin;
@@ -101,7 +102,7 @@ static void single_net(sdnn_gpu_vdev *vd, network *init)
                 io_bytes(net));
     free_data(d);
     sdnn_gpu_net_destroy(g);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void workspace(sdnn_gpu_vdev *vd)
@@ -171,6 +172,6 @@ int main(int argc, char **argv)
     workspace(ws);
     sdnn_gpu_vdev_close(ws);
     sdnn_gpu_vdev_close(vd);
-    free_network(init);
+    sdnn_network_free(init);
     return gt_summary("memory");
 }
