@@ -53,6 +53,8 @@ sdnn_status sdnn_dctx_bind(sdnn_dctx *c);
 /* Wait for the compute stream (and report a failed kernel). */
 sdnn_status sdnn_dctx_sync(sdnn_dctx *c);
 sdnn_status sdnn_dctx_sync_all(sdnn_dctx *c);   /* compute, copy and comm */
+/* Wait for one stream of c (and report a failed operation on it). */
+sdnn_status sdnn_dctx_sync_stream(sdnn_dctx *c, int stream);
 /* A workspace of at least `bytes` on the compute stream's device.  Sized
  * between steps only (net.c asks once per network at its creation, for the
  * largest need of its layers): a growth allocates, which serialises the
@@ -87,6 +89,8 @@ void sdnn_hfree_pinned(void *p);
 /* Copies on `stream` of c; sync != 0 waits for that stream afterwards. */
 sdnn_status sdnn_dcopy(sdnn_dctx *c, int stream, void *dst, const void *src, size_t bytes,
                        int sync);
+/* bytes of device memory at p set to zero, on `stream` of c. */
+sdnn_status sdnn_dzero(sdnn_dctx *c, int stream, void *p, size_t bytes);
 /* Peer copy between devices (or within one). */
 sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int dst_dev, const void *src,
                             int src_dev, size_t bytes);
@@ -255,6 +259,48 @@ sdnn_status sdnn_dcodec_ef_step(sdnn_dctx *c, int stream, int codec, const sdnn_
                                 float *g, float *residual, float *velocity, float momentum,
                                 size_t n, void *enc, void *scratch, uint64_t rstream);
 
+/* ---- NCCL ---------------------------------------------------------------------------- */
+
+/* NCCL's calls as the ring and the device backends use them, so that the
+ * code above stays host C shared by both builds: nccl.cu wraps NCCL (or
+ * refuses with SDNN_ERR_UNSUPPORTED in an NCCL=0 build), sim/nccl.c is an
+ * in-process stand-in with NCCL's group semantics.  A handle is one rank's
+ * communicator on one device.  Every error is SDNN_ERR_COMM with NCCL's
+ * message (or SDNN_ERR_INVALID for a bad argument). */
+typedef struct sdnn_dnccl sdnn_dnccl;
+#ifndef SDNN_NCCL_ID_BYTES
+#define SDNN_NCCL_ID_BYTES 128
+#endif
+sdnn_status sdnn_dnccl_unique_id(unsigned char id[SDNN_NCCL_ID_BYTES]);
+/* One rank per context, all in this process (ncclCommInitAll). */
+sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_dnccl **comms);
+/* This process's ranks first_rank .. first_rank + n - 1 of a world of
+ * nranks, joined through id (ncclCommInitRank for each, in one group). */
+sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks,
+                                  int first_rank, sdnn_dctx *const *ctxs, int n,
+                                  sdnn_dnccl **comms);
+/* After the work queued on it completed (ncclCommDestroy: waits for it). */
+void sdnn_dnccl_destroy(sdnn_dnccl *c);
+/* At once, cancelling what is queued or in flight (ncclCommAbort): the
+ * way out after a failure or a timeout.  The handle stays valid for
+ * sdnn_dnccl_destroy (which then only frees it); other calls fail. */
+void sdnn_dnccl_abort(sdnn_dnccl *c);
+/* SDNN_OK, or the asynchronous error the communicator has seen
+ * (ncclCommGetAsyncError), or SDNN_ERR_ABORTED after an abort. */
+sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c);
+sdnn_status sdnn_dnccl_group_start(void);
+sdnn_status sdnn_dnccl_group_end(void);
+/* Queued on `stream` of ctx (the communicator's device); inside a group
+ * the operations may complete in any order. */
+sdnn_status sdnn_dnccl_send(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const void *buf,
+                            size_t bytes, int peer);
+sdnn_status sdnn_dnccl_recv(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, void *buf, size_t bytes,
+                            int peer);
+sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const float *in,
+                                     float *out, size_t n);
+sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf, size_t n,
+                                 int root);
+
 /* ---- collectives on devices ------------------------------------------------------ */
 
 /* The compressed allreduce-mean of collective.h (the same chunks, hops,
@@ -265,11 +311,12 @@ sdnn_status sdnn_dcodec_ef_step(sdnn_dctx *c, int stream, int codec, const sdnn_
 typedef struct sdnn_dring sdnn_dring;
 
 /* nlocal ranks on ctxs[r] (their comm streams are used); for NCCL,
- * ncomms[r] is an ncclComm_t, world the NCCL world size and first_rank the
- * global rank of local rank 0.  ncomms == NULL: the device transport
- * (world = nlocal, every ctx on one physical device). */
-sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, void *const *ncomms, int world,
-                              int first_rank, sdnn_dring **out);
+ * ncomms[r] is local rank r's communicator (not owned), world the NCCL
+ * world size and first_rank the global rank of local rank 0.  ncomms ==
+ * NULL: the device transport (world = nlocal, every ctx on one physical
+ * device). */
+sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, sdnn_dnccl *const *ncomms,
+                              int world, int first_rank, sdnn_dring **out);
 /* NCCL over one process's devices (ncclCommInitAll); the ring owns the
  * communicators.  NCCL refuses two ranks on one device. */
 sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n, sdnn_dring **out);
@@ -283,8 +330,18 @@ sdnn_status sdnn_dring_coded(sdnn_dring *r, const sdnn_codec_ops *codec,
  * for bit; NCCL: ncclAllReduce sum, then x 1/world). */
 sdnn_status sdnn_dring_mean(sdnn_dring *r, const float *const *in, float *const *out, size_t n,
                             size_t *wire);
-/* Wait for every local rank's comm stream. */
+/* Wait for every local rank's comm stream.  Over NCCL the wait is bounded:
+ * a rank whose exchange makes no progress for the ring's timeout (an
+ * unmatched send or receive: a peer that never answers) fails with
+ * SDNN_ERR_COMM naming the rank and its peers, and every communicator of
+ * the ring is aborted, as after any failed NCCL call; later calls on an
+ * aborted ring fail with SDNN_ERR_ABORTED. */
 sdnn_status sdnn_dring_sync(sdnn_dring *r);
+/* The bound of sdnn_dring_sync (seconds, default SDNN_COMM_TIMEOUT_S or
+ * SDNN_NCCL_TIMEOUT_S from the environment). */
+void sdnn_dring_set_timeout(sdnn_dring *r, double seconds);
+/* 1 once the ring failed and aborted its communicators. */
+int sdnn_dring_failed(const sdnn_dring *r);
 
 #ifdef __cplusplus
 }

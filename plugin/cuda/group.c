@@ -96,9 +96,11 @@ static sdnn_dctx *xctx(sdnn_gpu_group *G, int r) { return G->nccl ? G->vd[r] : G
 void sdnn_gpu_group_destroy(sdnn_gpu_group *G)
 {
     if (!G) return;
+    /* The ring first: its wait is bounded and aborts a stuck exchange,
+     * which the streams' syncs below would wait for forever. */
+    sdnn_dring_destroy(G->ring);
     for (int r = 0; G->vd && r < G->n; ++r)
         if (G->vd[r]) sdnn_dctx_sync_all(G->vd[r]);
-    sdnn_dring_destroy(G->ring);
     size_t ne = (size_t)G->n * (size_t)G->nb;
     for (size_t i = 0; i < ne; ++i) {
         if (G->bwd) sdnn_devent_destroy(G->bwd[i]);
@@ -615,6 +617,7 @@ static sdnn_status run_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st, double t
     /* async: the previous step's events are complete once its work is;
      * read its exposed time before this step records them again. */
     if (G->o.async && G->stepped) {
+        if (G->ring) SDNN_CHECK(sdnn_dring_sync(G->ring));   /* bounded: see dev.h */
         for (int r = 0; r < G->n; ++r) SDNN_CHECK(sdnn_dctx_sync_all(G->vd[r]));
         SDNN_CHECK(exposed(G, &st->exposed_comm_s));
     }
@@ -628,6 +631,7 @@ static sdnn_status run_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st, double t
     if (G->o.mode == SDNN_GPU_MODE_SCALEDNN) st->bytes = G->wire;
     G->stepped = 1;
     if (!G->o.async) {
+        if (G->ring) SDNN_CHECK(sdnn_dring_sync(G->ring));   /* bounded: see dev.h */
         for (int r = 0; r < G->n; ++r) SDNN_CHECK(sdnn_dctx_sync_all(G->vd[r]));
         SDNN_CHECK(exposed(G, &st->exposed_comm_s));
     }

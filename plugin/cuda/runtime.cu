@@ -314,3 +314,16 @@ extern "C" sdnn_status sdnn_dev_stats_get(int dev, sdnn_dev_stats *s)
                       "device memory and copy statistics are kept by the simulated runtime "
                       "(make GPU=sim) only");
 }
+
+extern "C" sdnn_status sdnn_dctx_sync_stream(sdnn_dctx *c, int stream)
+{
+    SDNN_CU(cudaStreamSynchronize(c->s[stream]));
+    return SDNN_OK;
+}
+
+extern "C" sdnn_status sdnn_dzero(sdnn_dctx *c, int stream, void *p, size_t bytes)
+{
+    if (bytes == 0) return SDNN_OK;
+    SDNN_CU(cudaMemsetAsync(p, 0, bytes, c->s[stream]));
+    return SDNN_OK;
+}

@@ -65,7 +65,10 @@ static double bound_of(const variant *v, float x, float scale)
     const char *n = v->codec->name;
     if (!strcmp(n, "fp16")) return fabsf(x) >= 6.1035156e-5f ? ldexp(fabs(x), -11) : 0x1p-25;
     if (!strcmp(n, "bf16")) return ldexp(fabs(x), -8);
-    if (!strcmp(n, "int8")) return (v->p.stochastic ? 1.0 : 0.5) * scale * (1 + 1e-5);
+    /* int8: half a step (a step when stochastic), plus the roundings of
+     * 127/m and of x * (127/m): each half an ulp of a value up to 127,
+     * i.e. up to 127 * 2^-23 of a step together, with margin. */
+    if (!strcmp(n, "int8")) return ((v->p.stochastic ? 1.0 : 0.5) + 127.0 * 0x1p-21) * scale;
     return 0;
 }
 

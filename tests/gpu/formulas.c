@@ -15,6 +15,7 @@
  */
 #include "gpu_test.h"
 #include "ops.h"
+#include "replicas.h"
 
 #include <float.h>
 
@@ -191,7 +192,7 @@ static void test_batchnorm(void)
     CMP(delta, pd, n, "batchnorm %s", "input delta");
     free(in); free(rm0); free(rv0); free(x); free(xn); free(out); free(delta); free(bu0);
     free(su0); free(pd);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* ---- maxpool, avgpool ------------------------------------------------------------- */
@@ -225,7 +226,7 @@ static void test_maxpool(int size, int stride, const char *extra)
     for (size_t t = 0; t < nin; ++t) mine[t] = sdnn_maxpool_grad_elem(l->delta, idx, &g, (int)t);
     CMP(mine, pd, nin, "maxpool %dx%d/%d %s input delta", size, size, stride, tag);
     free(in); free(out); free(idx); free(pd); free(mine);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_avgpool(void)
@@ -246,7 +247,7 @@ static void test_avgpool(void)
     for (size_t t = 0; t < nin; ++t) mine[t] = sdnn_avgpool_grad_elem(l->delta, hw, t);
     CMP(mine, pd, nin, "avgpool %s", "input delta");
     free(in); free(out); free(pd); free(mine);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* ---- shortcut, upsample, route ----------------------------------------------------- */
@@ -289,7 +290,7 @@ static void test_shortcut(const char *name, const char *cfg)
     CMP(mpd, pd, nout, "shortcut %s input delta", name);
     CMP(fd0, from->delta, nfrom, "shortcut %s source delta", name);
     free(in); free(out); free(delta); free(pd); free(fd0); free(mpd);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_upsample(int stride, float scale)
@@ -324,7 +325,7 @@ static void test_upsample(int stride, float scale)
     CMP(mine, pd2, nin, "upsample x%d scale %g input delta (gather, accumulated)", stride, scale);
     free(pre); free(pd2);
     free(in); free(out); free(pd); free(mine);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_route(void)
@@ -350,7 +351,7 @@ static void test_route(void)
     }
     CMP(out, l->output, nout, "route %s", "output");
     free(out);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* ---- losses, dropout ---------------------------------------------------------------- */
@@ -382,7 +383,7 @@ static void test_softmax(int groups, float temp)
     SOFT_ASSERT(fabsf(cost - l->cost[0]) <= 1e-5f * fabsf(l->cost[0]) + 1e-6f,
              "softmax cost %g vs %g", cost, l->cost[0]);
     free(in); free(truth); free(out); free(delta);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_cost(const char *type, int ours)
@@ -416,7 +417,7 @@ static void test_cost(const char *type, int ours)
     for (size_t i = 0; i < n; ++i) mine[i] = l->scale * delta[i];
     CMP(mine, pd, n, "cost %s input delta", type);
     free(in); free(truth); free(in0); free(err); free(delta); free(pd); free(mine);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 static void test_dropout(void)
@@ -441,7 +442,7 @@ static void test_dropout(void)
     for (size_t i = 0; i < n; ++i) out[i] = sdnn_dropout_elem(d0[i], l->rand[i], l->probability, l->scale);
     CMP(out, p->delta, n, "dropout %s", "delta");
     free(in0); free(out); free(d0);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 /* ---- im2col, col2im, the bias gradient ----------------------------------------------- */
@@ -481,6 +482,55 @@ static void test_bias_gradient(void)
     for (int c = 0; c < C; ++c) mine[c] += sum[c];
     CMP(mine, bu, 5, "bias gradient %s", "(backward_bias)");
     free(delta);
+}
+
+/* ---- region ------------------------------------------------------------------------------ */
+
+/* The entries whose delta the device multiplies by the logistic gradient
+ * are the ones libdarknet's CPU region forward passes through the logistic
+ * (x, y and, without background, the objectness; coords = 4, as the CPU
+ * forward has no extra coordinates); w, h pass through, classes get the
+ * softmax. */
+static void test_region(int background)
+{
+    int num = 2, classes = 3, coords = 4, per = coords + classes + 1;
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=2\nwidth=3\nheight=3\nchannels=%d\n[region]\nanchors=1,1,2,2\n"
+             "classes=%d\ncoords=%d\nnum=%d\nsoftmax=1\nbackground=%d\n",
+             num * per, classes, coords, num, background);
+    network *net = gt_parse_text(cfg, NULL);
+    layer *l = &net->layers[0];
+    size_t n = (size_t)l->outputs * l->batch;
+    float *in = malloc(n * 4);
+    gt_fill(in, n, -3, 3);
+    network nn = *net;
+    nn.input = in;
+    nn.train = 0;
+    nn.index = 0;
+    l->forward(*l, nn);
+    int wh = l->w * l->h, logistic = 0, passed = 0, bad = 0;
+    for (size_t k = 0; k < n; ++k) {
+        int r = (int)(k % (size_t)l->outputs), e = (r / wh) % per;
+        float want;
+        if (sdnn_region_logistic(r, wh, coords, classes, background)) {
+            want = 1.0f / (1.0f + expf(-in[k]));
+            ++logistic;
+        } else if (e < coords) {
+            want = in[k];
+            ++passed;
+        } else {
+            continue;   /* objectness with background, classes: softmax */
+        }
+        bad += fabsf(want - l->output[k]) > 1e-6f * fmaxf(1.0f, fabsf(want));
+    }
+    int expect_logistic = l->batch * num * wh * (2 + !background);
+    SOFT_ASSERT(bad == 0 && logistic == expect_logistic && passed == l->batch * num * wh * 2,
+                "region background=%d: logistic entries as the CPU forward (%d logistic, %d "
+                "passed through, %d differ)",
+                background, logistic, passed, bad);
+    free(in);
+    sdnn_network_free(net);
 }
 
 /* ---- update --------------------------------------------------------------------------- */
@@ -527,7 +577,7 @@ static void test_update(void)
                diff);
         free(w); free(u); free(b); free(bu); free(s); free(su);
     }
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 int main(void)
@@ -572,6 +622,8 @@ int main(void)
     test_im2col(2, 2, 0);
     test_im2col(1, 1, 0);
     test_bias_gradient();
+    test_region(0);
+    test_region(1);
     test_dropout();
     test_update();
     return gt_summary("formulas");

@@ -37,6 +37,7 @@
 #include "engine.h"
 #include "gpu_test.h"
 #include "ops.h"
+#include "replicas.h"
 
 #define TOL 1e-4
 
@@ -181,7 +182,10 @@ static void check_forward(ref *R, int i)
     layer *l = &net->layers[i];
     float *input = i == 0 ? R->x : net->layers[i - 1].output;
     size_t nin = (size_t)l->inputs * l->batch;
-    float *prev_before = fdup(input, nin);
+    /* what layer i - 1 (or the net's input) holds: a route's inputs are
+     * not its previous layer's outputs */
+    size_t nprev = i == 0 ? (size_t)net->inputs * net->batch : outs(&net->layers[i - 1]);
+    float *prev_before = fdup(input, nprev);
     float *rm0 = NULL, *rv0 = NULL;
     if (l->batch_normalize) {
         rm0 = fdup(l->rolling_mean, nbiases(l));
@@ -443,8 +447,8 @@ static void run(const char *name, const char *text, const char *set, sdnn_gpu_vd
     sdnn_gpu_net_destroy(R.g);
     free(R.x);
     free(R.y);
-    free_network(R.cpu);
-    free_network(R.dev);
+    sdnn_network_free(R.cpu);
+    sdnn_network_free(R.dev);
 }
 
 static const char *zoo =

@@ -983,3 +983,30 @@ sdnn_status sdnn_dcopy_peer(sdnn_dctx *c, int stream, void *dst, int dst_dev, co
     copy_arg a = {hd, hs, bytes, NULL};
     return sdnn_sim_launch(c, stream, call, run_copy, &a, sizeof a);
 }
+
+sdnn_status sdnn_dctx_sync_stream(sdnn_dctx *c, int stream)
+{
+    SDNN_CHECK(stream_check(c, stream, "sdnn_dctx_sync_stream"));
+    return stream_sync(&c->s[stream], "sdnn_dctx_sync_stream");
+}
+
+typedef struct zero_arg {
+    void *p;
+    size_t bytes;
+} zero_arg;
+
+static sdnn_status run_zero(void *arg)
+{
+    zero_arg *z = arg;
+    memset(z->p, 0, z->bytes);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dzero(sdnn_dctx *c, int stream, void *p, size_t bytes)
+{
+    if (bytes == 0) return SDNN_OK;
+    zero_arg z;
+    SDNN_CHECK(sdnn_sim_dptr(c, p, bytes, "sdnn_dzero", &z.p));
+    z.bytes = bytes;
+    return sdnn_sim_launch(c, stream, "sdnn_dzero", run_zero, &z, sizeof z);
+}

@@ -13,17 +13,17 @@
  *           device ring over device copies.
  *
  * Calls return when the result is in place (they wait for the comm
- * streams), as the host backends do; the device trainer (group.c) uses the
- * ring directly and waits on events instead.
+ * streams, over NCCL within the comm's timeout_s), as the host backends
+ * do; the device trainer (group.c) uses the ring directly and waits on
+ * events instead.  Host C over dev.h, shared by the CUDA and the simulated
+ * builds.  A failed NCCL call aborts the communicators (the ring's
+ * state), and closing such a comm never waits on them.
  */
-#include "cuda_util.cuh"
+#include "dev.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if SDNN_NCCL
-#include <nccl.h>
-#endif
 
 #include "gpu_comm.h"
 
@@ -33,9 +33,7 @@ typedef struct gpu_comm {
     int nccl;
     int ndev;
     sdnn_dctx *ctx[GPU_COMM_MAX];
-#if SDNN_NCCL
-    ncclComm_t comm[GPU_COMM_MAX];
-#endif
+    sdnn_dnccl *comm[GPU_COMM_MAX];
     int world, first;
     sdnn_dring *ring;           /* nccl: all local devices; device: ring of `ring_n` */
     int ring_n;
@@ -46,12 +44,14 @@ typedef struct gpu_comm {
 static void gpu_comm_free(gpu_comm *g)
 {
     if (!g) return;
+    int failed = g->ring && sdnn_dring_failed(g->ring);
     sdnn_dring_destroy(g->ring);
     for (int i = 0; i < GPU_COMM_MAX; ++i) {
-        if (g->scratch[i]) cudaFree(g->scratch[i]);
-#if SDNN_NCCL
-        if (g->nccl && g->comm[i]) ncclCommDestroy(g->comm[i]);
-#endif
+        if (g->scratch[i]) sdnn_dfree(g->scratch[i]);
+        if (g->comm[i]) {
+            if (failed) sdnn_dnccl_abort(g->comm[i]);
+            sdnn_dnccl_destroy(g->comm[i]);
+        }
         sdnn_dctx_destroy(g->ctx[i]);
     }
     free(g);
@@ -86,21 +86,11 @@ static int parse_devices(const char *s, int *devs, int max)
     return n;
 }
 
-extern "C" sdnn_status sdnn_gpu_nccl_id(unsigned char id[SDNN_NCCL_ID_BYTES])
+sdnn_status sdnn_gpu_nccl_id(unsigned char id[SDNN_NCCL_ID_BYTES])
 {
-#if SDNN_NCCL
     int n;
     SDNN_CHECK(sdnn_dev_count(&n));
-    ncclUniqueId u;
-    ncclResult_t e = ncclGetUniqueId(&u);
-    if (e != ncclSuccess)
-        return SDNN_ERROR(SDNN_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(e));
-    memcpy(id, u.internal, SDNN_NCCL_ID_BYTES);
-    return SDNN_OK;
-#else
-    (void)id;
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build (NCCL=0)");
-#endif
+    return sdnn_dnccl_unique_id(id);
 }
 
 static sdnn_status wrap(gpu_comm *g, const sdnn_comm_ops *ops, int rank, int size, sdnn_comm **out)
@@ -115,33 +105,17 @@ static sdnn_status wrap(gpu_comm *g, const sdnn_comm_ops *ops, int rank, int siz
     return SDNN_OK;
 }
 
-#if SDNN_NCCL
-static sdnn_status nccl_fail(ncclResult_t e, const char *what)
-{
-    return SDNN_ERROR(SDNN_ERR_COMM, "%s: %s (%s)", what, ncclGetErrorString(e),
-                      ncclGetLastError(NULL));
-}
-#endif
-
 static sdnn_status nccl_local_init(gpu_comm *g, const int *devs, int ndev)
 {
-#if SDNN_NCCL
     SDNN_CHECK(open_ctxs(g, devs, ndev));
     g->nccl = 1;
     g->world = ndev;
     g->first = 0;
-    ncclResult_t e = ncclCommInitAll(g->comm, ndev, devs);
-    if (e != ncclSuccess) return nccl_fail(e, "ncclCommInitAll");
-    void *comms[GPU_COMM_MAX];
-    for (int i = 0; i < ndev; ++i) comms[i] = g->comm[i];
-    return sdnn_dring_create(g->ctx, ndev, comms, ndev, 0, &g->ring);
-#else
-    (void)g; (void)devs; (void)ndev;
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build (NCCL=0)");
-#endif
+    SDNN_CHECK(sdnn_dnccl_init_all(g->ctx, ndev, g->comm));
+    return sdnn_dring_create(g->ctx, ndev, g->comm, ndev, 0, &g->ring);
 }
 
-extern "C" sdnn_status sdnn_gpu_comm_open_nccl_local(const int *devs, int ndev, sdnn_comm **out)
+sdnn_status sdnn_gpu_comm_open_nccl_local(const int *devs, int ndev, sdnn_comm **out)
 {
     *out = NULL;
     gpu_comm *g = (gpu_comm *)calloc(1, sizeof *g);
@@ -152,50 +126,29 @@ extern "C" sdnn_status sdnn_gpu_comm_open_nccl_local(const int *devs, int ndev, 
     return st;
 }
 
-extern "C" sdnn_status sdnn_gpu_comm_open_nccl(const unsigned char id[SDNN_NCCL_ID_BYTES],
-                                               int nranks, int first_rank, const int *devs,
-                                               int ndev, sdnn_comm **out)
+sdnn_status sdnn_gpu_comm_open_nccl(const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks,
+                                    int first_rank, const int *devs, int ndev, sdnn_comm **out)
 {
     *out = NULL;
-#if SDNN_NCCL
-    if (first_rank < 0 || first_rank + ndev > nranks)
+    if (ndev < 1 || first_rank < 0 || first_rank + ndev > nranks)
         return SDNN_ERROR(SDNN_ERR_INVALID, "nccl: ranks %d..%d outside a world of %d",
                           first_rank, first_rank + ndev - 1, nranks);
-    gpu_comm *g = (gpu_comm *)calloc(1, sizeof *g);
+    gpu_comm *g = calloc(1, sizeof *g);
     if (!g) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a comm");
     sdnn_status st = open_ctxs(g, devs, ndev);
     g->nccl = 1;
     g->world = nranks;
     g->first = first_rank;
-    ncclUniqueId u;
-    memcpy(u.internal, id, SDNN_NCCL_ID_BYTES);
-    if (st == SDNN_OK) {
-        ncclResult_t e = ncclGroupStart();
-        for (int i = 0; i < ndev && e == ncclSuccess; ++i) {
-            cudaSetDevice(devs[i]);
-            e = ncclCommInitRank(&g->comm[i], nranks, u, first_rank + i);
-        }
-        ncclResult_t e2 = ncclGroupEnd();
-        if (e == ncclSuccess) e = e2;
-        if (e != ncclSuccess) st = nccl_fail(e, "ncclCommInitRank");
-    }
-    if (st == SDNN_OK) {
-        void *comms[GPU_COMM_MAX];
-        for (int i = 0; i < ndev; ++i) comms[i] = g->comm[i];
-        st = sdnn_dring_create(g->ctx, ndev, comms, nranks, first_rank, &g->ring);
-    }
+    if (st == SDNN_OK) st = sdnn_dnccl_init_ranks(id, nranks, first_rank, g->ctx, ndev, g->comm);
+    if (st == SDNN_OK) st = sdnn_dring_create(g->ctx, ndev, g->comm, nranks, first_rank, &g->ring);
     /* comm.h counts processes: this one is the (first_rank/ndev)-th of
      * nranks/ndev when every process drives ndev devices. */
     if (st == SDNN_OK) st = wrap(g, &sdnn_comm_nccl_ops, first_rank / ndev, nranks / ndev, out);
     if (st != SDNN_OK) gpu_comm_free(g);
     return st;
-#else
-    (void)id; (void)nranks; (void)first_rank; (void)devs; (void)ndev;
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build (NCCL=0)");
-#endif
 }
 
-extern "C" sdnn_status sdnn_gpu_comm_open_device(int device, sdnn_comm **out)
+sdnn_status sdnn_gpu_comm_open_device(int device, sdnn_comm **out)
 {
     *out = NULL;
     gpu_comm *g = (gpu_comm *)calloc(1, sizeof *g);
@@ -209,15 +162,15 @@ extern "C" sdnn_status sdnn_gpu_comm_open_device(int device, sdnn_comm **out)
 
 /* ---- the registry's entry points ---------------------------------------------- */
 
-extern "C" int sdnn_gpucomm_available(void)
+int sdnn_gpucomm_available(void)
 {
     int n = 0;
     return sdnn_dev_count(&n) == SDNN_OK && n > 0;
 }
 
-extern "C" int sdnn_gpucomm_nccl_available(void) { return SDNN_NCCL && sdnn_gpucomm_available(); }
+int sdnn_gpucomm_nccl_available(void) { return SDNN_NCCL && sdnn_gpucomm_available(); }
 
-extern "C" sdnn_status sdnn_gpucomm_nccl_init(sdnn_comm *c)
+sdnn_status sdnn_gpucomm_nccl_init(sdnn_comm *c)
 {
     int n;
     SDNN_CHECK(sdnn_dev_count(&n));
@@ -241,7 +194,7 @@ extern "C" sdnn_status sdnn_gpucomm_nccl_init(sdnn_comm *c)
     return SDNN_OK;
 }
 
-extern "C" sdnn_status sdnn_gpucomm_device_init(sdnn_comm *c)
+sdnn_status sdnn_gpucomm_device_init(sdnn_comm *c)
 {
     const char *env = getenv("SDNN_GPU_DEVICE");
     int dev = env && *env ? atoi(env) : 0;
@@ -257,7 +210,7 @@ extern "C" sdnn_status sdnn_gpucomm_device_init(sdnn_comm *c)
     return SDNN_OK;
 }
 
-extern "C" void sdnn_gpucomm_destroy(sdnn_comm *c)
+void sdnn_gpucomm_destroy(sdnn_comm *c)
 {
     gpu_comm_free((gpu_comm *)c->impl);
     c->impl = NULL;
@@ -284,7 +237,7 @@ static sdnn_status check_nin(gpu_comm *g, int nin)
     return SDNN_OK;
 }
 
-extern "C" sdnn_status sdnn_gpucomm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin, float *out,
+sdnn_status sdnn_gpucomm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin, float *out,
                                       size_t n)
 {
     gpu_comm *g = (gpu_comm *)c->impl;
@@ -296,21 +249,21 @@ extern "C" sdnn_status sdnn_gpucomm_allreduce_mean(sdnn_comm *c, const float *co
     } else {
         if (n > g->scratch_n) {
             for (int i = 1; i < g->ndev; ++i) {
-                if (g->scratch[i]) cudaFree(g->scratch[i]);
+                if (g->scratch[i]) sdnn_dfree(g->scratch[i]);
                 g->scratch[i] = NULL;
-                SDNN_CU(cudaSetDevice(g->ctx[i]->o.device));
-                SDNN_CU(cudaMalloc((void **)&g->scratch[i], n * sizeof(float)));
+                SDNN_CHECK(sdnn_dmalloc(g->ctx[i], n * sizeof(float), (void **)&g->scratch[i]));
             }
             g->scratch_n = n;
         }
         outs[0] = out;
         for (int i = 1; i < nin; ++i) outs[i] = g->scratch[i];
     }
+    sdnn_dring_set_timeout(g->ring, c->timeout_s);
     SDNN_CHECK(sdnn_dring_mean(g->ring, in, outs, n, NULL));
     return sdnn_dring_sync(g->ring);
 }
 
-extern "C" sdnn_status sdnn_gpucomm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
+sdnn_status sdnn_gpucomm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
                                             const sdnn_codec_params *p, uint64_t stream,
                                             const float *const *in, int nin, float *const *out,
                                             size_t n, size_t *wire)
@@ -319,56 +272,42 @@ extern "C" sdnn_status sdnn_gpucomm_allreduce_mean_coded(sdnn_comm *c, const sdn
     SDNN_CHECK(check_nin(g, nin));
     if (!g->nccl) SDNN_CHECK(device_ring(g, nin));
     size_t sent = 0;
+    sdnn_dring_set_timeout(g->ring, c->timeout_s);
     SDNN_CHECK(sdnn_dring_coded(g->ring, codec, p, stream, in, out, n, &sent));
     if (wire) *wire = sent;
     return sdnn_dring_sync(g->ring);
 }
 
-extern "C" sdnn_status sdnn_gpucomm_broadcast(sdnn_comm *c, float *buf, size_t n)
+sdnn_status sdnn_gpucomm_broadcast(sdnn_comm *c, float *buf, size_t n)
 {
     gpu_comm *g = (gpu_comm *)c->impl;
     if (!g->nccl || c->size == 1) return SDNN_OK;   /* one process: nothing to move */
-#if SDNN_NCCL
     if (g->ndev != 1)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                           "nccl broadcast: one buffer per process needs one device per process");
-    SDNN_CU(cudaSetDevice(g->ctx[0]->o.device));
-    ncclResult_t e = ncclBroadcast(buf, buf, n, ncclFloat, 0, g->comm[0],
-                                   g->ctx[0]->s[SDNN_STREAM_COMM]);
-    if (e != ncclSuccess) return nccl_fail(e, "ncclBroadcast");
-    SDNN_CU(cudaStreamSynchronize(g->ctx[0]->s[SDNN_STREAM_COMM]));
-    return SDNN_OK;
-#else
-    (void)buf; (void)n;
-    return SDNN_OK;
-#endif
+    SDNN_CHECK(sdnn_dctx_bind(g->ctx[0]));
+    SDNN_CHECK(sdnn_dnccl_broadcast(g->comm[0], g->ctx[0], SDNN_STREAM_COMM, buf, n, 0));
+    return sdnn_dctx_sync_stream(g->ctx[0], SDNN_STREAM_COMM);
 }
 
-extern "C" sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c)
+sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c)
 {
     gpu_comm *g = (gpu_comm *)c->impl;
     if (!g->nccl || g->world == 1) return SDNN_OK;
-#if SDNN_NCCL
-    float *tmp[GPU_COMM_MAX];
-    for (int i = 0; i < g->ndev; ++i) {
-        SDNN_CU(cudaSetDevice(g->ctx[i]->o.device));
-        SDNN_CU(cudaMallocAsync((void **)&tmp[i], sizeof(float), g->ctx[i]->s[SDNN_STREAM_COMM]));
-        SDNN_CU(cudaMemsetAsync(tmp[i], 0, sizeof(float), g->ctx[i]->s[SDNN_STREAM_COMM]));
+    float *tmp[GPU_COMM_MAX] = {0};
+    sdnn_status st = SDNN_OK;
+    for (int i = 0; i < g->ndev && st == SDNN_OK; ++i)
+        st = sdnn_dmalloc(g->ctx[i], sizeof(float), (void **)&tmp[i]);
+    if (st == SDNN_OK) {
+        st = sdnn_dnccl_group_start();
+        for (int i = 0; i < g->ndev && st == SDNN_OK; ++i)
+            st = sdnn_dnccl_allreduce_sum(g->comm[i], g->ctx[i], SDNN_STREAM_COMM, tmp[i], tmp[i],
+                                          1);
+        sdnn_status e2 = sdnn_dnccl_group_end();
+        if (st == SDNN_OK) st = e2;
+        for (int i = 0; i < g->ndev && st == SDNN_OK; ++i)
+            st = sdnn_dctx_sync_stream(g->ctx[i], SDNN_STREAM_COMM);
     }
-    ncclResult_t e = ncclGroupStart();
-    for (int i = 0; i < g->ndev && e == ncclSuccess; ++i)
-        e = ncclAllReduce(tmp[i], tmp[i], 1, ncclFloat, ncclSum, g->comm[i],
-                          g->ctx[i]->s[SDNN_STREAM_COMM]);
-    ncclResult_t e2 = ncclGroupEnd();
-    for (int i = 0; i < g->ndev; ++i) {
-        cudaSetDevice(g->ctx[i]->o.device);
-        cudaFreeAsync(tmp[i], g->ctx[i]->s[SDNN_STREAM_COMM]);
-        cudaStreamSynchronize(g->ctx[i]->s[SDNN_STREAM_COMM]);
-    }
-    if (e == ncclSuccess) e = e2;
-    if (e != ncclSuccess) return nccl_fail(e, "barrier");
-    return SDNN_OK;
-#else
-    return SDNN_OK;
-#endif
+    for (int i = 0; i < g->ndev; ++i) sdnn_dfree(tmp[i]);
+    return st;
 }

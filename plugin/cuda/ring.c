@@ -14,22 +14,27 @@
  *   NCCL    one device per rank (a process may drive several); a shift is
  *           ncclSend/ncclRecv of every local rank inside one NCCL group,
  *           each on its own device's comm stream.
+ *
+ * Host C over dev.h (the NCCL calls included), so the simulated build
+ * runs this very code.  Over NCCL a failed call aborts every communicator
+ * of the ring (NCCL leaves the operations already queued unmatched, and a
+ * synchronising destroy would hang on them), and the host wait is bounded
+ * (sdnn_dring_sync): an exchange that stops making progress fails with
+ * SDNN_ERR_COMM naming the rank and its peers instead of hanging.
  */
-#include "cuda_util.cuh"
+#include "dev.h"
 
 #include <stdlib.h>
 #include <string.h>
-#if SDNN_NCCL
-#include <nccl.h>
-#endif
+#include <time.h>
 
-extern "C" {
 #include "collective.h"
-}
+#include "comm.h"
 
 typedef struct ring_rank {
     sdnn_dctx *ctx;         /* where this rank's kernels run */
-    void *comm;             /* ncclComm_t, NCCL transport */
+    sdnn_dnccl *comm;       /* NCCL transport (not owned unless owns_comms) */
+    sdnn_devent *done;      /* NCCL: marks the end of the queued exchange */
     int rank;               /* global */
     unsigned char *scratch; /* device */
     size_t bytes;
@@ -44,33 +49,46 @@ typedef struct ring_rank {
 struct sdnn_dring {
     int nlocal, world, nccl;
     int owns_comms;         /* made by sdnn_dring_create_nccl_local */
+    int failed;             /* a call failed: the communicators are aborted */
+    double timeout_s;
     ring_rank *r;
 };
 
 static size_t round256(size_t x) { return (x + 255) & ~(size_t)255; }
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
-extern "C" sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, void *const *ncomms,
-                                         int world, int first_rank, sdnn_dring **out)
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double default_timeout(void)
+{
+    const char *e = getenv("SDNN_NCCL_TIMEOUT_S");
+    double v = e && *e ? atof(e) : 0;
+    return v > 0 ? v : SDNN_COMM_TIMEOUT_S;
+}
+
+sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, sdnn_dnccl *const *ncomms,
+                              int world, int first_rank, sdnn_dring **out)
 {
     *out = NULL;
     if (nlocal < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "device ring: no ranks");
-#if !SDNN_NCCL
-    if (ncomms) return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build (NCCL=0)");
-#endif
     if (!ncomms) {
         world = nlocal;
         first_rank = 0;
         for (int i = 1; i < nlocal; ++i)
-            if (ctxs[i]->o.device != ctxs[0]->o.device)
+            if (sdnn_dctx_device(ctxs[i]) != sdnn_dctx_device(ctxs[0]))
                 return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                                   "comm backend device: replicas on devices %d and %d; it moves "
                                   "data within one device (use nccl across devices)",
-                                  ctxs[0]->o.device, ctxs[i]->o.device);
+                                  sdnn_dctx_device(ctxs[0]), sdnn_dctx_device(ctxs[i]));
     }
-    sdnn_dring *R = (sdnn_dring *)calloc(1, sizeof *R);
+    sdnn_dring *R = calloc(1, sizeof *R);
     if (!R) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a device ring");
-    R->r = (ring_rank *)calloc((size_t)nlocal, sizeof *R->r);
+    R->r = calloc((size_t)nlocal, sizeof *R->r);
     if (!R->r) {
         free(R);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a device ring");
@@ -78,85 +96,165 @@ extern "C" sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, voi
     R->nlocal = nlocal;
     R->world = world;
     R->nccl = ncomms != NULL;
+    R->timeout_s = default_timeout();
     for (int i = 0; i < nlocal; ++i) {
         R->r[i].ctx = ncomms ? ctxs[i] : ctxs[0];
         R->r[i].comm = ncomms ? ncomms[i] : NULL;
         R->r[i].rank = first_rank + i;
     }
+    sdnn_status st = SDNN_OK;
+    for (int i = 0; i < nlocal && R->nccl && st == SDNN_OK; ++i)
+        st = sdnn_devent_create(R->r[i].ctx, 0, &R->r[i].done);
+    if (st != SDNN_OK) {
+        sdnn_dring_destroy(R);
+        return st;
+    }
     *out = R;
     return SDNN_OK;
 }
 
-extern "C" void sdnn_dring_destroy(sdnn_dring *R)
+void sdnn_dring_set_timeout(sdnn_dring *R, double seconds)
+{
+    if (seconds > 0) R->timeout_s = seconds;
+}
+
+int sdnn_dring_failed(const sdnn_dring *R) { return R->failed; }
+
+/* After a failed NCCL call: cancel everything the ring queued (NCCL may
+ * have queued part of a group), so that no stream waits for a peer
+ * forever.  A ring over device copies has nothing to cancel. */
+static void ring_abort(sdnn_dring *R)
+{
+    if (!R->nccl || R->failed) return;
+    R->failed = 1;
+    for (int i = 0; i < R->nlocal; ++i) sdnn_dnccl_abort(R->r[i].comm);
+}
+
+static sdnn_status refuse_failed(const sdnn_dring *R)
+{
+    if (R->failed)
+        return SDNN_ERROR(SDNN_ERR_ABORTED,
+                          "device ring: an earlier exchange failed and aborted its NCCL "
+                          "communicators; make a new ring");
+    return SDNN_OK;
+}
+
+/* The bounded host wait of sdnn_dring_sync over NCCL. */
+static sdnn_status nccl_wait(sdnn_dring *R)
+{
+    for (int i = 0; i < R->nlocal; ++i)
+        SDNN_CHECK(sdnn_devent_record(R->r[i].done, R->r[i].ctx, SDNN_STREAM_COMM));
+    double t0 = now_s();
+    long nap_us = 20;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < R->nlocal; ++i) {
+            ring_rank *k = &R->r[i];
+            sdnn_status e = sdnn_dnccl_async_error(k->comm);
+            if (e != SDNN_OK) {
+                ring_abort(R);
+                return SDNN_ERROR(SDNN_ERR_COMM,
+                                  "NCCL ring: rank %d (peers %d and %d) failed: %s", k->rank,
+                                  mod(k->rank - 1, R->world), mod(k->rank + 1, R->world),
+                                  sdnn_last_error());
+            }
+            all &= sdnn_devent_done(k->done);
+        }
+        if (all) break;
+        if (now_s() - t0 > R->timeout_s) {
+            int stuck = 0;
+            for (int i = 0; i < R->nlocal; ++i)
+                if (!sdnn_devent_done(R->r[i].done)) {
+                    stuck = i;
+                    break;
+                }
+            ring_rank *k = &R->r[stuck];
+            ring_abort(R);
+            return SDNN_ERROR(SDNN_ERR_COMM,
+                              "NCCL ring: rank %d's exchange with its peers (ranks %d and %d) "
+                              "made no progress for %.1f s (a peer that never answers, or an "
+                              "unmatched send or receive): communicators aborted",
+                              k->rank, mod(k->rank - 1, R->world), mod(k->rank + 1, R->world),
+                              R->timeout_s);
+        }
+        struct timespec t = {0, nap_us * 1000L};
+        nanosleep(&t, NULL);
+        if (nap_us < 2000) nap_us *= 2;
+    }
+    /* Every stream passed its mark: report an operation that failed on it. */
+    for (int i = 0; i < R->nlocal; ++i) {
+        sdnn_status st = sdnn_dctx_sync_stream(R->r[i].ctx, SDNN_STREAM_COMM);
+        if (st != SDNN_OK) {
+            ring_abort(R);
+            return st;
+        }
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dring_sync(sdnn_dring *R)
+{
+    SDNN_CHECK(refuse_failed(R));
+    if (R->nccl) return nccl_wait(R);
+    for (int i = 0; i < R->nlocal; ++i)
+        SDNN_CHECK(sdnn_dctx_sync_stream(R->r[i].ctx, SDNN_STREAM_COMM));
+    return SDNN_OK;
+}
+
+void sdnn_dring_destroy(sdnn_dring *R)
 {
     if (!R) return;
+    /* A healthy ring finishes its work first; one that fails to (or failed
+     * before) is aborted, never waited on without a bound. */
+    if (R->nccl && !R->failed && nccl_wait(R) != SDNN_OK) ring_abort(R);
     for (int i = 0; i < R->nlocal; ++i) {
-        cudaSetDevice(R->r[i].ctx->o.device);
-        cudaStreamSynchronize(R->r[i].ctx->s[SDNN_STREAM_COMM]);
-        if (R->r[i].scratch) cudaFree(R->r[i].scratch);
-#if SDNN_NCCL
-        if (R->owns_comms && R->r[i].comm) ncclCommDestroy((ncclComm_t)R->r[i].comm);
-#endif
+        ring_rank *k = &R->r[i];
+        if (!R->nccl) (void)sdnn_dctx_sync_stream(k->ctx, SDNN_STREAM_COMM);
+        if (k->scratch) sdnn_dfree(k->scratch);
+        if (R->owns_comms && k->comm) sdnn_dnccl_destroy(k->comm);
+        sdnn_devent_destroy(k->done);
     }
     free(R->r);
     free(R);
 }
 
-extern "C" sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n,
-                                                    sdnn_dring **out)
+sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n, sdnn_dring **out)
 {
     *out = NULL;
-#if SDNN_NCCL
     enum { MAXDEV = 64 };
     if (n < 1 || n > MAXDEV)
         return SDNN_ERROR(SDNN_ERR_INVALID, "nccl: %d local devices (1..%d)", n, (int)MAXDEV);
-    int devs[MAXDEV];
-    ncclComm_t comms[MAXDEV];
-    void *pc[MAXDEV];
-    for (int i = 0; i < n; ++i) devs[i] = ctxs[i]->o.device;
-    ncclResult_t e = ncclCommInitAll(comms, n, devs);
-    if (e != ncclSuccess)
-        return SDNN_ERROR(SDNN_ERR_COMM, "ncclCommInitAll over %d devices: %s (%s)", n,
-                          ncclGetErrorString(e), ncclGetLastError(NULL));
-    for (int i = 0; i < n; ++i) pc[i] = comms[i];
-    sdnn_status st = sdnn_dring_create(ctxs, n, pc, n, 0, out);
+    sdnn_dnccl *comms[MAXDEV];
+    SDNN_CHECK(sdnn_dnccl_init_all(ctxs, n, comms));
+    sdnn_status st = sdnn_dring_create(ctxs, n, comms, n, 0, out);
     if (st != SDNN_OK) {
-        for (int i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
+        for (int i = 0; i < n; ++i) sdnn_dnccl_destroy(comms[i]);
         return st;
     }
     (*out)->owns_comms = 1;
-    return SDNN_OK;
-#else
-    (void)ctxs; (void)n;
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build (NCCL=0)");
-#endif
-}
-
-extern "C" sdnn_status sdnn_dring_sync(sdnn_dring *R)
-{
-    for (int i = 0; i < R->nlocal; ++i) {
-        SDNN_CU(cudaSetDevice(R->r[i].ctx->o.device));
-        SDNN_CU(cudaStreamSynchronize(R->r[i].ctx->s[SDNN_STREAM_COMM]));
-    }
     return SDNN_OK;
 }
 
 static sdnn_status reserve(ring_rank *k, size_t bytes)
 {
     if (bytes <= k->bytes) return SDNN_OK;
-    SDNN_CU(cudaSetDevice(k->ctx->o.device));
+    SDNN_CHECK(sdnn_dctx_bind(k->ctx));
     if (k->scratch) {
-        SDNN_CU(cudaStreamSynchronize(k->ctx->s[SDNN_STREAM_COMM]));
-        SDNN_CU(cudaFree(k->scratch));
+        SDNN_CHECK(sdnn_dctx_sync_stream(k->ctx, SDNN_STREAM_COMM));
+        sdnn_dfree(k->scratch);
         k->scratch = NULL;
         k->bytes = 0;
     }
-    SDNN_CU(cudaMalloc((void **)&k->scratch, bytes));
+    SDNN_CHECK(sdnn_dmalloc(k->ctx, bytes, (void **)&k->scratch));
     k->bytes = bytes;
     return SDNN_OK;
 }
 
-static cudaStream_t comm_stream(ring_rank *k) { return k->ctx->s[SDNN_STREAM_COMM]; }
+/* n bytes from src to dst on k's comm stream (both on k's device). */
+static sdnn_status dcopy(ring_rank *k, void *dst, const void *src, size_t n)
+{
+    return sdnn_dcopy(k->ctx, SDNN_STREAM_COMM, dst, src, n, 0);
+}
 
 /* Every local rank sends k->slen bytes of k->sbuf to its right neighbour
  * and receives k->rlen bytes into k->rbuf from its left. */
@@ -169,39 +267,36 @@ static sdnn_status shift_all(sdnn_dring *R, size_t *wire)
             if (a->slen != b->rlen)
                 return SDNN_ERROR(SDNN_ERR_INTERNAL, "device ring: rank %d sends %zu bytes, "
                                   "rank %d expects %zu", i, a->slen, (i + 1) % R->nlocal, b->rlen);
-            if (a->slen)
-                SDNN_CU(cudaMemcpyAsync(b->rbuf, a->sbuf, a->slen, cudaMemcpyDeviceToDevice,
-                                        comm_stream(a)));
+            if (a->slen) SDNN_CHECK(dcopy(a, b->rbuf, a->sbuf, a->slen));
             *wire += a->slen;
         }
         return SDNN_OK;
     }
-#if SDNN_NCCL
-    ncclResult_t e = ncclGroupStart();
-    for (int i = 0; i < R->nlocal && e == ncclSuccess; ++i) {
+    sdnn_status st = sdnn_dnccl_group_start();
+    for (int i = 0; i < R->nlocal && st == SDNN_OK; ++i) {
         ring_rank *k = &R->r[i];
-        ncclComm_t comm = (ncclComm_t)k->comm;
-        e = ncclSend(k->sbuf, k->slen, ncclUint8, mod(k->rank + 1, R->world), comm,
-                     comm_stream(k));
-        if (e == ncclSuccess)
-            e = ncclRecv(k->rbuf, k->rlen, ncclUint8, mod(k->rank - 1, R->world), comm,
-                         comm_stream(k));
+        st = sdnn_dnccl_send(k->comm, k->ctx, SDNN_STREAM_COMM, k->sbuf, k->slen,
+                             mod(k->rank + 1, R->world));
+        if (st == SDNN_OK)
+            st = sdnn_dnccl_recv(k->comm, k->ctx, SDNN_STREAM_COMM, k->rbuf, k->rlen,
+                                 mod(k->rank - 1, R->world));
         *wire += k->slen;
     }
-    ncclResult_t e2 = ncclGroupEnd();
-    if (e == ncclSuccess) e = e2;
-    if (e != ncclSuccess)
-        return SDNN_ERROR(SDNN_ERR_COMM, "NCCL ring shift failed: %s (%s)", ncclGetErrorString(e),
-                          ncclGetLastError(NULL));
+    /* The group is always closed; after a failure what it queued is
+     * unmatched, so the communicators are aborted. */
+    sdnn_status e2 = sdnn_dnccl_group_end();
+    if (st == SDNN_OK) st = e2;
+    if (st != SDNN_OK) {
+        ring_abort(R);
+        return SDNN_ERROR(SDNN_ERR_COMM, "NCCL ring shift failed (communicators aborted): %s",
+                          sdnn_last_error());
+    }
     return SDNN_OK;
-#else
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build");
-#endif
 }
 
 #define EACH(k) for (ring_rank *k = R->r; k < R->r + R->nlocal; ++k)
 
-static sdnn_status bind(ring_rank *k) { SDNN_CU(cudaSetDevice(k->ctx->o.device)); return SDNN_OK; }
+static sdnn_status bind(ring_rank *k) { return sdnn_dctx_bind(k->ctx); }
 
 static sdnn_status dense_ring(sdnn_dring *R, int codec, const sdnn_codec_params *p,
                               uint64_t stream, size_t n, size_t *wire)
@@ -225,8 +320,7 @@ static sdnn_status dense_ring(sdnn_dring *R, int codec, const sdnn_codec_params 
     if (W == 1) {
         EACH(k) {
             SDNN_CHECK(bind(k));
-            SDNN_CU(cudaMemcpyAsync(k->acc, k->in, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                    comm_stream(k)));
+            SDNN_CHECK(dcopy(k, k->acc, k->in, n * sizeof(float)));
         }
     }
     for (int s = 0; s < W - 1; ++s) {
@@ -320,7 +414,7 @@ static sdnn_status sparse_allgather(sdnn_dring *R, int codec, const sdnn_codec_p
     const float inv = 1.0f / (float)W;
     EACH(k) {
         SDNN_CHECK(bind(k));
-        SDNN_CU(cudaMemsetAsync(k->out, 0, n * sizeof(float), comm_stream(k)));
+        SDNN_CHECK(sdnn_dzero(k->ctx, SDNN_STREAM_COMM, k->out, n * sizeof(float)));
         for (int q = 0; q < W; ++q)
             SDNN_CHECK(sdnn_dcodec_accumulate(k->ctx, SDNN_STREAM_COMM, codec, p,
                                               k->scratch + (size_t)q * stride, n, k->out));
@@ -329,11 +423,11 @@ static sdnn_status sparse_allgather(sdnn_dring *R, int codec, const sdnn_codec_p
     return SDNN_OK;
 }
 
-extern "C" sdnn_status sdnn_dring_coded(sdnn_dring *R, const sdnn_codec_ops *codec,
-                                        const sdnn_codec_params *p, uint64_t stream,
-                                        const float *const *in, float *const *out, size_t n,
-                                        size_t *wire)
+sdnn_status sdnn_dring_coded(sdnn_dring *R, const sdnn_codec_ops *codec,
+                             const sdnn_codec_params *p, uint64_t stream, const float *const *in,
+                             float *const *out, size_t n, size_t *wire)
 {
+    SDNN_CHECK(refuse_failed(R));
     int id = sdnn_dcodec_of(codec);
     if (id < 0)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "codec %s has no device version",
@@ -347,12 +441,15 @@ extern "C" sdnn_status sdnn_dring_coded(sdnn_dring *R, const sdnn_codec_ops *cod
     sdnn_status st = codec->dense ? dense_ring(R, id, p, stream, n, &sent)
                                   : sparse_allgather(R, id, p, stream, n, &sent);
     if (wire) *wire += sent;
+    /* Whatever failed, the ranks may be out of step now. */
+    if (st != SDNN_OK) ring_abort(R);
     return st;
 }
 
-extern "C" sdnn_status sdnn_dring_mean(sdnn_dring *R, const float *const *in, float *const *out,
-                                       size_t n, size_t *wire)
+sdnn_status sdnn_dring_mean(sdnn_dring *R, const float *const *in, float *const *out, size_t n,
+                            size_t *wire)
 {
+    SDNN_CHECK(refuse_failed(R));
     if (n == 0) return SDNN_OK;
     const int W = R->world;
     if (wire && W > 1) *wire += (size_t)R->nlocal * 2 * (size_t)(W - 1) * n * sizeof(float) / W;
@@ -362,23 +459,22 @@ extern "C" sdnn_status sdnn_dring_mean(sdnn_dring *R, const float *const *in, fl
         SDNN_CHECK(sdnn_k_mean(k->ctx, SDNN_STREAM_COMM, in, R->nlocal, out[0], n));
         for (int i = 1; i < R->nlocal; ++i)
             if (out[i] != out[0])
-                SDNN_CU(cudaMemcpyAsync(out[i], out[0], n * sizeof(float),
-                                        cudaMemcpyDeviceToDevice, comm_stream(k)));
+                SDNN_CHECK(dcopy(k, out[i], out[0], n * sizeof(float)));
         return SDNN_OK;
     }
-#if SDNN_NCCL
-    ncclResult_t e = ncclGroupStart();
+    sdnn_status st = sdnn_dnccl_group_start();
     EACH(k) {
-        if (e != ncclSuccess) break;
+        if (st != SDNN_OK) break;
         int i = (int)(k - R->r);
-        e = ncclAllReduce(in[i], out[i], n, ncclFloat, ncclSum, (ncclComm_t)k->comm,
-                          comm_stream(k));
+        st = sdnn_dnccl_allreduce_sum(k->comm, k->ctx, SDNN_STREAM_COMM, in[i], out[i], n);
     }
-    ncclResult_t e2 = ncclGroupEnd();
-    if (e == ncclSuccess) e = e2;
-    if (e != ncclSuccess)
-        return SDNN_ERROR(SDNN_ERR_COMM, "ncclAllReduce failed: %s (%s)", ncclGetErrorString(e),
-                          ncclGetLastError(NULL));
+    sdnn_status e2 = sdnn_dnccl_group_end();
+    if (st == SDNN_OK) st = e2;
+    if (st != SDNN_OK) {
+        ring_abort(R);
+        return SDNN_ERROR(SDNN_ERR_COMM, "ncclAllReduce failed (communicators aborted): %s",
+                          sdnn_last_error());
+    }
     if (W > 1) {
         EACH(k) {
             SDNN_CHECK(bind(k));
@@ -387,7 +483,4 @@ extern "C" sdnn_status sdnn_dring_mean(sdnn_dring *R, const float *const *in, fl
         }
     }
     return SDNN_OK;
-#else
-    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "NCCL is not in this build");
-#endif
 }

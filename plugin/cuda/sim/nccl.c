@@ -1,0 +1,828 @@
+/*
+ * sim/nccl: an in-process stand-in for NCCL behind dev.h's sdnn_dnccl_*
+ * calls, so that rings over 2-4 simulated devices run the same host code
+ * (ring.c, comm_gpu.c) as NCCL does on real GPUs.
+ *
+ * What it keeps of NCCL's semantics:
+ *  - a communicator is one rank of a world (a "clique" here), on one
+ *    device; two ranks on one device are refused, as NCCL refuses them;
+ *  - send/recv match per (sender, receiver) pair in the order the calls
+ *    were made; the sizes must agree;
+ *  - between group_start and group_end, a rank's operations on one stream
+ *    form one queued unit whose parts progress together and complete in
+ *    any order (so a ring shift inside a group does not deadlock, and one
+ *    outside a group does, as with NCCL);
+ *  - an unmatched send or receive hangs: it waits until its communicator
+ *    is aborted.  Only a last-resort bound (SDNN_SIM_NCCL_HANG_S, default
+ *    120 s) fails it, saying that real NCCL would hang there: the caller's
+ *    own timeout (sdnn_dring_sync) must catch it first;
+ *  - abort cancels what is queued or in flight on that communicator, and
+ *    the failure is the stream's sticky error and the communicator's
+ *    asynchronous error; destroy waits for queued work, as
+ *    ncclCommDestroy does.
+ * Allreduce sums in rank order (real NCCL's order is its own choice).
+ *
+ * Fault injection for the error-path tests, read when a world is created:
+ *   SDNN_SIM_NCCL_FAULT=silent:R:K  rank R never answers from its K-th
+ *                                   queued unit on (a peer that hangs)
+ *   SDNN_SIM_NCCL_FAULT=error:K     the K-th send/recv/allreduce call of
+ *                                   the world fails at once (an exchange
+ *                                   that fails mid-step)
+ *
+ * Nothing here shows how real NCCL behaves (its algorithms, its protocols,
+ * its timing): only that the host code drives it correctly.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { NOP_SEND, NOP_RECV, NOP_ALLREDUCE, NOP_BCAST };
+static const char *const op_names[] = {"ncclSend", "ncclRecv", "ncclAllReduce", "ncclBroadcast"};
+
+enum { FAULT_NONE, FAULT_SILENT, FAULT_ERROR };
+
+typedef struct clique clique;
+
+/* A send in flight: the receiver copies straight from the sender's buffer
+ * while the sender's unit waits for it. */
+typedef struct post {
+    struct post *next;
+    int src, dst;
+    uint64_t seq;
+    const void *buf;
+    size_t bytes;
+    int consumed, cancelled;
+} post;
+
+/* One collective call, gathered over the ranks by sequence number. */
+typedef struct coll {
+    struct coll *next;
+    uint64_t seq;
+    int kind, root;
+    size_t n;
+    int arrived, finished, ready;
+    const float **in;   /* per rank */
+    float *result;
+} coll;
+
+struct clique {
+    clique *next;
+    unsigned char id[SDNN_NCCL_ID_BYTES];
+    int has_id;
+    int nranks, joined, alive;
+    sdnn_dnccl **rank;
+    post *posts;
+    coll *colls;
+    int fault, fault_rank;
+    long fault_after, calls;
+};
+
+struct sdnn_dnccl {
+    clique *q;
+    int rank, device;
+    int aborted;
+    sdnn_status async;
+    char async_msg[512];
+    uint64_t *send_seq, *recv_seq;  /* per peer */
+    uint64_t coll_seq;
+    long units;                     /* units queued so far (fault injection) */
+    int inflight;                   /* units queued that name it */
+};
+
+typedef struct dop {
+    int kind;
+    sdnn_dnccl *c;
+    sdnn_dctx *ctx;
+    int stream;
+    void *buf;          /* host addresses of the device buffers */
+    const void *cbuf;
+    size_t bytes;
+    int peer;
+    uint64_t seq;
+    const float *in;
+    float *out;
+    size_t n;
+    int root;
+    int silent;
+    /* progress */
+    int done;
+    post *p;
+    coll *k;
+} dop;
+
+typedef struct unit {
+    int nops;
+    dop *ops;
+} unit;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static clique *g_cliques;
+static unsigned long long g_id_counter;
+
+static _Thread_local int t_depth;
+static _Thread_local dop *t_pend;
+static _Thread_local int t_npend, t_cap;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double hang_s(void)
+{
+    const char *e = getenv("SDNN_SIM_NCCL_HANG_S");
+    double v = e && *e ? atof(e) : 120.0;
+    return v > 0 ? v : 120.0;
+}
+
+/* ---- worlds and communicators ------------------------------------------------------ */
+
+static sdnn_status read_fault(clique *q)
+{
+    const char *f = getenv("SDNN_SIM_NCCL_FAULT");
+    if (!f || !*f) return SDNN_OK;
+    int r;
+    long k;
+    char tail;
+    if (sscanf(f, "silent:%d:%ld%c", &r, &k, &tail) == 2 && r >= 0 && k >= 0) {
+        q->fault = FAULT_SILENT;
+        q->fault_rank = r;
+        q->fault_after = k;
+    } else if (sscanf(f, "error:%ld%c", &k, &tail) == 1 && k >= 0) {
+        q->fault = FAULT_ERROR;
+        q->fault_after = k;
+    } else {
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "SDNN_SIM_NCCL_FAULT=%s: expected silent:RANK:K or error:K", f);
+    }
+    return SDNN_OK;
+}
+
+static clique *clique_new(int nranks)
+{
+    clique *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->rank = calloc((size_t)nranks, sizeof *q->rank);
+    if (!q->rank) {
+        free(q);
+        return NULL;
+    }
+    q->nranks = nranks;
+    return q;
+}
+
+static void clique_free(clique *q)
+{
+    for (clique **p = &g_cliques; *p; p = &(*p)->next)
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    while (q->posts) {
+        post *p = q->posts;
+        q->posts = p->next;
+        free(p);
+    }
+    while (q->colls) {
+        coll *k = q->colls;
+        q->colls = k->next;
+        free(k->in);
+        free(k->result);
+        free(k);
+    }
+    free(q->rank);
+    free(q);
+}
+
+static sdnn_status comm_new(clique *q, int rank, sdnn_dctx *ctx, sdnn_dnccl **out)
+{
+    sdnn_dnccl *c = calloc(1, sizeof *c);
+    if (c) {
+        c->send_seq = calloc((size_t)q->nranks, sizeof *c->send_seq);
+        c->recv_seq = calloc((size_t)q->nranks, sizeof *c->recv_seq);
+    }
+    if (!c || !c->send_seq || !c->recv_seq) {
+        if (c) {
+            free(c->send_seq);
+            free(c->recv_seq);
+        }
+        free(c);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a communicator");
+    }
+    c->q = q;
+    c->rank = rank;
+    c->device = sdnn_dctx_device(ctx);
+    q->rank[rank] = c;
+    ++q->joined;
+    ++q->alive;
+    *out = c;
+    return SDNN_OK;
+}
+
+static void comm_free_locked(sdnn_dnccl *c)
+{
+    clique *q = c->q;
+    if (q->rank[c->rank] == c) q->rank[c->rank] = NULL;
+    free(c->send_seq);
+    free(c->recv_seq);
+    free(c);
+    if (--q->alive == 0) clique_free(q);
+}
+
+static sdnn_status check_devices(sdnn_dctx *const *ctxs, int n, const char *call)
+{
+    for (int i = 0; i < n; ++i) {
+        if (!ctxs[i]) return SDNN_ERROR(SDNN_ERR_INVALID, "%s: no context for rank %d", call, i);
+        for (int j = 0; j < i; ++j)
+            if (sdnn_dctx_device(ctxs[i]) == sdnn_dctx_device(ctxs[j]))
+                return SDNN_ERROR(SDNN_ERR_COMM,
+                                  "%s (simulated NCCL): ranks %d and %d on one device (%d): "
+                                  "NCCL refuses duplicate devices",
+                                  call, j, i, sdnn_dctx_device(ctxs[i]));
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dnccl_unique_id(unsigned char id[SDNN_NCCL_ID_BYTES])
+{
+    memset(id, 0, SDNN_NCCL_ID_BYTES);
+    pthread_mutex_lock(&g_mu);
+    unsigned long long k = ++g_id_counter;
+    pthread_mutex_unlock(&g_mu);
+    unsigned long long pid = (unsigned long long)getpid();
+    double t = now_s();
+    memcpy(id, "sdnn-sim", 8);
+    memcpy(id + 8, &pid, sizeof pid);
+    memcpy(id + 16, &k, sizeof k);
+    memcpy(id + 24, &t, sizeof t);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_dnccl **comms)
+{
+    static const char call[] = "ncclCommInitAll";
+    for (int i = 0; i < n; ++i) comms[i] = NULL;
+    if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "%s: %d ranks", call, n);
+    SDNN_CHECK(check_devices(ctxs, n, call));
+    pthread_mutex_lock(&g_mu);
+    clique *q = clique_new(n);
+    sdnn_status st = q ? read_fault(q)
+                       : SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a world");
+    for (int i = 0; i < n && st == SDNN_OK; ++i) st = comm_new(q, i, ctxs[i], &comms[i]);
+    if (st != SDNN_OK && q) {
+        int made = 0;
+        for (int i = 0; i < n; ++i)
+            if (comms[i]) {
+                comm_free_locked(comms[i]);     /* frees q with the last */
+                comms[i] = NULL;
+                made = 1;
+            }
+        if (!made) clique_free(q);
+    } else if (q) {
+        q->next = g_cliques;
+        g_cliques = q;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks,
+                                  int first_rank, sdnn_dctx *const *ctxs, int n,
+                                  sdnn_dnccl **comms)
+{
+    static const char call[] = "ncclCommInitRank";
+    for (int i = 0; i < n; ++i) comms[i] = NULL;
+    if (nranks < 1 || first_rank < 0 || n < 1 || first_rank + n > nranks)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s: ranks %d..%d of a world of %d", call,
+                          first_rank, first_rank + n - 1, nranks);
+    SDNN_CHECK(check_devices(ctxs, n, call));
+    sdnn_status st = SDNN_OK;
+    pthread_mutex_lock(&g_mu);
+    clique *q = g_cliques;
+    while (q && !(q->has_id && memcmp(q->id, id, SDNN_NCCL_ID_BYTES) == 0)) q = q->next;
+    if (!q) {
+        q = clique_new(nranks);
+        if (!q) st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a world");
+        else {
+            memcpy(q->id, id, SDNN_NCCL_ID_BYTES);
+            q->has_id = 1;
+            st = read_fault(q);
+            if (st != SDNN_OK) clique_free(q);
+            else {
+                q->next = g_cliques;
+                g_cliques = q;
+            }
+        }
+    } else if (q->nranks != nranks) {
+        st = SDNN_ERROR(SDNN_ERR_COMM, "%s (simulated NCCL): world of %d ranks, joined as %d",
+                        call, q->nranks, nranks);
+    }
+    for (int i = 0; i < n && st == SDNN_OK; ++i) {
+        if (q->rank[first_rank + i])
+            st = SDNN_ERROR(SDNN_ERR_COMM, "%s (simulated NCCL): rank %d joined twice", call,
+                            first_rank + i);
+        else
+            st = comm_new(q, first_rank + i, ctxs[i], &comms[i]);
+    }
+    /* NCCL's init is collective: wait for the other ranks to join. */
+    double deadline = now_s() + hang_s();
+    while (st == SDNN_OK && q->joined < q->nranks) {
+        if (now_s() > deadline) {
+            st = SDNN_ERROR(SDNN_ERR_COMM,
+                            "%s (simulated NCCL): %d of %d ranks joined (the others live in "
+                            "other processes, which the simulated NCCL cannot reach, or never "
+                            "came)",
+                            call, q->joined, q->nranks);
+            break;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 20000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_nsec -= 1000000000L;
+            ++t.tv_sec;
+        }
+        pthread_cond_timedwait(&g_cv, &g_mu, &t);
+    }
+    if (st != SDNN_OK)
+        for (int i = 0; i < n; ++i)
+            if (comms[i]) {
+                comm_free_locked(comms[i]);
+                comms[i] = NULL;
+            }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+void sdnn_dnccl_abort(sdnn_dnccl *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&g_mu);
+    if (!c->aborted) {
+        c->aborted = 1;
+        if (c->async == SDNN_OK) {
+            c->async = SDNN_ERR_ABORTED;
+            snprintf(c->async_msg, sizeof c->async_msg, "communicator of rank %d aborted",
+                     c->rank);
+        }
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+void sdnn_dnccl_destroy(sdnn_dnccl *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&g_mu);
+    /* As ncclCommDestroy: the queued work first (an aborted one drains). */
+    while (c->inflight > 0) pthread_cond_wait(&g_cv, &g_mu);
+    comm_free_locked(c);
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c)
+{
+    pthread_mutex_lock(&g_mu);
+    sdnn_status st = c->async;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", c->async_msg);
+    pthread_mutex_unlock(&g_mu);
+    if (st == SDNN_OK) return SDNN_OK;
+    return SDNN_ERROR(st, "simulated NCCL, rank %d: %s", c->rank, msg);
+}
+
+/* ---- queued units ------------------------------------------------------------------ */
+
+static void set_async(sdnn_dnccl *c, sdnn_status st, const char *msg)
+{
+    if (c->async == SDNN_OK) {
+        c->async = st;
+        snprintf(c->async_msg, sizeof c->async_msg, "%s", msg);
+    }
+}
+
+static const char *pending_what(const dop *o, char *buf, size_t len)
+{
+    if (o->kind == NOP_SEND || o->kind == NOP_RECV)
+        snprintf(buf, len, "%s of %zu bytes %s peer %d", op_names[o->kind], o->bytes,
+                 o->kind == NOP_SEND ? "to" : "from", o->peer);
+    else
+        snprintf(buf, len, "%s of %zu floats (call %llu of the world)", op_names[o->kind], o->n,
+                 (unsigned long long)o->seq);
+    return buf;
+}
+
+/* Make progress on o (caller holds g_mu); 1 when something moved. */
+static int progress(dop *o)
+{
+    clique *q = o->c->q;
+    if (o->done) return 0;
+    switch (o->kind) {
+    case NOP_SEND:
+        if (o->p->consumed) {
+            o->done = 1;
+            return 1;
+        }
+        return 0;
+    case NOP_RECV:
+        for (post *p = q->posts; p; p = p->next)
+            if (p->src == o->peer && p->dst == o->c->rank && p->seq == o->seq && !p->cancelled &&
+                !p->consumed) {
+                if (p->bytes != o->bytes) return -1;
+                if (o->bytes) memcpy(o->buf, p->buf, o->bytes);
+                p->consumed = 1;
+                o->done = 1;
+                return 1;
+            }
+        return 0;
+    default: {
+        coll *k = o->k;
+        if (!k->ready && k->arrived == q->nranks) {
+            k->result = malloc((k->n ? k->n : 1) * sizeof(float));
+            if (!k->result) return -2;
+            if (k->kind == NOP_ALLREDUCE) {
+                memcpy(k->result, k->in[0], k->n * sizeof(float));
+                for (int r = 1; r < q->nranks; ++r)
+                    for (size_t i = 0; i < k->n; ++i) k->result[i] += k->in[r][i];
+            } else {
+                memcpy(k->result, k->in[k->root], k->n * sizeof(float));
+            }
+            k->ready = 1;
+        }
+        if (!k->ready) return 0;
+        if (k->n) memcpy(o->out, k->result, k->n * sizeof(float));
+        o->done = 1;
+        ++k->finished;
+        return 1;
+    }
+    }
+}
+
+static void unlink_post(clique *q, post *p)
+{
+    for (post **pp = &q->posts; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    free(p);
+}
+
+static void unlink_coll_if_done(clique *q, coll *k)
+{
+    if (k->finished < q->nranks) return;
+    for (coll **pp = &q->colls; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            break;
+        }
+    free(k->in);
+    free(k->result);
+    free(k);
+}
+
+static coll *coll_slot(clique *q, const dop *o)
+{
+    for (coll *k = q->colls; k; k = k->next)
+        if (k->seq == o->seq) return k;
+    coll *k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    k->in = calloc((size_t)q->nranks, sizeof *k->in);
+    if (!k->in) {
+        free(k);
+        return NULL;
+    }
+    k->seq = o->seq;
+    k->kind = o->kind;
+    k->root = o->root;
+    k->n = o->n;
+    k->next = q->colls;
+    q->colls = k;
+    return k;
+}
+
+static sdnn_status run_unit(void *arg)
+{
+    unit *u = *(unit **)arg;
+    sdnn_status st = SDNN_OK;
+    char what[160];
+    pthread_mutex_lock(&g_mu);
+    int silent = 0;
+    for (int i = 0; i < u->nops; ++i) silent |= u->ops[i].silent;
+    /* Post every send and join every collective before waiting on any. */
+    for (int i = 0; i < u->nops && st == SDNN_OK && !silent; ++i) {
+        dop *o = &u->ops[i];
+        clique *q = o->c->q;
+        if (o->kind == NOP_SEND) {
+            post *p = calloc(1, sizeof *p);
+            if (!p) {
+                st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a send");
+                break;
+            }
+            p->src = o->c->rank;
+            p->dst = o->peer;
+            p->seq = o->seq;
+            p->buf = o->cbuf;
+            p->bytes = o->bytes;
+            p->next = q->posts;
+            q->posts = p;
+            o->p = p;
+        } else if (o->kind != NOP_RECV) {
+            coll *k = coll_slot(q, o);
+            if (!k) {
+                st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a collective");
+                break;
+            }
+            if (k->kind != o->kind || k->n != o->n || k->root != o->root) {
+                st = SDNN_ERROR(SDNN_ERR_COMM,
+                                "simulated NCCL, rank %d: %s of %zu floats does not match the "
+                                "other ranks' call %llu (%s of %zu floats)",
+                                o->c->rank, op_names[o->kind], o->n, (unsigned long long)o->seq,
+                                op_names[k->kind], k->n);
+                break;
+            }
+            k->in[o->c->rank] = o->kind == NOP_ALLREDUCE ? o->in : o->out;
+            ++k->arrived;
+            o->k = k;
+        }
+    }
+    pthread_cond_broadcast(&g_cv);
+    double deadline = now_s() + hang_s();
+    while (st == SDNN_OK) {
+        int all = 1, moved = 0;
+        for (int i = 0; i < u->nops && !silent; ++i) {
+            int r = progress(&u->ops[i]);
+            if (r == -1) {
+                dop *o = &u->ops[i];
+                st = SDNN_ERROR(SDNN_ERR_COMM,
+                                "simulated NCCL, rank %d: ncclRecv of %zu bytes from peer %d "
+                                "met a send of another size",
+                                o->c->rank, o->bytes, o->peer);
+                break;
+            }
+            if (r == -2) {
+                st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a reduction");
+                break;
+            }
+            moved |= r;
+            all &= u->ops[i].done;
+        }
+        if (st != SDNN_OK) break;
+        if (!silent && all) break;
+        for (int i = 0; i < u->nops; ++i)
+            if (u->ops[i].c->aborted) {
+                st = SDNN_ERROR(SDNN_ERR_COMM,
+                                "simulated NCCL, rank %d: %s cancelled: the communicator was "
+                                "aborted",
+                                u->ops[i].c->rank,
+                                pending_what(&u->ops[i], what, sizeof what));
+                break;
+            }
+        if (st != SDNN_OK) break;
+        if (moved) {
+            pthread_cond_broadcast(&g_cv);
+            continue;
+        }
+        if (now_s() > deadline) {
+            const dop *o = &u->ops[0];
+            for (int i = 0; i < u->nops; ++i)
+                if (!u->ops[i].done) {
+                    o = &u->ops[i];
+                    break;
+                }
+            st = SDNN_ERROR(SDNN_ERR_COMM,
+                            "simulated NCCL, rank %d: %s still unmatched after %.0f s "
+                            "(real NCCL would hang here: the caller's own timeout should "
+                            "have aborted the communicator)",
+                            o->c->rank, pending_what(o, what, sizeof what), hang_s());
+            break;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 20000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_nsec -= 1000000000L;
+            ++t.tv_sec;
+        }
+        pthread_cond_timedwait(&g_cv, &g_mu, &t);
+    }
+    /* Withdraw what this unit posted; leave every communicator's state. */
+    for (int i = 0; i < u->nops; ++i) {
+        dop *o = &u->ops[i];
+        clique *q = o->c->q;
+        if (o->p) unlink_post(q, o->p);
+        if (o->k) {
+            if (!o->done) {
+                /* Left behind: the others cannot finish it either. */
+                o->k->finished = -q->nranks * 4;
+            } else {
+                unlink_coll_if_done(q, o->k);
+            }
+        }
+        if (st != SDNN_OK) set_async(o->c, st, sdnn_last_error());
+        --o->c->inflight;
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(u->ops);
+    free(u);
+    return st;
+}
+
+/* ---- the calls ------------------------------------------------------------------------ */
+
+static sdnn_status flush(dop *ops, int n)
+{
+    sdnn_status first = SDNN_OK;
+    int *taken = calloc((size_t)(n ? n : 1), sizeof *taken);
+    if (!taken) return SDNN_ERROR(SDNN_ERR_NOMEM, "ncclGroupEnd (simulated): no memory");
+    for (int i = 0; i < n; ++i) {
+        if (taken[i]) continue;
+        int cnt = 0;
+        for (int j = i; j < n; ++j)
+            if (!taken[j] && ops[j].ctx == ops[i].ctx && ops[j].stream == ops[i].stream) ++cnt;
+        unit *u = calloc(1, sizeof *u);
+        dop *uo = calloc((size_t)cnt, sizeof *uo);
+        if (!u || !uo) {
+            free(u);
+            free(uo);
+            if (first == SDNN_OK) first = SDNN_ERROR(SDNN_ERR_NOMEM, "ncclGroupEnd: no memory");
+            continue;
+        }
+        int m = 0, silent = 0;
+        pthread_mutex_lock(&g_mu);
+        for (int j = i; j < n; ++j)
+            if (!taken[j] && ops[j].ctx == ops[i].ctx && ops[j].stream == ops[i].stream) {
+                taken[j] = 1;
+                uo[m] = ops[j];
+                sdnn_dnccl *c = uo[m].c;
+                ++c->inflight;
+                clique *q = c->q;
+                if (q->fault == FAULT_SILENT && c->rank == q->fault_rank &&
+                    c->units >= q->fault_after)
+                    silent = 1;
+                ++m;
+            }
+        for (int j = 0; j < m; ++j) uo[j].silent = silent;
+        for (int j = 0; j < m; ++j) ++uo[j].c->units;
+        pthread_mutex_unlock(&g_mu);
+        u->nops = m;
+        u->ops = uo;
+        sdnn_status st = sdnn_sim_launch(ops[i].ctx, ops[i].stream, "ncclGroupEnd (simulated)",
+                                         run_unit, &u, sizeof u);
+        if (st != SDNN_OK) {
+            pthread_mutex_lock(&g_mu);
+            for (int j = 0; j < m; ++j) --uo[j].c->inflight;
+            pthread_cond_broadcast(&g_cv);
+            pthread_mutex_unlock(&g_mu);
+            free(uo);
+            free(u);
+            if (first == SDNN_OK) first = st;
+        }
+    }
+    free(taken);
+    return first;
+}
+
+sdnn_status sdnn_dnccl_group_start(void)
+{
+    ++t_depth;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dnccl_group_end(void)
+{
+    if (t_depth < 1)
+        return SDNN_ERROR(SDNN_ERR_COMM, "ncclGroupEnd (simulated): no ncclGroupStart before it");
+    if (--t_depth > 0) return SDNN_OK;
+    sdnn_status st = flush(t_pend, t_npend);
+    free(t_pend);
+    t_pend = NULL;
+    t_npend = t_cap = 0;
+    return st;
+}
+
+/* Checks common to every call; assigns the matching sequence numbers. */
+static sdnn_status add_op(dop *o)
+{
+    const char *call = op_names[o->kind];
+    sdnn_dnccl *c = o->c;
+    if (!c) return SDNN_ERROR(SDNN_ERR_INVALID, "%s (simulated NCCL): no communicator", call);
+    if (o->stream < 0 || o->stream > 2 || !o->ctx)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s (simulated NCCL): no stream", call);
+    if (sdnn_dctx_device(o->ctx) != c->device)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "%s (simulated NCCL): rank %d lives on device %d, its stream on %d", call,
+                          c->rank, c->device, sdnn_dctx_device(o->ctx));
+    pthread_mutex_lock(&g_mu);
+    clique *q = c->q;
+    sdnn_status st = SDNN_OK;
+    if (c->aborted)
+        st = SDNN_ERROR(SDNN_ERR_ABORTED, "%s (simulated NCCL): rank %d's communicator was aborted",
+                        call, c->rank);
+    else if ((o->kind == NOP_SEND || o->kind == NOP_RECV) && (o->peer < 0 || o->peer >= q->nranks))
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s (simulated NCCL): peer %d of a world of %d", call,
+                        o->peer, q->nranks);
+    else if (o->kind == NOP_BCAST && (o->root < 0 || o->root >= q->nranks))
+        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s (simulated NCCL): root %d of a world of %d", call,
+                        o->root, q->nranks);
+    else if (q->fault == FAULT_ERROR && q->calls++ == q->fault_after)
+        st = SDNN_ERROR(SDNN_ERR_COMM,
+                        "%s (simulated NCCL): rank %d: injected failure (SDNN_SIM_NCCL_FAULT)",
+                        call, c->rank);
+    if (st == SDNN_OK) {
+        if (o->kind == NOP_SEND) o->seq = c->send_seq[o->peer]++;
+        else if (o->kind == NOP_RECV) o->seq = c->recv_seq[o->peer]++;
+        else o->seq = c->coll_seq++;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (st != SDNN_OK) return st;
+    if (t_depth == 0) return flush(o, 1);
+    if (t_npend == t_cap) {
+        int cap = t_cap ? 2 * t_cap : 16;
+        dop *p = realloc(t_pend, (size_t)cap * sizeof *p);
+        if (!p) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s (simulated NCCL): no memory", call);
+        t_pend = p;
+        t_cap = cap;
+    }
+    t_pend[t_npend++] = *o;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_dnccl_send(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const void *buf,
+                            size_t bytes, int peer)
+{
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = NOP_SEND;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    o.bytes = bytes;
+    o.peer = peer;
+    void *h = NULL;
+    if (bytes) SDNN_CHECK(sdnn_sim_dptr(ctx, buf, bytes, "ncclSend (simulated)", &h));
+    o.cbuf = h;
+    return add_op(&o);
+}
+
+sdnn_status sdnn_dnccl_recv(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, void *buf, size_t bytes,
+                            int peer)
+{
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = NOP_RECV;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    o.bytes = bytes;
+    o.peer = peer;
+    if (bytes) SDNN_CHECK(sdnn_sim_dptr(ctx, buf, bytes, "ncclRecv (simulated)", &o.buf));
+    return add_op(&o);
+}
+
+sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const float *in,
+                                     float *out, size_t n)
+{
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = NOP_ALLREDUCE;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    o.n = n;
+    void *h;
+    SDNN_CHECK(sdnn_sim_dptr(ctx, in, n * sizeof(float), "ncclAllReduce (simulated)", &h));
+    o.in = h;
+    SDNN_CHECK(sdnn_sim_dptr(ctx, out, n * sizeof(float), "ncclAllReduce (simulated)", &h));
+    o.out = h;
+    return add_op(&o);
+}
+
+sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf, size_t n,
+                                 int root)
+{
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = NOP_BCAST;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    o.n = n;
+    o.root = root;
+    void *h;
+    SDNN_CHECK(sdnn_sim_dptr(ctx, buf, n * sizeof(float), "ncclBroadcast (simulated)", &h));
+    o.out = h;
+    return add_op(&o);
+}
