@@ -2,7 +2,9 @@
 #
 #   make                 libscalednn.a, libscalednn.so and ./darknet
 #   make test            the CMocka suite (no GPU needed)
-#   make asan            the suite under AddressSanitizer + UBSan (build-asan/)
+#   make test-sim        the GPU suite on simulated devices (GPU=sim, build-sim/)
+#   make asan            the suite under AddressSanitizer + UBSan (build-asan/),
+#                        then the simulated GPU suite under both (build-sim-asan/)
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
@@ -111,7 +113,7 @@ LIBA := $(BUILD)/libscalednn.a
 LIBSO := $(BUILD)/libscalednn.so
 endif
 
-.PHONY: all test asan clean tests bench
+.PHONY: all test test-sim asan clean tests bench
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
@@ -161,8 +163,22 @@ test: tests
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	sh tests/run.sh $(TEST_BIN)
 
+# The GPU suite on simulated devices (make GPU=sim; needs OpenBLAS, no GPU):
+# results show the engine's host logic and ordering, not the kernels.
+test-sim:
+ifeq ($(HAVE_OPENBLAS),1)
+	sh tests/gpu/run.sh --device sim
+else
+	@echo "no OpenBLAS: the GPU suite on simulated devices (GPU=sim) skipped"
+endif
+
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
+ifeq ($(HAVE_OPENBLAS),1)
+	sh tests/gpu/run.sh --device sim --asan
+else
+	@echo "no OpenBLAS: the GPU suite on simulated devices (GPU=sim SAN=1) skipped"
+endif
 
 clean:
 	rm -rf build build-asan build-noblas build-sim build-sim-asan darknet libscalednn.a libscalednn.so

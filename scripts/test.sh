@@ -1,11 +1,15 @@
 #!/bin/sh
 # The README's test command: installs what is missing, builds, and runs the
-# CMocka suite, then the same suite under AddressSanitizer + UBSan.
+# CMocka suite and the GPU suite on simulated devices, then both under
+# AddressSanitizer + UBSan.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
 make -j2
 make test
+# The GPU engine's host logic on simulated devices (no GPU, no nvcc): every
+# tests/gpu program with jitter seeds; `make asan` repeats it under ASan.
+make test-sim
 make asan
 # The GPU engine must compile and link wherever the CUDA toolkit is (no GPU
 # needed here); its host-only checks run now, the device checks on a GPU

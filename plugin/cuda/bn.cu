@@ -49,10 +49,7 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
         size_t bidx = e / (size_t)S, s = e % (size_t)S;
         size_t idx = (bidx * (size_t)C + ch) * (size_t)S + s;
         if (MODE == 0) acc[0] += a[idx];
-        if (MODE == 1) {
-            float d = a[idx] - mu;
-            acc[0] += d * d;
-        }
+        if (MODE == 1) acc[0] += sdnn_bn_var_term(a[idx], mu);
         if (MODE == 2) acc[0] += a[idx];
         if (MODE == 3) {
             float t[3];
@@ -153,9 +150,8 @@ __global__ void k_bn_delta(float *delta, const float *x, const float *mean, cons
 {
     SDNN_FOR(i, n) {
         int ch = sdnn_bn_channel(i, C, S);
-        float d = delta[i] * scales[ch];
-        delta[i] = sdnn_bn_normalize_delta(d, x[i], mean[ch], var[ch], mean_delta[ch],
-                                           var_delta[ch], m);
+        delta[i] = sdnn_bn_delta_elem(delta[i], scales[ch], x[i], mean[ch], var[ch],
+                                      mean_delta[ch], var_delta[ch], m);
     }
 }
 
@@ -190,13 +186,13 @@ sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
                                                        a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn mean");
     k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        (float)(1.0 / (double)m), a->mean);
+                                                        sdnn_bn_mean_scale(m), a->mean);
     SDNN_LAUNCHED("bn mean");
     k_channel_partial<1><<<grid, SDNN_THREADS, 0, s>>>(a->out, NULL, NULL, a->mean, a->channels,
                                                        a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn variance");
     k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        (float)(1.0 / ((double)m - 1)), a->var);
+                                                        sdnn_bn_var_scale(m), a->var);
     SDNN_LAUNCHED("bn variance");
     k_rolling<<<ch_grid(a->channels), 128, 0, s>>>(a->channels, a->mean, a->var, a->rolling_mean,
                                                     a->rolling_var);

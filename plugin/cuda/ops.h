@@ -17,6 +17,7 @@
 #define SDNN_CUDA_OPS_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -132,6 +133,33 @@ SDNN_HD float sdnn_bn_normalize_delta(float delta, float x, float mean, float va
                                       float mean_delta, float var_delta, int m)
 {
     return delta / sqrtf(var + 0.00001f) + var_delta * 2.0f * (x - mean) / m + mean_delta / m;
+}
+
+/* The input delta of one element: Darknet scales the delta by the
+ * channel's scale, then normalises it. */
+SDNN_HD float sdnn_bn_delta_elem(float delta, float scale, float x, float mean, float var,
+                                 float mean_delta, float var_delta, int m)
+{
+    return sdnn_bn_normalize_delta(delta * scale, x, mean, var, mean_delta, var_delta, m);
+}
+
+/* The statistics of a channel of m = batch x positions values: mean = sum
+ * of x times bn_mean_scale(m), variance = sum of bn_var_term(x, mean) times
+ * bn_var_scale(m) (unbiased, as Darknet's variance_cpu). */
+SDNN_HD float sdnn_bn_mean_scale(size_t m)
+{
+    return (float)(1.0 / (double)m);
+}
+
+SDNN_HD float sdnn_bn_var_scale(size_t m)
+{
+    return (float)(1.0 / ((double)m - 1));
+}
+
+SDNN_HD float sdnn_bn_var_term(float x, float mean)
+{
+    float d = x - mean;
+    return d * d;
 }
 
 /* The channel of element i of a (batch, C, S) tensor. */

@@ -135,14 +135,11 @@ static void test_batchnorm(void)
         float s = 0;
         for (int b = 0; b < B; ++b)
             for (int i = 0; i < S; ++i) s += x[(b * C + c) * S + i];
-        mean[c] = s * (float)(1.0 / m);
+        mean[c] = s * sdnn_bn_mean_scale((size_t)m);
         float v = 0;
         for (int b = 0; b < B; ++b)
-            for (int i = 0; i < S; ++i) {
-                float d = x[(b * C + c) * S + i] - mean[c];
-                v += d * d;
-            }
-        var[c] = v * (float)(1.0 / (m - 1.0));
+            for (int i = 0; i < S; ++i) v += sdnn_bn_var_term(x[(b * C + c) * S + i], mean[c]);
+        var[c] = v * sdnn_bn_var_scale((size_t)m);
         rm[c] = sdnn_bn_rolling(rm0[c], mean[c]);
         rv[c] = sdnn_bn_rolling(rv0[c], var[c]);
     }
@@ -182,8 +179,8 @@ static void test_batchnorm(void)
     }
     for (size_t i = 0; i < n; ++i) {
         int c = sdnn_bn_channel(i, C, S);
-        delta[i] = sdnn_bn_normalize_delta(delta[i] * l->scales[c], x[i], mean[c], var[c], md[c],
-                                           vd[c], m);
+        delta[i] = sdnn_bn_delta_elem(delta[i], l->scales[c], x[i], mean[c], var[c], md[c],
+                                      vd[c], m);
     }
     CMP(bu, l->bias_updates, C, "batchnorm %s", "bias gradient");
     CMP(su, l->scale_updates, C, "batchnorm %s", "scale gradient");

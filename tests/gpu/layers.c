@@ -483,6 +483,125 @@ static const char *regress_l1 =
     "[connected]\noutput=7\nactivation=linear\n"
     "[cost]\ntype=L1\n";
 
+/* ---- a launch captures its arguments ---------------------------------------------- */
+
+/* As a CUDA launch does, a device layer call takes what it needs when it is
+ * called: the host may change the layer structs (net.c rebuilds states,
+ * replicas swap buffers) before the queued work runs.  Here they change at
+ * once after the calls; on the simulated device with SDNN_SIM_JITTER the
+ * queued work mostly runs after that. */
+#define CAP_OK(call, what)                                                             \
+    do {                                                                               \
+        if ((call) != SDNN_OK) {                                                       \
+            SOFT_ASSERT(0, "launch capture: %s: %s", what, sdnn_last_error());         \
+            goto out;                                                                  \
+        }                                                                              \
+    } while (0)
+
+static void check_launch_capture(sdnn_dctx *c)
+{
+    enum { B = 2, A0 = 5, A1 = 3, A = A0 + A1, NI = 4, NO = 3 };
+    sdnn_dlayer L[3];
+    memset(L, 0, sizeof L);
+    float h0[B * A0], h1[B * A1], got[B * A], want[B * A];
+    float w[NI * NO], u[NI * NO], b[NO], bu[NO], wg[NI * NO], bg[NO];
+    gt_seed(99);
+    gt_fill(h0, B * A0, -1, 1);
+    gt_fill(h1, B * A1, -1, 1);
+    for (int r = 0; r < B; ++r) {
+        memcpy(want + r * A, h0 + r * A0, A0 * sizeof(float));
+        memcpy(want + r * A + A0, h1 + r * A1, A1 * sizeof(float));
+    }
+    float *route_out = NULL, *src0 = NULL, *src1 = NULL;
+    float *dw = NULL, *du = NULL, *db = NULL, *dbu = NULL;
+    /* route: two source layers, then the route */
+    L[0].batch = L[1].batch = L[2].batch = B;
+    L[0].outputs = A0;
+    L[1].outputs = A1;
+    L[2].kind = SDNN_DL_ROUTE;
+    L[2].index = 2;
+    L[2].inputs = L[2].outputs = A;
+    L[2].nroute = 2;
+    L[2].route_from[0] = 0;
+    L[2].route_from[1] = 1;
+    L[2].route_size[0] = A0;
+    L[2].route_size[1] = A1;
+    CAP_OK(sdnn_dmalloc(c, sizeof h0, (void **)&src0), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof h1, (void **)&src1), "alloc");
+    L[0].output = src0;
+    L[1].output = src1;
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, src0, h0, sizeof h0, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, src1, h1, sizeof h1, 1), "copy");
+    CAP_OK(sdnn_dl_setup(c, &L[2]), "route setup");
+    route_out = L[2].output;
+    sdnn_dstate st;
+    memset(&st, 0, sizeof st);
+    st.input = src1;
+    st.layers = L;
+    st.train = 1;
+    CAP_OK(sdnn_dl_forward(c, &L[2], &st), "route forward");
+    /* the sources swapped, the route's sizes and output gone */
+    L[0].output = src1;
+    L[1].output = src0;
+    L[2].output = NULL;
+    L[2].route_size[0] = L[2].route_size[1] = 0;
+    L[2].batch = 0;
+
+    /* update: a connected layer's parameters */
+    sdnn_dlayer f;
+    memset(&f, 0, sizeof f);
+    f.kind = SDNN_DL_CONNECTED;
+    f.inputs = NI;
+    f.outputs = NO;
+    f.batch = B;
+    f.lr_scale = 1;
+    gt_fill(w, NI * NO, -1, 1);
+    gt_fill(u, NI * NO, -1, 1);
+    gt_fill(b, NO, -1, 1);
+    gt_fill(bu, NO, -1, 1);
+    CAP_OK(sdnn_dmalloc(c, sizeof w, (void **)&dw), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof u, (void **)&du), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof b, (void **)&db), "alloc");
+    CAP_OK(sdnn_dmalloc(c, sizeof bu, (void **)&dbu), "alloc");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, dw, w, sizeof w, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, du, u, sizeof u, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, db, b, sizeof b, 0), "copy");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, dbu, bu, sizeof bu, 1), "copy");
+    f.weights = dw;
+    f.weight_updates = du;
+    f.biases = db;
+    f.bias_updates = dbu;
+    sdnn_dupdate ua = {B, 0.1f, 0.9f, 0.0005f};
+    CAP_OK(sdnn_dl_update(c, &f, &ua), "update");
+    f.weights = f.weight_updates = f.biases = f.bias_updates = NULL;
+    f.lr_scale = 0;
+    ua.learning_rate = 0;
+    ua.batch = 1;
+
+    CAP_OK(sdnn_dctx_sync(c), "sync");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, got, route_out, sizeof got, 1), "copy back");
+    SOFT_ASSERT(gt_bytes_differ(got, want, sizeof got) == 0,
+                "launch capture: route output from the sources as they were at the call");
+    for (int k = 0; k < NI * NO; ++k)
+        sdnn_sgd_elem(&w[k], &u[k], -0.0005f * B, 0.1f / B, 0.9f);
+    for (int k = 0; k < NO; ++k) sdnn_sgd_elem(&b[k], &bu[k], 0, 0.1f / B, 0.9f);
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, wg, dw, sizeof wg, 0), "copy back");
+    CAP_OK(sdnn_dcopy(c, SDNN_STREAM_COMPUTE, bg, db, sizeof bg, 1), "copy back");
+    SOFT_ASSERT(gt_bytes_differ(wg, w, sizeof w) == 0 && gt_bytes_differ(bg, b, sizeof b) == 0,
+                "launch capture: update with the rates and buffers as they were at the call");
+out:
+    sdnn_dctx_sync(c);
+    L[2].output = route_out;
+    L[2].batch = B;
+    sdnn_dl_release(&L[2]);
+    sdnn_dfree(src0);
+    sdnn_dfree(src1);
+    sdnn_dfree(dw);
+    sdnn_dfree(du);
+    sdnn_dfree(db);
+    sdnn_dfree(dbu);
+}
+
 int main(int argc, char **argv)
 {
     argv0_ = "layers";
@@ -499,6 +618,7 @@ int main(int argc, char **argv)
             free(t);
         }
     } else {
+        check_launch_capture(vd);
         run("zoo (every kind)", zoo, NULL, vd);
         run("regression (smooth L1)", regress, NULL, vd);
         run("regression (L1)", regress_l1, NULL, vd);

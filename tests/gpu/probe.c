@@ -11,6 +11,7 @@
  */
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 static const char *default_cfgs[] = {"cfg/shapes.cfg", "cfg/fmnist.cfg", "@yolov3-tiny.cfg",
                                      "@yolov2-tiny.cfg", "@cifar.cfg"};
@@ -47,7 +48,7 @@ static void check_support(const char *name)
         }
     }
     SOFT_ASSERT(bad == 0, "%s: all %d layers run on the GPU engine", path, net->n);
-    free_network(net);
+    sdnn_network_free(net);
 }
 
 int main(int argc, char **argv)
@@ -110,7 +111,7 @@ int main(int argc, char **argv)
             GT_OK(sdnn_gpu_net_create(net, v, &g));
             GT_OK(sdnn_gpu_net_pull(g));
             sdnn_gpu_net_destroy(g);
-            free_network(net);
+            sdnn_network_free(net);
         }
         sdnn_gpu_vdev_close(v);
     }

@@ -1,7 +1,15 @@
 #!/bin/sh
-# tests/gpu/run.sh — the GPU suite, for a machine with a CUDA device.
+# tests/gpu/run.sh — the GPU suite, on a machine with a CUDA device or on
+# simulated devices (make GPU=sim, any machine).
 #
 #   sh tests/gpu/run.sh             build (make GPU=1 ... gpu-tests) and run
+#   sh tests/gpu/run.sh --device sim [--asan] [--no-build]
+#                                   build (make GPU=sim, BUILD=build-sim or,
+#                                   with --asan, SAN=1 BUILD=build-sim-asan)
+#                                   and run every program on simulated
+#                                   devices, once per seed of SDNN_SIM_SEEDS
+#                                   (default "none 11 23"; --asan: "17"):
+#                                   "none" runs without SDNN_SIM_JITTER
 #   sh tests/gpu/run.sh --prepare   where Debian's darknet is installed:
 #                                   copy libdarknet.so, darknet.h and the
 #                                   Debian cfgs the tests use into
@@ -12,10 +20,16 @@
 # Run from the repository root.  Self-checking: every program counts its
 # failed checks and exits non-zero on any; this script exits with the
 # number of programs that failed (0 = all passed).  Logs go to $OUT (when
-# set, as on the lent GPU machine) or build/gpu/logs.
+# set, as on the lent GPU machine) or build/gpu/logs (build-sim/logs).
+#
+# Results on simulated devices show the engine's host logic, ordering and
+# arithmetic, never the CUDA kernels, cuDNN or real NCCL.
 #
 #   probe     the engine loads, finds the device, every layer of the
 #             shipped and Debian cfgs is one it runs
+#   runtime   dev.h's runtime: copies, events, NCCL groups; on simulated
+#             devices also faults, tagged-memory errors, sticky errors,
+#             copy statistics, a deadlock outside an NCCL group
 #   formulas  ops.h against libdarknet's CPU layers (host only)
 #   codecs    device codecs = host codecs byte for byte, within bounds;
 #             device ring = host local backend bit for bit (2..4 ranks)
@@ -27,12 +41,35 @@
 #             fmnist; a 1-replica group = the single net bit for bit
 #   vrep      2 virtual replicas x batch 4 = 1 x batch 8 (rel < 1e-4),
 #             overlap/split/codec/stock variants
+#   group     4 devices: the NCCL ring over 2-4 devices = local, the group
+#             with subdivisions, batch norm, int8/top-k, split=device0
+#             across devices, a residual net, and (simulated NCCL only)
+#             its error paths
 set -u
 . tests/gpu/env.sh
 
-case "${1:-}" in
---prepare) sdnn_gpu_prepare; exit $? ;;
+DEVICE=cuda
+ASAN=0
+BUILD_IT=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --prepare) sdnn_gpu_prepare; exit $? ;;
+    --device) DEVICE=${2:-}; shift ;;
+    --device=*) DEVICE=${1#--device=} ;;
+    --asan) ASAN=1 ;;
+    --no-build) BUILD_IT=0 ;;
+    *) echo "tests/gpu/run.sh: unknown argument $1 (--device cuda|sim, --asan, --no-build, --prepare)"; exit 100 ;;
+    esac
+    shift
+done
+case "$DEVICE" in
+cuda|sim) ;;
+*) echo "tests/gpu/run.sh: --device $DEVICE: expected cuda or sim"; exit 100 ;;
 esac
+
+if [ "$DEVICE" = sim ]; then
+    exec sh tests/gpu/run_sim.sh "$ASAN" "$BUILD_IT"
+fi
 
 sdnn_gpu_env || exit 100
 LOGS=${OUT:-$SDNN_ROOT/build/gpu/logs}
@@ -44,7 +81,7 @@ mkdir -p "$LOGS"
     echo "darknet: $SDNN_DARKNET_HOME  cuDNN: $SDNN_CUDNN_HOME  NCCL: $SDNN_NCCL_HOME"
 } 2>&1 | tee "$LOGS/gpu-env.txt"
 
-if [ "${1:-}" != "--no-build" ]; then
+if [ "$BUILD_IT" = 1 ]; then
     start=$(date +%s)
     # shellcheck disable=SC2086
     if ! make -j"$(nproc)" $SDNN_MAKE_ARGS GPU_ARCH="$SDNN_ARCH" gpu-tests >"$LOGS/gpu-build.log" 2>&1; then
@@ -87,12 +124,14 @@ run() {  # name timeout args...
 
 export SDNN_DEBIAN_CFG
 run probe 60 --expect-device
+run runtime 60
 run formulas 60
 run codecs 240
 run comm 120
 run layers 300
 run train 240
 run vrep 180
+run group 120
 echo "tests/gpu:$summary" | tee -a "$LOG"
 echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
 exit $failed

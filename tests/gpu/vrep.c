@@ -17,6 +17,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 static const char *cfg =
     "[net]\nbatch=4\nsubdivisions=1\nwidth=12\nheight=12\nchannels=3\n"
@@ -81,7 +82,7 @@ static sdnn_status start(run *R, const char *set, network *init, const sdnn_gpu_
 static void stop(run *R, int n)
 {
     sdnn_gpu_group_destroy(R->G);
-    for (int r = 0; r < n; ++r) free_network(R->nets[r]);
+    for (int r = 0; r < n; ++r) sdnn_network_free(R->nets[r]);
 }
 
 /* 10 steps of 8 rows; returns the replicas' largest difference seen. */
@@ -183,6 +184,6 @@ int main(int argc, char **argv)
     stop(&two_d0, 2);
     stop(&two_fp16, 2);
     stop(&stock, 2);
-    free_network(init);
+    sdnn_network_free(init);
     return gt_summary("vrep");
 }

@@ -399,7 +399,7 @@ sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c)
     snprintf(msg, sizeof msg, "%s", c->async_msg);
     pthread_mutex_unlock(&g_mu);
     if (st == SDNN_OK) return SDNN_OK;
-    return SDNN_ERROR(st, "simulated NCCL, rank %d: %s", c->rank, msg);
+    return SDNN_ERROR(st, "%s", msg);
 }
 
 /* ---- queued units ------------------------------------------------------------------ */
@@ -602,7 +602,7 @@ static sdnn_status run_unit(void *arg)
                     break;
                 }
             st = SDNN_ERROR(SDNN_ERR_COMM,
-                            "simulated NCCL, rank %d: %s still unmatched after %.0f s "
+                            "simulated NCCL, rank %d: %s still unmatched after %.1f s "
                             "(real NCCL would hang here: the caller's own timeout should "
                             "have aborted the communicator)",
                             o->c->rank, pending_what(o, what, sizeof what), hang_s());
@@ -638,6 +638,23 @@ static sdnn_status run_unit(void *arg)
     free(u->ops);
     free(u);
     return st;
+}
+
+/* The stream failed before the unit's turn: it never runs, and gives its
+ * communicators back (their peers' matching parts wait for an abort). */
+static void skip_unit(void *arg)
+{
+    unit *u = *(unit **)arg;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < u->nops; ++i) {
+        set_async(u->ops[i].c, SDNN_ERR_COMM,
+                  "an operation was skipped: its stream had failed before");
+        --u->ops[i].c->inflight;
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(u->ops);
+    free(u);
 }
 
 /* ---- the calls ------------------------------------------------------------------------ */
@@ -679,8 +696,9 @@ static sdnn_status flush(dop *ops, int n)
         pthread_mutex_unlock(&g_mu);
         u->nops = m;
         u->ops = uo;
-        sdnn_status st = sdnn_sim_launch(ops[i].ctx, ops[i].stream, "ncclGroupEnd (simulated)",
-                                         run_unit, &u, sizeof u);
+        sdnn_status st = sdnn_sim_launch_ex(ops[i].ctx, ops[i].stream,
+                                            "ncclGroupEnd (simulated)", run_unit, skip_unit, &u,
+                                            sizeof u);
         if (st != SDNN_OK) {
             pthread_mutex_lock(&g_mu);
             for (int j = 0; j < m; ++j) --uo[j].c->inflight;

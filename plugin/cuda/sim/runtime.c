@@ -232,6 +232,7 @@ typedef struct sim_op {
     struct sim_op *next;
     int kind;
     sdnn_sim_fn fn;
+    sdnn_sim_skip_fn skipped;
     void *arg;
     const char *call;
     sdnn_devent *ev;
@@ -337,7 +338,9 @@ static void *stream_main(void *arg)
 
         if (g_jitter) jitter(s);
         if (op->kind == OP_FN) {
-            if (!failed) {
+            if (failed) {
+                if (op->skipped) op->skipped(op->arg);
+            } else {
                 sdnn_status st = op->fn(op->arg);
                 if (st != SDNN_OK) {
                     pthread_mutex_lock(&s->mu);
@@ -422,7 +425,8 @@ static sdnn_status stream_sync(sim_stream *s, const char *call)
 }
 
 static sdnn_status launch_seq(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
-                              const void *arg, size_t argsize, uint64_t *seq)
+                              sdnn_sim_skip_fn skipped, const void *arg, size_t argsize,
+                              uint64_t *seq)
 {
     SDNN_CHECK(stream_check(c, stream, call));
     sim_op *op = calloc(1, sizeof *op);
@@ -435,6 +439,7 @@ static sdnn_status launch_seq(sdnn_dctx *c, int stream, const char *call, sdnn_s
     if (argsize) memcpy(copy, arg, argsize);
     op->kind = OP_FN;
     op->fn = fn;
+    op->skipped = skipped;
     op->arg = copy;
     op->call = call;
     stream_push(&c->s[stream], op, seq);
@@ -444,14 +449,20 @@ static sdnn_status launch_seq(sdnn_dctx *c, int stream, const char *call, sdnn_s
 sdnn_status sdnn_sim_launch(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
                             const void *arg, size_t argsize)
 {
-    return launch_seq(c, stream, call, fn, arg, argsize, NULL);
+    return launch_seq(c, stream, call, fn, NULL, arg, argsize, NULL);
+}
+
+sdnn_status sdnn_sim_launch_ex(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
+                               sdnn_sim_skip_fn skipped, const void *arg, size_t argsize)
+{
+    return launch_seq(c, stream, call, fn, skipped, arg, argsize, NULL);
 }
 
 sdnn_status sdnn_sim_launch_sync(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
                                  const void *arg, size_t argsize)
 {
     uint64_t seq;
-    SDNN_CHECK(launch_seq(c, stream, call, fn, arg, argsize, &seq));
+    SDNN_CHECK(launch_seq(c, stream, call, fn, NULL, arg, argsize, &seq));
     return stream_wait(&c->s[stream], seq, call);
 }
 
@@ -888,6 +899,12 @@ static sdnn_status run_copy(void *arg)
     return SDNN_OK;
 }
 
+static void skip_copy(void *arg)
+{
+    copy_arg *a = arg;
+    free(a->staging);
+}
+
 typedef struct side {
     int dev;            /* -1: host */
     int pinned;
@@ -954,7 +971,7 @@ sdnn_status sdnn_dcopy(sdnn_dctx *c, int stream, void *dst, const void *src, siz
         count_copy(c->o.device, &st->d2d, &st->d2d_bytes, bytes);
     }
     uint64_t seq;
-    sdnn_status r = launch_seq(c, stream, call, run_copy, &a, sizeof a, &seq);
+    sdnn_status r = launch_seq(c, stream, call, run_copy, skip_copy, &a, sizeof a, &seq);
     if (r != SDNN_OK) {
         free(a.staging);
         return r;

@@ -47,6 +47,12 @@ sdnn_status sdnn_sim_dptr(sdnn_dctx *c, const void *p, size_t bytes, const char 
  * error, if any, as a sync does. */
 sdnn_status sdnn_sim_launch_sync(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
                                  const void *arg, size_t argsize);
+/* sdnn_sim_launch, with `skipped` called in place of fn when the stream
+ * already failed (fn is then never called): for an operation that holds
+ * resources it must give back either way.  `skipped` may be NULL. */
+typedef void (*sdnn_sim_skip_fn)(void *arg);
+sdnn_status sdnn_sim_launch_ex(sdnn_dctx *c, int stream, const char *call, sdnn_sim_fn fn,
+                               sdnn_sim_skip_fn skipped, const void *arg, size_t argsize);
 /* Host wait for one stream of c (the sticky error if any), naming `call`. */
 sdnn_status sdnn_sim_stream_sync(sdnn_dctx *c, int stream, const char *call);
 

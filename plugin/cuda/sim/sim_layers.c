@@ -252,17 +252,13 @@ static sdnn_status k_bn_fwd(void *arg)
         }
         return SDNN_OK;
     }
-    /* bn.cu's scales: the sums times 1/m and 1/(m - 1), rounded to float */
-    float inv_m = (float)(1.0 / (double)m), inv_m1 = (float)(1.0 / ((double)m - 1));
+    float inv_m = sdnn_bn_mean_scale(m), inv_m1 = sdnn_bn_var_scale(m);
     for (int ch = 0; ch < a->C; ++ch) {
         float s = 0;
         CHANNEL_FOR(a, ch, i) s += a->out[i];
         float mu = s * inv_m;
         float v = 0;
-        CHANNEL_FOR(a, ch, i) {
-            float d = a->out[i] - mu;
-            v += d * d;
-        }
+        CHANNEL_FOR(a, ch, i) v += sdnn_bn_var_term(a->out[i], mu);
         a->mean[ch] = mu;
         a->var[ch] = v * inv_m1;
         a->rolling_mean[ch] = sdnn_bn_rolling(a->rolling_mean[ch], a->mean[ch]);
@@ -295,9 +291,9 @@ static sdnn_status k_bn_bwd(void *arg)
     }
     for (size_t i = 0; i < n; ++i) {
         int ch = sdnn_bn_channel(i, a->C, a->S);
-        float d = a->delta[i] * a->scales[ch];
-        a->delta[i] = sdnn_bn_normalize_delta(d, a->x[i], a->mean[ch], a->var[ch],
-                                              a->mean_delta[ch], a->var_delta[ch], (int)m);
+        a->delta[i] = sdnn_bn_delta_elem(a->delta[i], a->scales[ch], a->x[i], a->mean[ch],
+                                         a->var[ch], a->mean_delta[ch], a->var_delta[ch],
+                                         (int)m);
     }
     return SDNN_OK;
 }

@@ -1,0 +1,94 @@
+#!/bin/sh
+# tests/gpu/run_sim.sh — the GPU suite on simulated devices; called by
+# `sh tests/gpu/run.sh --device sim [--asan] [--no-build]` (arguments: asan
+# 0|1, build 0|1).  Every program of tests/gpu runs once per seed of
+# SDNN_SIM_SEEDS ("none" = no jitter), SDNN_SIM_DEVICES=4, and prints one
+# summary line; the exit status is the number of programs that failed.
+#
+# What passes here is the engine's host logic, ordering and arithmetic on
+# simulated devices, never the CUDA kernels, cuDNN or real NCCL.
+set -u
+ASAN=$1
+BUILD_IT=$2
+if [ "$ASAN" = 1 ]; then
+    B=build-sim-asan
+    MAKE_ARGS="GPU=sim SAN=1 BUILD=$B"
+    SEEDS=${SDNN_SIM_SEEDS:-17}
+    export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp:print_suppressions=0"
+    export ASAN_OPTIONS="suppressions=$(pwd)/tests/asan.supp"
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    SLOW=4
+else
+    B=build-sim
+    MAKE_ARGS="GPU=sim BUILD=$B"
+    SEEDS=${SDNN_SIM_SEEDS:-none 11 23}
+    SLOW=1
+fi
+LOGS=${OUT:-$(pwd)/$B/logs}
+mkdir -p "$LOGS"
+
+if [ "$BUILD_IT" = 1 ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    if ! make -j"${SDNN_JOBS:-2}" $MAKE_ARGS gpu-tests >"$LOGS/sim-build.log" 2>&1; then
+        tail -40 "$LOGS/sim-build.log"
+        echo "tests/gpu/run.sh --device sim: the build failed (log: $LOGS/sim-build.log)"
+        exit 101
+    fi
+    echo "build ($MAKE_ARGS): $(( $(date +%s) - start )) s"
+fi
+
+if [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
+else SDNN_DEBIAN_CFG=$(pwd)/tests/gpu/bundle/cfg; fi
+export SDNN_DEBIAN_CFG
+export SDNN_SIM_DEVICES=${SDNN_SIM_DEVICES:-4}
+
+BIN=$B/tests/gpu
+LOG=$LOGS/sim-tests.log
+ERR=$LOGS/sim-tests.err
+: >"$LOG"
+: >"$ERR"
+failed=0
+total_start=$(date +%s)
+run() {  # name timeout args...
+    name=$1; limit=$(( $2 * SLOW )); shift 2
+    start=$(date +%s)
+    bad=""
+    for seed in $SEEDS; do
+        echo "==== $name (jitter $seed)" >>"$LOG"
+        echo "==== $name (jitter $seed)" >>"$ERR"
+        if [ "$seed" = none ]; then
+            ( unset SDNN_SIM_JITTER; timeout "$limit" "$BIN/$name" "$@" ) >"$LOGS/.cur.log" 2>>"$ERR"
+        else
+            SDNN_SIM_JITTER=$seed timeout "$limit" "$BIN/$name" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
+        fi
+        rc=$?
+        cat "$LOGS/.cur.log" >>"$LOG"
+        if [ $rc -ne 0 ]; then
+            grep -E "FAIL" "$LOGS/.cur.log" | head -20
+            [ $rc -eq 124 ] && echo "$name (jitter $seed): timed out after $limit s"
+            bad="$bad $seed:rc=$rc"
+        fi
+        last=$(grep -E "passed" "$LOGS/.cur.log" | tail -1)
+    done
+    rm -f "$LOGS/.cur.log"
+    secs=$(( $(date +%s) - start ))
+    if [ -n "$bad" ]; then
+        failed=$((failed + 1))
+        echo "$name: FAILED (simulated devices; jitter seeds:$bad; ${secs} s)" | tee -a "$LOG"
+    else
+        echo "$name: ok on simulated devices (jitter seeds: $SEEDS; $last; ${secs} s)" | tee -a "$LOG"
+    fi
+}
+
+run probe 60 --expect-device
+run runtime 60
+run formulas 60
+run codecs 240
+run comm 180
+run layers 300
+run train 240
+run vrep 240
+run group 240
+echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
+exit $failed
