@@ -17,6 +17,11 @@
  *                      message; the CPU networks keep what the last good
  *                      pull gave them; destroy works
  * Each with 1 replica and with 2 virtual replicas on one device.
+ *   a failed exchange  (simulated devices only: the NCCL stand-in's
+ *                      SDNN_SIM_NCCL_FAULT=error:K) 2 replicas on devices
+ *                      0 and 1 with comm=nccl, an exchange call failing a few
+ *                      calls in: the step that meets it fails, the group is
+ *                      failed and refuses the rest, destroy returns
  */
 #include "dev.h"
 #include "engine.h"
@@ -38,7 +43,7 @@ typedef struct run {
     sdnn_gpu_group *G;
 } run;
 
-static sdnn_status start(run *R, int n, network *init)
+static sdnn_status start_opts(run *R, int n, network *init, const sdnn_gpu_group_options *o)
 {
     memset(R, 0, sizeof *R);
     R->n = n;
@@ -47,9 +52,14 @@ static sdnn_status start(run *R, int n, network *init)
         if (!R->nets[r]) return SDNN_ERROR(SDNN_ERR_INVALID, "parse");
         gt_copy_net(R->nets[r], init);
     }
+    return sdnn_gpu_group_create(R->nets, n, o, &R->G);
+}
+
+static sdnn_status start(run *R, int n, network *init)
+{
     sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
     o.preload = PRELOAD;
-    return sdnn_gpu_group_create(R->nets, n, &o, &R->G);
+    return start_opts(R, n, init, &o);
 }
 
 static void stop(run *R)
@@ -213,6 +223,49 @@ static void failed_step(int n, network *init)
     stop(&a);
 }
 
+/* An exchange that fails in the NCCL stand-in of the simulated runtime. */
+static void failed_exchange(network *init)
+{
+    int ndev = 0;
+    if (sdnn_dev_count(&ndev) != SDNN_OK || ndev < 2) {
+        printf("    failed exchange: skipped (%d devices)\n", ndev);
+        return;
+    }
+    static const int devices[2] = {0, 1};
+    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
+    o.preload = PRELOAD;
+    o.devices = devices;
+    o.comm = "nccl";
+    o.bucket_mb = 0.0005;   /* several buckets, several calls per step */
+    setenv("SDNN_SIM_NCCL_FAULT", "error:7", 1);
+    run a;
+    sdnn_status s = start_opts(&a, 2, init, &o);
+    unsetenv("SDNN_SIM_NCCL_FAULT");
+    if (s != SDNN_OK) {
+        SOFT_ASSERT(0, "failed exchange: create: %s", sdnn_last_error());
+        stop(&a);
+        return;
+    }
+    int k = 0;
+    for (; k < 6 && s == SDNN_OK; ++k) s = feed_step(&a, 10 + k);
+    SOFT_ASSERT(s != SDNN_OK && s != SDNN_ERR_ABORTED && s != SDNN_ERR_INVALID,
+                "failed exchange: a step fails with the exchange's error (step %d: %s)", k - 1,
+                s ? sdnn_last_error() : "none failed");
+    SOFT_ASSERT(sdnn_gpu_group_failed(a.G) == s, "failed exchange: the group is failed with it "
+                "(%s)", sdnn_strerror(sdnn_gpu_group_failed(a.G)));
+    sdnn_gpu_step_stats st;
+    data d = batch_of(&a, 20);
+    s = sdnn_gpu_group_feed(a.G, d);
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED, "failed exchange: feed refused (%s)", sdnn_strerror(s));
+    s = sdnn_gpu_group_step(a.G, &st);
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED, "failed exchange: step refused (%s)", sdnn_strerror(s));
+    s = sdnn_gpu_group_pull(a.G);
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED, "failed exchange: pull refused (%s)", sdnn_strerror(s));
+    free_data(d);
+    stop(&a);   /* run.sh's timeout catches a destroy that hangs */
+    printf("    failed exchange: destroyed\n");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -228,6 +281,7 @@ int main(int argc, char **argv)
         caller_errors(n, init);
         failed_step(n, init);
     }
+    failed_exchange(init);
     sdnn_network_free(init);
     return gt_summary("group_fail");
 }
