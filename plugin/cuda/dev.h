@@ -106,6 +106,8 @@ typedef struct sdnn_dev_stats {
     uint64_t h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable, d2d, peer;
     uint64_t h2d_pinned_bytes, h2d_pageable_bytes, d2h_pinned_bytes, d2h_pageable_bytes;
     uint64_t d2d_bytes, peer_bytes;
+    uint64_t ops;           /* queued operations run (kernels, copies, event marks) */
+    uint64_t jitter_us;     /* delays SDNN_SIM_JITTER added before them */
 } sdnn_dev_stats;
 sdnn_status sdnn_dev_stats_get(int dev, sdnn_dev_stats *s);
 

@@ -3,9 +3,10 @@
  * backward, on random inputs (DESIGN §5: ||gpu - cpu|| / ||cpu|| < 1e-4 in
  * fp32), then Darknet's update.  Needs a CUDA device.
  *
- *   layers [CFG ...]      default: a zoo of every kind, the shipped cfgs
- *                         and Debian's yolov3-tiny, yolov2-tiny and cifar
- *                         (SDNN_DEBIAN_CFG names their folder)
+ *   layers [CFG ...]      default: a zoo of every kind, every activation,
+ *                         the cost kinds (smooth, L1, masked), the shipped
+ *                         cfgs and Debian's yolov3-tiny, yolov2-tiny and
+ *                         cifar (SDNN_DEBIAN_CFG names their folder)
  *
  * Each layer is checked alone: the CPU reference runs the network layer by
  * layer; before the device runs layer i, it receives the tensors the CPU
@@ -227,6 +228,11 @@ static void check_forward(ref *R, int i)
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
         SOFT_ASSERT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
     }
+    if (l->type == COST && l->cost_type == MASKED && i > 0) {
+        /* Darknet writes SECRET_NUM into the input where the truth is */
+        double ei = dev_err(R->g, i - 1, SDNN_GT_OUTPUT, input, nprev);
+        SOFT_ASSERT(ei < TOL, "layer %2d %-9s masked input: rel err %.2e", i, kind(l), ei);
+    }
     if (l->batch_normalize) {
         double em = dev_err(R->g, i, SDNN_GT_ROLLING_MEAN, l->rolling_mean, nbiases(l));
         double ev = dev_err(R->g, i, SDNN_GT_ROLLING_VARIANCE, l->rolling_variance, nbiases(l));
@@ -412,7 +418,11 @@ static void make_data(ref *R, uint64_t seed)
     } else {
         gt_seed(seed);
         gt_fill(R->x, nin, 0, 1);
-        if (last->type == COST && last->cost_type != SSE) gt_fill(R->y, ntr, -1, 1);
+        if (last->type == COST && last->cost_type != SSE) {
+            gt_fill(R->y, ntr, -1, 1);
+            if (last->cost_type == MASKED)   /* every third truth is ignored */
+                for (size_t k = 0; k < ntr; k += 3) R->y[k] = SDNN_COST_SECRET;
+        }
         else
             for (int r = 0; r < net->batch; ++r)
                 R->y[(size_t)r * net->truths + gt_next() % (uint64_t)net->truths] = 1;
@@ -468,6 +478,27 @@ static const char *zoo =
     "[dropout]\nprobability=0.25\n"
     "[connected]\noutput=10\nactivation=linear\n"
     "[softmax]\n"
+    "[cost]\ntype=sse\n";
+
+/* Every activation of ops.h in a convolution, with and without batch norm,
+ * and in a connected layer. */
+static const char *activations =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=6\nheight=6\nchannels=3\n"
+    "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=logistic\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=relu\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=relie\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=ramp\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=tanh\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=plse\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=elu\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=loggy\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=stair\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=hardtan\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\npad=1\nactivation=lhtan\n"
+    "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=selu\n"
+    "[connected]\noutput=6\nactivation=loggy\n"
+    "[connected]\noutput=5\nbatch_normalize=1\nactivation=selu\n"
     "[cost]\ntype=sse\n";
 
 static const char *regress =
@@ -602,6 +633,12 @@ out:
     sdnn_dfree(dbu);
 }
 
+static const char *regress_masked =
+    "[net]\nbatch=3\nsubdivisions=1\nwidth=5\nheight=5\nchannels=2\n"
+    "[convolutional]\nfilters=3\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    "[connected]\noutput=6\nactivation=linear\n"
+    "[cost]\ntype=masked\n";
+
 int main(int argc, char **argv)
 {
     argv0_ = "layers";
@@ -620,8 +657,10 @@ int main(int argc, char **argv)
     } else {
         check_launch_capture(vd);
         run("zoo (every kind)", zoo, NULL, vd);
+        run("activations (every kind)", activations, NULL, vd);
         run("regression (smooth L1)", regress, NULL, vd);
         run("regression (L1)", regress_l1, NULL, vd);
+        run("regression (masked)", regress_masked, NULL, vd);
         const char *dir = getenv("SDNN_DEBIAN_CFG");
         if (!dir || !*dir) dir = "/usr/share/darknet/cfg";
         struct {

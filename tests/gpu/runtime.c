@@ -188,6 +188,8 @@ static void stats_and_staging(sdnn_dctx *c)
                 (unsigned long long)(b.h2d_pageable - a.h2d_pageable),
                 (unsigned long long)(b.d2h_pinned - a.d2h_pinned),
                 (unsigned long long)(b.d2h_pageable - a.d2h_pageable));
+    SOFT_ASSERT(b.ops - a.ops >= 4, "queued operations counted (%llu, 4 copies)",
+                (unsigned long long)(b.ops - a.ops));
     SOFT_ASSERT(b.mem_live - a.mem_live == n * 4 && b.mem_peak >= b.mem_live,
                 "device memory in use: %zu bytes more, peak %zu", b.mem_live - a.mem_live,
                 b.mem_peak);

@@ -71,6 +71,7 @@ static sdnn_status g_init_status;
 static char g_init_msg[256];
 static unsigned long long g_jitter_seed;
 static int g_jitter;
+static FILE *g_log;             /* SDNN_SIM_LOG: one line per queued operation run */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_pinned_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint g_ctx_serial;
@@ -109,6 +110,16 @@ static void sim_init(void)
             return;
         }
         g_jitter = 1;
+    }
+    const char *log = getenv("SDNN_SIM_LOG");
+    if (log && *log) {
+        g_log = strcmp(log, "stderr") == 0 ? stderr : fopen(log, "w");
+        if (!g_log) {
+            g_init_status = SDNN_ERR_IO;
+            snprintf(g_init_msg, sizeof g_init_msg, "SDNN_SIM_LOG=%s: cannot write it: %s", log,
+                     strerror(errno));
+            return;
+        }
     }
     for (int d = 0; d < n; ++d) {
         sim_device *D = &g_dev[d];
@@ -306,8 +317,9 @@ static uint64_t xorshift(uint64_t *s)
 }
 
 /* Mostly nothing, often a few tens of microseconds, now and then a few
- * milliseconds: enough to reorder streams that lack an event wait. */
-static void jitter(sim_stream *s)
+ * milliseconds: enough to reorder streams that lack an event wait.
+ * Returns the delay (microseconds). */
+static long jitter(sim_stream *s)
 {
     uint64_t r = xorshift(&s->rng);
     unsigned pick = (unsigned)(r % 100);
@@ -318,6 +330,14 @@ static void jitter(sim_stream *s)
         struct timespec t = {0, us * 1000L};
         nanosleep(&t, NULL);
     }
+    return us;
+}
+
+static const char *op_call(const sim_op *op)
+{
+    if (op->kind == OP_RECORD) return "sdnn_devent_record";
+    if (op->kind == OP_WAIT) return "sdnn_devent_wait";
+    return op->call ? op->call : "operation";
 }
 
 static void *stream_main(void *arg)
@@ -336,7 +356,15 @@ static void *stream_main(void *arg)
         int failed = s->err != SDNN_OK;
         pthread_mutex_unlock(&s->mu);
 
-        if (g_jitter) jitter(s);
+        long delay = g_jitter ? jitter(s) : 0;
+        if (g_log)
+            fprintf(g_log, "%.6f device %d context %u %s stream: %s%s (jitter %ld us)\n", now_s(),
+                    s->ctx->o.device, s->ctx->serial, stream_names[s->which], op_call(op),
+                    failed ? " skipped" : "", delay);
+        pthread_mutex_lock(&g_dev[s->ctx->o.device].lock);
+        ++g_dev[s->ctx->o.device].st.ops;
+        g_dev[s->ctx->o.device].st.jitter_us += (uint64_t)delay;
+        pthread_mutex_unlock(&g_dev[s->ctx->o.device].lock);
         if (op->kind == OP_FN) {
             if (failed) {
                 if (op->skipped) op->skipped(op->arg);
