@@ -5,7 +5,9 @@
  *
  * Per-channel sums are deterministic two-phase reductions: a grid of
  * (parts x channels) blocks writes partial sums, one thread per channel adds
- * its parts in order.  No atomics, so reruns give the same bits.
+ * its parts in order.  No atomics, so reruns give the same bits.  The
+ * blocks lie along x, block = channel * parts + part: gridDim.y stops at
+ * 65,535 and a connected layer may have more outputs than that.
  */
 #include "bn.cuh"
 #include "ops.h"
@@ -37,7 +39,7 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
 {
     constexpr int K = MODE == 3 ? 3 : 1;
     __shared__ float sh[K][SDNN_THREADS];
-    int ch = blockIdx.y, part = blockIdx.x;
+    int ch = (int)(blockIdx.x / (unsigned)parts), part = (int)(blockIdx.x % (unsigned)parts);
     size_t per = (m + parts - 1) / parts;
     size_t lo = per * part, hi = lo + per < m ? lo + per : m;
     float acc[K];
@@ -155,6 +157,17 @@ __global__ void k_bn_delta(float *delta, const float *x, const float *mean, cons
 
 static unsigned ch_grid(int C) { return (unsigned)((C + 127) / 128); }
 
+/* parts x channels blocks along x (at most 64 x 2^25 channels). */
+static sdnn_status partial_grid(int parts, int C, dim3 *grid)
+{
+    size_t b = (size_t)parts * (size_t)(C > 0 ? C : 1);
+    if (b > 0x7fffffffu)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "batch norm: %d channels, at most %d", C,
+                          (int)(0x7fffffffu / (unsigned)parts));
+    *grid = dim3((unsigned)b);
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
 {
     cudaStream_t s = c->s[0];
@@ -167,7 +180,8 @@ sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
         return SDNN_OK;
     }
     int parts = parts_for(m);
-    dim3 grid((unsigned)parts, (unsigned)a->channels);
+    dim3 grid;
+    SDNN_CHECK(partial_grid(parts, a->channels, &grid));
     k_channel_partial<0><<<grid, SDNN_THREADS, 0, s>>>(a->out, NULL, NULL, NULL, a->channels,
                                                        a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn mean");
@@ -195,7 +209,8 @@ sdnn_status sdnn_bn_backward(sdnn_dctx *c, const sdnn_bn_args *a)
     cudaStream_t s = c->s[0];
     size_t m = (size_t)a->batch * a->spatial, n = m * a->channels;
     int parts = parts_for(m);
-    dim3 grid((unsigned)parts, (unsigned)a->channels);
+    dim3 grid;
+    SDNN_CHECK(partial_grid(parts, a->channels, &grid));
     k_channel_partial<3><<<grid, SDNN_THREADS, 0, s>>>(a->delta, a->x_norm, a->x, a->mean,
                                                        a->channels, a->spatial, m, parts,
                                                        a->partial);
@@ -225,7 +240,8 @@ sdnn_status sdnn_bias_backward(sdnn_dctx *c, float *bias_updates, const float *d
 {
     size_t m = (size_t)batch * S;
     int parts = parts_for(m);
-    dim3 grid((unsigned)parts, (unsigned)C);
+    dim3 grid;
+    SDNN_CHECK(partial_grid(parts, C, &grid));
     k_channel_partial<2><<<grid, SDNN_THREADS, 0, c->s[0]>>>(delta, NULL, NULL, NULL, C, S, m,
                                                              parts, partial);
     SDNN_LAUNCHED("bias gradient");

@@ -15,6 +15,7 @@
  * momentum, and the previous layer's delta may already hold contributions
  * (route, shortcut).
  */
+#include "convpick.h"
 #include "layers.cuh"
 #include "ops.h"
 
@@ -32,37 +33,47 @@ sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, floa
 
 #if SDNN_CUDNN
 
-/* The first algorithm in cuDNN's ranking that fits the workspace limit,
- * whose math is plain fp32 unless TF32 is allowed, and, when asked, is
- * deterministic; failing that, the same without determinism, then without
- * the workspace limit.  (The ranking is asked with the math mode we want
- * set on the descriptor; an entry may report CUDNN_DEFAULT_MATH for the
- * same FMA kernels, so both count as fp32 and the descriptor is then set
- * to CUDNN_FMA_MATH explicitly.) */
+static_assert((int)CUDNN_DEFAULT_MATH == (int)SDNN_CONV_MATH_DEFAULT &&
+                  (int)CUDNN_TENSOR_OP_MATH == (int)SDNN_CONV_MATH_TENSOR_OP &&
+                  (int)CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION == (int)SDNN_CONV_MATH_CONVERT &&
+                  (int)CUDNN_FMA_MATH == (int)SDNN_CONV_MATH_FMA,
+              "convpick.h: cuDNN's math types");
+
+/* The entry of cuDNN's ranking that sdnn_conv_pick (convpick.h) takes:
+ * only math the tf32 option allows (never a down-conversion to fp16),
+ * deterministic when asked, within the workspace limit where one fits.
+ * (The ranking is asked with the math mode we want set on the descriptor;
+ * an entry may report CUDNN_DEFAULT_MATH for the same FMA kernels, so
+ * without tf32 the descriptor is then set to CUDNN_FMA_MATH explicitly.) */
 template <typename Perf>
 static int pick(const Perf *p, int n, const sdnn_dctx_options *o)
 {
-    for (int pass = 0; pass < 3; ++pass) {
-        for (int i = 0; i < n; ++i) {
-            if (p[i].status != CUDNN_STATUS_SUCCESS) continue;
-            if (pass < 2 && p[i].memory > o->workspace_limit) continue;
-            if (!o->tf32 && p[i].mathType != CUDNN_FMA_MATH && p[i].mathType != CUDNN_DEFAULT_MATH)
-                continue;
-            if (pass == 0 && o->deterministic && p[i].determinism != CUDNN_DETERMINISTIC) continue;
-            return i;
-        }
+    enum { MAXALGO = 16 };
+    sdnn_conv_algo a[MAXALGO];
+    if (n > MAXALGO) n = MAXALGO;
+    for (int i = 0; i < n; ++i) {
+        a[i].ok = p[i].status == CUDNN_STATUS_SUCCESS;
+        a[i].memory = p[i].memory;
+        a[i].math = (int)p[i].mathType;
+        a[i].deterministic = p[i].determinism == CUDNN_DETERMINISTIC;
     }
-    return -1;
+    return sdnn_conv_pick(a, n, o->workspace_limit, o->tf32, o->deterministic);
 }
 
 static cudnnMathType_t math_for(cudnnMathType_t reported, const sdnn_dctx_options *o)
 {
-    return o->tf32 ? reported : CUDNN_FMA_MATH;
+    return (cudnnMathType_t)sdnn_conv_math_set((int)reported, o->tf32);
 }
 
+/* Every descriptor is created into a field of the layer's impl (calloc'd,
+ * so NULL until then) and sdnn_conv_release destroys each one that exists:
+ * a setup that fails partway, which the caller always releases, leaks
+ * nothing. */
 static sdnn_status conv_desc(cudnnConvolutionDescriptor_t *d, const sdnn_dlayer *l)
 {
-    SDNN_DNN(cudnnCreateConvolutionDescriptor(d));
+    cudnnConvolutionDescriptor_t made = NULL;
+    SDNN_DNN(cudnnCreateConvolutionDescriptor(&made));
+    *d = made;
     SDNN_DNN(cudnnSetConvolution2dDescriptor(*d, l->pad, l->pad, l->stride, l->stride, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     SDNN_DNN(cudnnSetConvolutionGroupCount(*d, l->groups));
@@ -72,10 +83,15 @@ static sdnn_status conv_desc(cudnnConvolutionDescriptor_t *d, const sdnn_dlayer 
 sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
 {
     const sdnn_dctx_options *o = &c->o;
-    SDNN_DNN(cudnnCreateTensorDescriptor(&im->xd));
-    SDNN_DNN(cudnnCreateTensorDescriptor(&im->yd));
-    SDNN_DNN(cudnnCreateFilterDescriptor(&im->wd));
-    im->have_desc = 1;
+    cudnnTensorDescriptor_t td = NULL;
+    cudnnFilterDescriptor_t fd = NULL;
+    SDNN_DNN(cudnnCreateTensorDescriptor(&td));
+    im->xd = td;
+    td = NULL;
+    SDNN_DNN(cudnnCreateTensorDescriptor(&td));
+    im->yd = td;
+    SDNN_DNN(cudnnCreateFilterDescriptor(&fd));
+    im->wd = fd;
     SDNN_DNN(cudnnSetTensor4dDescriptor(im->xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, l->batch, l->c,
                                         l->h, l->w));
     SDNN_DNN(cudnnSetTensor4dDescriptor(im->yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, l->batch,
@@ -156,14 +172,15 @@ sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
 
 void sdnn_conv_release(sdnn_dl_impl *im)
 {
-    if (!im->have_desc) return;
-    cudnnDestroyTensorDescriptor(im->xd);
-    cudnnDestroyTensorDescriptor(im->yd);
-    cudnnDestroyFilterDescriptor(im->wd);
+    if (im->xd) cudnnDestroyTensorDescriptor(im->xd);
+    if (im->yd) cudnnDestroyTensorDescriptor(im->yd);
+    if (im->wd) cudnnDestroyFilterDescriptor(im->wd);
     if (im->cd_fwd) cudnnDestroyConvolutionDescriptor(im->cd_fwd);
     if (im->cd_bwd_data) cudnnDestroyConvolutionDescriptor(im->cd_bwd_data);
     if (im->cd_bwd_filter) cudnnDestroyConvolutionDescriptor(im->cd_bwd_filter);
-    im->have_desc = 0;
+    im->xd = im->yd = NULL;
+    im->wd = NULL;
+    im->cd_fwd = im->cd_bwd_data = im->cd_bwd_filter = NULL;
 }
 
 sdnn_status sdnn_conv_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s)

@@ -23,6 +23,8 @@ struct sdnn_dctx {
 #endif
     void *ws;
     size_t ws_bytes;
+    void **ws_retired;          /* outgrown workspaces, freed with the context */
+    size_t n_retired;
 };
 
 struct sdnn_devent {

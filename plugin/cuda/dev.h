@@ -57,7 +57,11 @@ sdnn_status sdnn_dctx_sync(sdnn_dctx *c);
 sdnn_status sdnn_dctx_sync_all(sdnn_dctx *c);   /* compute, copy and comm */
 /* Wait for one stream of c (and report a failed operation on it). */
 sdnn_status sdnn_dctx_sync_stream(sdnn_dctx *c, int stream);
-/* A workspace of at least `bytes` on the compute stream's device. */
+/* A workspace of at least `bytes` on the compute stream's device.  Sized
+ * between steps only (net.c asks once per network at its creation, for the
+ * largest need of its layers): a growth allocates, which serialises the
+ * device's streams, and never frees or waits: the outgrown buffer, which
+ * queued work may still read, is freed by sdnn_dctx_destroy. */
 sdnn_status sdnn_dctx_workspace(sdnn_dctx *c, size_t bytes, void **ws);
 /* The workspace as it is now (no allocation). */
 void sdnn_dctx_workspace_current(sdnn_dctx *c, void **ws, size_t *bytes);

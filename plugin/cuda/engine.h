@@ -75,6 +75,14 @@ typedef struct sdnn_gpu_net sdnn_gpu_net;
 sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **out);
 void sdnn_gpu_net_destroy(sdnn_gpu_net *g);
 network *sdnn_gpu_net_host(sdnn_gpu_net *g);
+/* What the net holds beside its layers' buffers and the vdev's workspace:
+ * device bytes (the two parameter arenas, the net's own input and truth
+ * buffers) and pinned host bytes (the host-loss input, the staging of
+ * sdnn_gpu_net_train).  The input, truth and staging buffers are made by
+ * the first call that needs them (sdnn_gpu_net_train, _set_input,
+ * _predict, _layer_forward, the INPUT and TRUTH tensors), so the nets of a
+ * group, which read their rows from the preload rings, hold none. */
+void sdnn_gpu_net_memory(const sdnn_gpu_net *g, size_t *device, size_t *pinned);
 sdnn_gpu_vdev *sdnn_gpu_net_vdev(sdnn_gpu_net *g);
 
 /* SDNN_OK when the engine runs layer `l`; else SDNN_ERR_UNSUPPORTED with the
@@ -184,14 +192,19 @@ sdnn_status sdnn_gpu_preload_create(sdnn_gpu_vdev *vd, int slots, int rows, int 
                                     int truths, sdnn_gpu_preload **out);
 void sdnn_gpu_preload_destroy(sdnn_gpu_preload *p);
 /* Queue `rows` rows (row pointers, as Darknet's matrix) of X and Y
- * (yrows may be NULL when truths is 0): the rows are copied into the
- * slot's pinned staging and sent on the copy stream.  Waits only for the
- * compute stream to release a slot popped earlier; a ring whose K slots
- * all wait unpopped is SDNN_ERR_INVALID. */
+ * (yrows may be NULL when truths is 0) in a free slot: the rows are copied
+ * into the slot's pinned staging and sent on the copy stream.  It waits on
+ * the host only for the compute stream to reach the release of the step
+ * that last read the slot.  With no free slot (K queued, or K - 1 queued
+ * and one popped and not yet released) it is SDNN_ERR_INVALID and changes
+ * nothing: a popped slot is never overwritten before its release. */
 sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, float *const *yrows,
                                   int rows);
+/* Slots a push may fill now (0..K). */
+int sdnn_gpu_preload_room(const sdnn_gpu_preload *p);
 /* The oldest queued slot; the compute stream waits for its copy.  The
- * slot stays valid until sdnn_gpu_preload_release. */
+ * slot (its device rows and y_host) stays as it is until
+ * sdnn_gpu_preload_release; one slot at a time is popped. */
 sdnn_status sdnn_gpu_preload_pop(sdnn_gpu_preload *p, sdnn_gpu_slot *s);
 /* The compute stream is done with the popped slot once it reaches here. */
 sdnn_status sdnn_gpu_preload_release(sdnn_gpu_preload *p);
@@ -256,11 +269,25 @@ sdnn_status sdnn_gpu_group_create(network **nets, int n, const sdnn_gpu_group_op
                                   sdnn_gpu_group **out);
 void sdnn_gpu_group_destroy(sdnn_gpu_group *G);
 /* Queue the batch of one future step (n x batch x subdivisions rows) to
- * the replicas' preload rings; blocks only when `preload` steps wait. */
+ * every replica's preload ring, or to none: with `preload` fed steps not
+ * yet stepped (or a batch of the wrong size) it is SDNN_ERR_INVALID and
+ * queues nothing, and the group goes on.  It waits on the host only for a
+ * device to finish the step that last read the slot it reuses.  It never
+ * waits for a slot to free up: only sdnn_gpu_group_step frees one, the
+ * group is driven from one thread, so that wait would never end (feed at
+ * most `preload` steps ahead, then step). */
 sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d);
-/* One step on the oldest fed batch. */
+/* One step on the oldest fed batch (nothing fed: SDNN_ERR_INVALID, and the
+ * group goes on).  A step that fails once it has started leaves the
+ * replicas, the rings and the exchange state partway through it: the
+ * group is then failed, like the CPU trainer after a failed step: every
+ * later feed, step and pull is SDNN_ERR_ABORTED naming the first failure,
+ * so nothing of that step reaches a save.  Only destroy remains. */
 sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st);
-/* Every replica's device state to its CPU network (before a save). */
+/* SDNN_OK, or the status of the failure that stopped the group. */
+sdnn_status sdnn_gpu_group_failed(const sdnn_gpu_group *G);
+/* Every replica's device state to its CPU network (before a save);
+ * SDNN_ERR_ABORTED once the group has failed. */
 sdnn_status sdnn_gpu_group_pull(sdnn_gpu_group *G);
 sdnn_gpu_net *sdnn_gpu_group_net(sdnn_gpu_group *G, int r);
 sdnn_status sdnn_gpu_group_preload_stats(sdnn_gpu_group *G, sdnn_gpu_preload_stats *st);

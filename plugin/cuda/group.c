@@ -33,6 +33,7 @@
 #include "dev.h"
 #include "stock.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +75,11 @@ struct sdnn_gpu_group {
     int recording;
     int stepped;                /* a step has run */
     size_t wire;
+    /* The first failure once a feed or step had started changing state:
+     * the rings, replicas and exchange are partway through it, so the
+     * group refuses everything but destroy (as sdnn_trainer does). */
+    sdnn_status failed;
+    char failed_msg[256];
 };
 
 static double now_s(void)
@@ -316,15 +322,40 @@ fail:
 
 sdnn_gpu_net *sdnn_gpu_group_net(sdnn_gpu_group *G, int r) { return G->g[r]; }
 
+/* ---- failed state ------------------------------------------------------------------- */
+
+sdnn_status sdnn_gpu_group_failed(const sdnn_gpu_group *G) { return G->failed; }
+
+/* Record st (not OK) as the failure that stops the group; returns st. */
+static sdnn_status fail_group(sdnn_gpu_group *G, sdnn_status st)
+{
+    if (G->failed == SDNN_OK) {
+        G->failed = st;
+        snprintf(G->failed_msg, sizeof G->failed_msg, "%s", sdnn_last_error());
+    }
+    return st;
+}
+
+static sdnn_status refuse(const sdnn_gpu_group *G, const char *what)
+{
+    return SDNN_ERROR(SDNN_ERR_ABORTED,
+                      "gpu group: no %s: the group stopped after a failed step (%s: %s); its "
+                      "replicas hold that step's partial state",
+                      what, sdnn_strerror(G->failed), G->failed_msg);
+}
+
 /* ---- data ----------------------------------------------------------------------------- */
 
-sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d)
+/* The rings a step reads: every replica's (split=cpu) or replica 0's. */
+static int rings(const sdnn_gpu_group *G)
+{
+    return G->o.split == SDNN_GPU_SPLIT_DEVICE0 ? 1 : G->n;
+}
+
+static sdnn_status feed_rings(sdnn_gpu_group *G, data d)
 {
     network *n0 = G->nets[0];
     int B = n0->batch * n0->subdivisions;
-    if (d.X.rows != B * G->n)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "gpu group: %d rows, a step takes %d x %d", d.X.rows,
-                          G->n, B);
     float *const *y = n0->truths ? d.y.vals : NULL;
     if (G->o.split == SDNN_GPU_SPLIT_DEVICE0)
         return sdnn_gpu_preload_push(G->pre[0], d.X.vals, y, B * G->n);
@@ -332,6 +363,28 @@ sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d)
         SDNN_CHECK(sdnn_gpu_preload_push(G->pre[r], d.X.vals + (size_t)r * B,
                                          y ? y + (size_t)r * B : NULL, B));
     return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d)
+{
+    if (G->failed != SDNN_OK) return refuse(G, "feed");
+    network *n0 = G->nets[0];
+    int B = n0->batch * n0->subdivisions;
+    if (d.X.rows != B * G->n)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "gpu group: %d rows, a step takes %d x %d", d.X.rows,
+                          G->n, B);
+    if (d.X.cols != n0->inputs || (n0->truths && d.y.cols != n0->truths))
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "gpu group: rows of %d inputs and %d truths, the net takes %d and %d",
+                          d.X.cols, d.y.cols, n0->inputs, n0->truths);
+    /* Every ring or none: the rings stay in step, slot for slot. */
+    for (int r = 0; r < rings(G); ++r)
+        if (sdnn_gpu_preload_room(G->pre[r]) < 1)
+            return SDNN_ERROR(SDNN_ERR_INVALID,
+                              "gpu group: %d steps fed and not stepped (preload=%d): step before "
+                              "feeding more", sdnn_gpu_preload_queued(G->pre[r]), G->o.preload);
+    sdnn_status st = feed_rings(G, d);
+    return st == SDNN_OK ? st : fail_group(G, st);
 }
 
 typedef struct slice {
@@ -558,12 +611,9 @@ static sdnn_status exposed(sdnn_gpu_group *G, double *s)
     return SDNN_OK;
 }
 
-sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st)
+static sdnn_status run_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st, double t0)
 {
-    memset(st, 0, sizeof *st);
-    double t0 = now_s();
     slice s[64];
-    if (G->n > 64) return SDNN_ERROR(SDNN_ERR_INVALID, "gpu group: at most 64 replicas");
     /* async: the previous step's events are complete once its work is;
      * read its exposed time before this step records them again. */
     if (G->o.async && G->stepped) {
@@ -589,8 +639,23 @@ sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st)
     return SDNN_OK;
 }
 
+sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    double t0 = now_s();
+    if (G->failed != SDNN_OK) return refuse(G, "step");
+    if (G->n > 64) return SDNN_ERROR(SDNN_ERR_INVALID, "gpu group: at most 64 replicas");
+    for (int r = 0; r < rings(G); ++r)
+        if (sdnn_gpu_preload_queued(G->pre[r]) < 1)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "gpu group: no batch fed for this step "
+                              "(sdnn_gpu_group_feed first)");
+    sdnn_status s = run_step(G, st, t0);
+    return s == SDNN_OK ? s : fail_group(G, s);
+}
+
 sdnn_status sdnn_gpu_group_pull(sdnn_gpu_group *G)
 {
+    if (G->failed != SDNN_OK) return refuse(G, "pull");
     for (int r = 0; r < G->n; ++r) SDNN_CHECK(sdnn_gpu_net_pull(G->g[r]));
     return SDNN_OK;
 }

@@ -11,7 +11,7 @@
 typedef struct sdnn_dl_impl {
     float *partial;                     /* per-channel reduction scratch */
 #if SDNN_CUDNN
-    int have_desc;
+    /* NULL until created; sdnn_conv_release destroys those that exist. */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd_fwd, cd_bwd_data, cd_bwd_filter;

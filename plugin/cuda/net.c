@@ -30,9 +30,13 @@ struct sdnn_gpu_net {
     float *arena, *arena_upd;     /* device */
     size_t arena_n;
     size_t *span_off, *span_n;    /* per layer */
-    float *input, *truth;         /* device, batch x inputs / truths */
-    float *stage_x, *stage_y;     /* pinned, same sizes */
+    float *input, *truth;         /* device, batch x inputs / truths; made by
+                                   * their first use (own_io) */
+    float *stage_x, *stage_y;     /* pinned, same sizes; made by the first
+                                   * sdnn_gpu_net_train (the group feeds
+                                   * through its preload rings instead) */
     float *host_in;               /* pinned, the largest host-loss input */
+    size_t host_in_n;             /* its floats */
     const float *cur_input;       /* device input of the current pass */
     const float *cur_truth;       /* device truth of the current pass */
     const float *cur_truth_host;
@@ -322,25 +326,43 @@ sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **
             host_in = (size_t)d->inputs * d->batch;
     }
     if (ws) {
+        /* Once, for the largest need of every layer, before any pass: the
+         * workspace never grows inside a step (dev.h). */
         void *p;
         SDNN_CHECKGOTO(sdnn_dctx_workspace(vd, ws, &p), st, fail);
     }
-    size_t nin = (size_t)net->inputs * net->batch, ntr = (size_t)net->truths * net->batch;
-    SDNN_CHECKGOTO(sdnn_dmalloc(vd, nin * sizeof(float), (void **)&g->input), st, fail);
-    SDNN_CHECKGOTO(sdnn_dmalloc(vd, (ntr ? ntr : 1) * sizeof(float), (void **)&g->truth), st,
-                   fail);
-    SDNN_CHECKGOTO(sdnn_hmalloc_pinned(nin * sizeof(float), (void **)&g->stage_x), st, fail);
-    SDNN_CHECKGOTO(sdnn_hmalloc_pinned((ntr ? ntr : 1) * sizeof(float), (void **)&g->stage_y), st,
-                   fail);
     if (host_in)
         SDNN_CHECKGOTO(sdnn_hmalloc_pinned(host_in * sizeof(float), (void **)&g->host_in), st,
                        fail);
+    g->host_in_n = host_in;
     SDNN_CHECKGOTO(sdnn_gpu_net_push(g), st, fail);
     *out = g;
     return SDNN_OK;
 fail:
     sdnn_gpu_net_destroy(g);
     return st;
+}
+
+/* The net's own device input and truth buffers, on first use: a net that
+ * a group feeds from its preload rings never needs them.  (The allocation
+ * waits for the compute stream: only the single-net entry points, outside
+ * a group's step, come here.) */
+static sdnn_status own_io(sdnn_gpu_net *g)
+{
+    if (g->input) return SDNN_OK;
+    size_t nin = (size_t)g->cpu->inputs * g->cpu->batch;
+    size_t ntr = (size_t)g->cpu->truths * g->cpu->batch;
+    SDNN_CHECK(sdnn_dmalloc(g->ctx, (ntr ? ntr : 1) * sizeof(float), (void **)&g->truth));
+    return sdnn_dmalloc(g->ctx, nin * sizeof(float), (void **)&g->input);
+}
+
+void sdnn_gpu_net_memory(const sdnn_gpu_net *g, size_t *device, size_t *pinned)
+{
+    size_t nin = (size_t)g->cpu->inputs * g->cpu->batch;
+    size_t ntr = (size_t)g->cpu->truths * g->cpu->batch;
+    size_t io = (nin + (ntr ? ntr : 1)) * sizeof(float);
+    *device = 2 * g->arena_n * sizeof(float) + (g->input ? io : 0);
+    *pinned = g->host_in_n * sizeof(float) + (g->stage_x ? io : 0);
 }
 
 network *sdnn_gpu_net_host(sdnn_gpu_net *g) { return g->cpu; }
@@ -383,6 +405,7 @@ static sdnn_status tensor(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, float **dev
     *dev = NULL;
     *host = NULL;
     *n = 0;
+    if (t == SDNN_GT_INPUT || t == SDNN_GT_TRUTH) SDNN_CHECK(own_io(g));
     if (t == SDNN_GT_INPUT) {
         *dev = g->input;
         *host = g->cpu->input;
@@ -595,6 +618,7 @@ sdnn_status sdnn_gpu_net_layer_forward(sdnn_gpu_net *g, int i, int train)
 {
     if (i < 0 || i >= g->n) return SDNN_ERROR(SDNN_ERR_INVALID, "no layer %d", i);
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    SDNN_CHECK(own_io(g));
     g->cur_input = g->input;
     g->cur_truth = g->truth;
     g->cur_truth_host = g->cpu->truth;
@@ -606,6 +630,7 @@ sdnn_status sdnn_gpu_net_layer_backward(sdnn_gpu_net *g, int i)
 {
     if (i < 0 || i >= g->n) return SDNN_ERROR(SDNN_ERR_INVALID, "no layer %d", i);
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    SDNN_CHECK(own_io(g));
     g->cur_input = g->input;
     sdnn_dstate s = state_for(g, i, 1);
     SDNN_CHECK(sdnn_dl_backward(g->ctx, &g->L[i], &s));
@@ -618,6 +643,8 @@ sdnn_status sdnn_gpu_net_set_input(sdnn_gpu_net *g, const float *X_host, const f
 {
     network *net = g->cpu;
     size_t nin = (size_t)net->inputs * net->batch, ntr = (size_t)net->truths * net->batch;
+    SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    SDNN_CHECK(own_io(g));
     if (X_host) SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, g->input, X_host, nin * 4, 0));
     if (Y_host && ntr) SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, g->truth, Y_host, ntr * 4, 0));
     return sdnn_dctx_sync(g->ctx);
@@ -627,6 +654,7 @@ sdnn_status sdnn_gpu_net_forward(sdnn_gpu_net *g, const float *X, const float *Y
                                  const float *Y_host, int train, float *cost)
 {
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    if (!X || (!Y && Y_host && g->cpu->truths)) SDNN_CHECK(own_io(g));
     if (!Y && Y_host && g->cpu->truths) {
         /* A host truth only: the device layers (softmax, cost) read it too. */
         SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, g->truth, Y_host,
@@ -729,9 +757,21 @@ sdnn_status sdnn_gpu_net_train(sdnn_gpu_net *g, data d, float *loss)
                           "gpu train: data has %d inputs and %d truths per row, the net %d and %d",
                           d.X.cols, d.y.cols, net->inputs, net->truths);
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    SDNN_CHECK(own_io(g));
+    size_t tr = (size_t)net->truths;
+    if (!g->stage_x) {
+        /* Host rows of Darknet's matrix go through pinned staging. */
+        size_t nin = (size_t)net->inputs * batch, ntr = tr * batch;
+        SDNN_CHECK(sdnn_hmalloc_pinned(nin * sizeof(float), (void **)&g->stage_x));
+        sdnn_status st = sdnn_hmalloc_pinned((ntr ? ntr : 1) * sizeof(float), (void **)&g->stage_y);
+        if (st != SDNN_OK) {
+            sdnn_hfree_pinned(g->stage_x);
+            g->stage_x = NULL;
+            return st;
+        }
+    }
     int n = d.X.rows / batch;
     float sum = 0;
-    size_t tr = (size_t)net->truths;
     for (int b = 0; b < n; ++b) {
         for (int j = 0; j < batch; ++j) {
             memcpy(g->stage_x + (size_t)j * net->inputs, d.X.vals[b * batch + j],

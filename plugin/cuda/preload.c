@@ -107,6 +107,11 @@ fail:
 
 int sdnn_gpu_preload_queued(const sdnn_gpu_preload *p) { return p->count; }
 
+int sdnn_gpu_preload_room(const sdnn_gpu_preload *p)
+{
+    return p->k - p->count - (p->popped >= 0);
+}
+
 /* Add a completed slot's copy time and exposed wait to the totals. */
 static sdnn_status harvest(sdnn_gpu_preload *p, slot *s)
 {
@@ -127,8 +132,12 @@ sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, floa
 {
     if (rows < 1 || rows > p->rows)
         return SDNN_ERROR(SDNN_ERR_INVALID, "preload: %d rows for slots of %d", rows, p->rows);
-    if (p->count == p->k)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "preload: all %d slots wait unused", p->k);
+    /* The queued slots run from head, the popped one sits just before
+     * head, so with no room the tail is the popped slot (or a queued one). */
+    if (sdnn_gpu_preload_room(p) < 1)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "preload: no free slot of %d (%d queued, %d popped and not released)",
+                          p->k, p->count, p->popped >= 0);
     slot *s = &p->s[p->tail];
     if (s->in_use) {
         /* The compute stream may still read this slot. */

@@ -130,6 +130,8 @@ extern "C" void sdnn_dctx_destroy(sdnn_dctx *c)
 #endif
     if (c->blas) cublasDestroy(c->blas);
     if (c->ws) cudaFree(c->ws);
+    for (size_t i = 0; i < c->n_retired; ++i) cudaFree(c->ws_retired[i]);
+    free(c->ws_retired);
     for (int i = 0; i < 3; ++i)
         if (c->s[i]) cudaStreamDestroy(c->s[i]);
     free(c);
@@ -156,18 +158,23 @@ extern "C" sdnn_status sdnn_dctx_sync_all(sdnn_dctx *c)
     return SDNN_OK;
 }
 
+/* Growth never frees: work already queued may still read the old buffer,
+ * and a cudaFree (like the stream wait it would need first) waits for the
+ * whole device, every virtual device on it included.  The old buffer is
+ * retired and freed with the context, after its streams are idle. */
 extern "C" sdnn_status sdnn_dctx_workspace(sdnn_dctx *c, size_t bytes, void **ws)
 {
     if (bytes > c->ws_bytes) {
         SDNN_CU(cudaSetDevice(c->o.device));
         if (c->ws) {
-            /* Kernels queued on the compute stream may still read it. */
-            SDNN_CU(cudaStreamSynchronize(c->s[0]));
-            SDNN_CU(cudaFree(c->ws));
-            c->ws = NULL;
-            c->ws_bytes = 0;
+            void **r = (void **)realloc(c->ws_retired, (c->n_retired + 1) * sizeof *r);
+            if (!r) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to grow a workspace");
+            c->ws_retired = r;
         }
-        SDNN_CU(cudaMalloc(&c->ws, bytes));
+        void *p = NULL;
+        SDNN_CU(cudaMalloc(&p, bytes));
+        if (c->ws) c->ws_retired[c->n_retired++] = c->ws;
+        c->ws = p;
         c->ws_bytes = bytes;
     }
     *ws = c->ws;

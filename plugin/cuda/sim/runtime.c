@@ -272,6 +272,8 @@ struct sdnn_dctx {
     sim_stream s[3];
     void *ws;
     size_t ws_bytes;
+    void **ws_retired;      /* outgrown workspaces, freed with the context */
+    size_t n_retired;
     sdnn_dctx *next_on_dev;
 };
 
@@ -622,6 +624,8 @@ void sdnn_dctx_destroy(sdnn_dctx *c)
         }
     pthread_mutex_unlock(&D->lock);
     if (c->ws) sdnn_dfree(c->ws);
+    for (size_t i = 0; i < c->n_retired; ++i) sdnn_dfree(c->ws_retired[i]);
+    free(c->ws_retired);
     ctx_stop_streams(c);
     free(c);
 }
@@ -655,14 +659,17 @@ sdnn_status sdnn_dctx_sync_all(sdnn_dctx *c)
 sdnn_status sdnn_dctx_workspace(sdnn_dctx *c, size_t bytes, void **ws)
 {
     if (bytes > c->ws_bytes) {
+        /* As runtime.cu: no wait and no free; queued work may still read
+         * the outgrown buffer, which goes with the context. */
         if (c->ws) {
-            /* As runtime.cu: queued kernels may still read it. */
-            SDNN_CHECK(stream_sync(&c->s[SDNN_STREAM_COMPUTE], "sdnn_dctx_workspace"));
-            sdnn_dfree(c->ws);
-            c->ws = NULL;
-            c->ws_bytes = 0;
+            void **r = realloc(c->ws_retired, (c->n_retired + 1) * sizeof *r);
+            if (!r) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to grow a workspace");
+            c->ws_retired = r;
         }
-        SDNN_CHECK(sdnn_dmalloc(c, bytes, &c->ws));
+        void *p = NULL;
+        SDNN_CHECK(sdnn_dmalloc(c, bytes, &p));
+        if (c->ws) c->ws_retired[c->n_retired++] = c->ws;
+        c->ws = p;
         c->ws_bytes = bytes;
     }
     *ws = c->ws;
