@@ -76,7 +76,7 @@ static int header_is(const char *line, size_t len, const char *name)
     char buf[64];
     size_t k = 0;
     for (size_t i = 0; i < len && k + 1 < sizeof buf; ++i)
-        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r') buf[k++] = line[i];
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n') buf[k++] = line[i];
     buf[k] = '\0';
     if (buf[0] != '[') return -1;   /* not a header */
     char want[64];
@@ -187,6 +187,7 @@ typedef struct gc_run {
     head_kind *heads;
     data d;
     unsigned draws;   /* srand seed of every forward (dropout masks) */
+    double base;      /* the loss at the trained point */
 } gc_run;
 
 /* The loss over the step's subdivisions, as train_network feeds them. */
@@ -210,10 +211,12 @@ static double loss_at(gc_run *g)
     return sum;
 }
 
-/* Smallest batch-norm N (batch x out_h x out_w) at or after layer i. */
-static int bn_n_from(const network *net, int i)
+/* Smallest batch-norm N (batch x out_h x out_w) at or after layer i, and
+ * the sum of 2/N over those layers (*slack). */
+static int bn_n_from(const network *net, int i, double *slack)
 {
     int best = 0;
+    *slack = 0;
     for (int j = i; j < net->n; ++j) {
         const layer *l = &net->layers[j];
         int n = 0;
@@ -222,6 +225,7 @@ static int bn_n_from(const network *net, int i)
             n = l->batch * (l->type == CONNECTED ? 1 : l->out_h * l->out_w);
         else if (l->type == BATCHNORM)
             n = l->batch * l->out_h * l->out_w;
+        if (n > 0) *slack += 2.0 / n;
         if (n > 0 && (best == 0 || n < best)) best = n;
     }
     return best;
@@ -254,9 +258,13 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
         return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     }
     int ne = 0;
+    row->ntensors = np;
     for (int j = 0; j < np; ++j) {
         size_t n = p[j].n;
+        row->tensor[j].what = p[j].what;
         if (n == 0) continue;
+        int first = ne;
+        double dnum = 0, dden = 0;
         float gmax = 0;
         for (size_t e = 0; e < n; ++e)
             if (fabsf(p[j].upd[e]) > gmax) gmax = fabsf(p[j].upd[e]);
@@ -277,10 +285,36 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             p[j].val[e] = lo;
             double lm = loss_at(g);
             p[j].val[e] = v;
-            double fd = (lp - lm) / ((double)hi - (double)lo);
+            double dp = (double)hi - (double)v, dm = (double)v - (double)lo;
+            double fd = (lp - lm) / (dp + dm);
             double an = -(double)p[j].upd[e];   /* updates hold the negative gradient */
-            double den = fmax(fmax(fabs(an), fabs(fd)), 1e-3 * (double)gmax);
+            double floor = 1e-3 * (double)gmax;
+            /* A kink (leaky/ReLU at 0, a maxpool tie, a piecewise
+             * activation's corner) between theta-h and theta+h makes the
+             * one-sided slopes disagree: the central difference is then no
+             * derivative at all, and the sample is left out (counted). */
+            double right = (lp - g->base) / dp, left = (g->base - lm) / dm;
+            if (fabs(right - left) > SDNN_GRADCHECK_KINK * fmax(fmax(fabs(right), fabs(left)), floor)) {
+                row->kinks++;
+                continue;
+            }
+            double den = fmax(fmax(fabs(an), fabs(fd)), floor);
             err[ne++] = den > 0 ? fabs(an - fd) / den : 0;
+            dnum += (an - fd) * (an - fd);
+            dden += fd * fd;
+        }
+        int k2 = ne - first;
+        row->tensor[j].samples = k2;
+        row->tensor[j].norm_rel = dden > 0 ? sqrt(dnum / dden) : sqrt(dnum);
+        if (k2 > 0) {
+            double *tmp = malloc((size_t)k2 * sizeof *tmp);
+            if (tmp) {
+                memcpy(tmp, err + first, (size_t)k2 * sizeof *tmp);
+                qsort(tmp, (size_t)k2, sizeof *tmp, cmp_double);
+                row->tensor[j].median_rel =
+                    k2 % 2 ? tmp[k2 / 2] : 0.5 * (tmp[k2 / 2 - 1] + tmp[k2 / 2]);
+                free(tmp);
+            }
         }
     }
     row->samples = ne;
@@ -462,11 +496,11 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
             for (int k = 0; k < net->truths; ++k) d.y.vals[r][k] = (float)rng_uniform(&rs);
         }
     }
-    gc_run g = { net, heads, d, (unsigned)(o->seed * 2654435761u + 17u) };
+    gc_run g = { net, heads, d, (unsigned)(o->seed * 2654435761u + 17u), 0 };
     srand(g.draws);
     sdnn_step_stats ss;
     SDNN_CHECKGOTO(sdnn_trainer_step(t, d, &ss), st, done);
-    out->loss = loss_at(&g);
+    out->loss = g.base = loss_at(&g);
 
     int first = 0;
     for (int i = 0; i < net->n; ++i)
@@ -483,8 +517,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         row->index = i;
         type_label(&net->layers[i], row->type, sizeof row->type);
         row->fixed = cfg.fix_1x1_delta && sdnn_fix_1x1_needed(net, i);
-        row->bn_n = bn_n_from(net, i);
-        row->threshold = SDNN_GRADCHECK_TOL + (row->bn_n > 0 ? 2.0 / row->bn_n : 0);
+        double slack;
+        row->bn_n = bn_n_from(net, i, &slack);
+        row->threshold = SDNN_GRADCHECK_TOL + slack;
         SDNN_CHECKGOTO(check_layer(&g, i, o, &rs, row), st, done);
         row->pass = row->median_rel <= row->threshold;
         out->failed += !row->pass;
@@ -539,21 +574,23 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
     fprintf(f, "mode %s, fix_1x1_delta=%d (%d layer%s fixed), loss %.6g\n",
             r->mode_stock ? "stock" : "scalednn", r->fix_1x1_delta, r->fixed_layers,
             r->fixed_layers == 1 ? "" : "s", r->loss);
-    fprintf(f, "%5s  %-28s %10s %7s %10s %10s %10s  %s\n", "layer", "type", "size", "samples",
-            "max rel", "median rel", "threshold", "verdict");
+    fprintf(f, "%5s  %-28s %10s %7s %5s %10s %10s %10s  %s\n", "layer", "type", "size",
+            "samples", "kinks", "max rel", "median rel", "threshold", "verdict");
     for (int k = 0; k < r->nlayers; ++k) {
         const sdnn_gradcheck_layer *l = &r->layer[k];
         char type[40];
         snprintf(type, sizeof type, "%s%s", l->type, l->fixed ? " (fixed)" : "");
-        fprintf(f, "%5d  %-28s %10zu %7d %10.2e %10.2e %10.2e  %s\n", l->index, type, l->size,
-                l->samples, l->max_rel, l->median_rel, l->threshold, l->pass ? "ok" : "FAIL");
+        fprintf(f, "%5d  %-28s %10zu %7d %5d %10.2e %10.2e %10.2e  %s\n", l->index, type,
+                l->size, l->samples, l->kinks, l->max_rel, l->median_rel, l->threshold,
+                l->samples == 0 ? "no sample" : l->pass ? "ok" : "FAIL");
     }
     if (r->notes[0]) fprintf(f, "%s", r->notes);
     fprintf(f, "A layer fails when the median of its samples' relative errors exceeds its "
-               "threshold: %.0e (float forward passes), plus 2/N where batch norm at or after "
-               "the layer normalises over N values (Darknet's forward divides the variance by "
-               "N-1, its backward by N). The max shows kinks (leaky/ReLU, maxpool ties) crossed "
-               "by the +-eps step.\n",
-            SDNN_GRADCHECK_TOL);
+               "threshold: %.0e (float forward passes), plus 2/N for each batch-normalised "
+               "layer at or after it that normalises over N values (Darknet's forward divides "
+               "the variance by N-1, its backward by N: an error of about 1/N per such layer). The max shows kinks (leaky/ReLU, maxpool ties) crossed "
+               "by the +-eps step; samples whose one-sided slopes differ by more than %.0f%% straddle a "
+               "kink and are left out (kinks column).\n",
+            SDNN_GRADCHECK_TOL, 100 * SDNN_GRADCHECK_KINK);
     fprintf(f, "%d of %d layers above their threshold\n", r->failed, r->nlayers);
 }

@@ -23,9 +23,10 @@
  * every evaluation uses the same mask and the difference is meaningful.
  *
  * Errors per sample: |g - f| / max(|g|, |f|, 1e-3 * max |g| of the tensor);
- * a layer passes when the median of its samples is at most its threshold
- * (the max is reported: a sample whose +-h step crosses a leaky/ReLU kink or
- * a maxpool tie has an O(1) error that says nothing about the code).  The
+ * a layer passes when the median of its samples is at most its threshold.
+ * A sample whose +-h step crosses a leaky/ReLU kink or a maxpool tie has an
+ * O(1) error that says nothing about the code: when its one-sided slopes
+ * disagree (SDNN_GRADCHECK_KINK) it is left out and counted.  The
  * threshold is SDNN_GRADCHECK_TOL, plus 2/N for the smallest N (batch x
  * out_h x out_w) of the batch-normalised layers at or after the layer:
  * Darknet's forward pass divides the variance by N - 1 and its backward
@@ -43,6 +44,9 @@
  * reach: float forward passes give finite differences good to ~1e-4 at the
  * default step; a lost gradient share gives 0.1 and more. */
 #define SDNN_GRADCHECK_TOL 1e-2
+/* One-sided slopes (f(x+h)-f(x))/h and (f(x)-f(x-h))/h differing by more
+ * than this fraction: the step crossed a kink; the sample is left out. */
+#define SDNN_GRADCHECK_KINK 0.5
 
 typedef struct sdnn_gradcheck_opts {
     const char *engine; /* "cpu" (default); "gpu" is SDNN_ERR_UNSUPPORTED in this build */
@@ -57,11 +61,19 @@ typedef struct sdnn_gradcheck_layer {
     int index;
     char type[32];      /* "convolutional 1x1", "connected", ... */
     size_t size;        /* parameters of the layer */
-    int samples;
+    int samples;        /* samples compared */
+    int kinks;          /* samples left out: the +-h step crossed a kink */
     double max_rel, median_rel;
     double threshold;
     int bn_n;           /* smallest batch-norm N at or after the layer, 0: none */
     int fixed;          /* the 1x1 delta fix runs on this layer */
+    int ntensors;
+    struct {
+        const char *what;   /* "weights", "biases", "scales" */
+        int samples;
+        double median_rel;
+        double norm_rel;    /* |g - f| / |f| over the tensor's samples (2-norms) */
+    } tensor[3];
     int pass;
 } sdnn_gradcheck_layer;
 
