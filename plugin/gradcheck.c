@@ -69,8 +69,8 @@ static void note(sdnn_gradcheck_report *r, const char *fmt, ...)
 
 /* ---- heads --------------------------------------------------------------------- */
 
-/* The section name of a line with every whitespace removed ("[yolo]" ->
- * "yolo"), or NULL when the line is not a header. */
+/* With every whitespace removed: -1 when the line is not a section header,
+ * 1 when it is [name], 0 for another header. */
 static int header_is(const char *line, size_t len, const char *name)
 {
     char buf[64];
@@ -389,7 +389,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     free(stripped);
     if (!body) return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     if (replaced)
-        note(out, "%d yolo/region head%s checked as sse [cost] heads: Darknet's yolo and region "
+        note(out, "%d yolo/region head%s checked as sse [cost] layers: Darknet's yolo and region "
                   "report |delta|^2, not the objective their delta is the gradient of; the "
                   "body before each head is what is checked", replaced, replaced > 1 ? "s" : "");
 
