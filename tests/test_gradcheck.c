@@ -16,6 +16,7 @@
 #include "config.h"
 #include "gradcheck.h"
 #include "hooks.h"
+#include "profile.h"
 #include "replicas.h"
 #include "trainer.h"
 #include "testutil.h"
@@ -336,53 +337,102 @@ static double rel(const float *a, const float *b, size_t n)
     return sqrt(num / den);
 }
 
+/* Layer 0's delta against its consumers' shares (layer 1 a 1x1
+ * convolution, `consumer` a shortcut from layer 0 or a route of layers 2
+ * and 0): with the fix the sum, without it layer 1's share alone. */
+static void check_shares(network *net, int consumer, int fixed)
+{
+    const layer *a = &net->layers[0], *b = &net->layers[1], *c = &net->layers[consumer];
+    size_t n = (size_t)a->outputs * (size_t)a->batch;
+    float *mine = malloc(n * sizeof *mine), *sum = malloc(n * sizeof *sum);
+    assert_non_null(mine);
+    assert_non_null(sum);
+    share_1x1(b, mine);
+    /* The consumer's share: a shortcut adds its whole delta, a route
+     * the slice of layer 0 (its second input, after layer 2's). */
+    for (int bi = 0; bi < a->batch; ++bi)
+        for (int k = 0; k < a->outputs; ++k) {
+            float other = c->type == SHORTCUT
+                              ? c->delta[(size_t)bi * c->outputs + k]
+                              : c->delta[(size_t)bi * c->outputs + net->layers[2].outputs + k];
+            sum[(size_t)bi * a->outputs + k] = mine[(size_t)bi * a->outputs + k] + other;
+        }
+    double to_sum = rel(a->delta, sum, n), to_own = rel(a->delta, mine, n);
+    printf("fix %d: |delta - (1x1 share + %s share)| %.2e, |delta - 1x1 share| %.2e\n", fixed,
+           c->type == SHORTCUT ? "shortcut" : "route", to_sum, to_own);
+    if (fixed) {
+        assert_true(to_sum < 1e-5);
+        assert_true(to_own > 0.1);
+    } else {
+        /* Darknet: only the 1x1 convolution's own share is left. */
+        assert_true(to_own < 1e-5);
+        assert_true(to_sum > 0.1);
+    }
+    free(mine);
+    free(sum);
+}
+
 static void delta_is_sum(const char *text, int consumer)
 {
     for (int fix = 1; fix >= 0; --fix) {
         sdnn_trainer *t = one_step(text, fix);
-        network *net = sdnn_trainer_net(t, 0);
-        const layer *a = &net->layers[0], *b = &net->layers[1], *c = &net->layers[consumer];
-        size_t n = (size_t)a->outputs * (size_t)a->batch;
-        float *mine = malloc(n * sizeof *mine), *sum = malloc(n * sizeof *sum);
-        assert_non_null(mine);
-        assert_non_null(sum);
-        share_1x1(b, mine);
-        /* The consumer's share: a shortcut adds its whole delta, a route
-         * the slice of layer 0 (its second input, after layer 2's). */
-        for (int bi = 0; bi < a->batch; ++bi)
-            for (int k = 0; k < a->outputs; ++k) {
-                float other = c->type == SHORTCUT
-                                  ? c->delta[(size_t)bi * c->outputs + k]
-                                  : c->delta[(size_t)bi * c->outputs + net->layers[2].outputs + k];
-                sum[(size_t)bi * a->outputs + k] = mine[(size_t)bi * a->outputs + k] + other;
-            }
-        double to_sum = rel(a->delta, sum, n), to_own = rel(a->delta, mine, n);
-        printf("fix %d: |delta - (1x1 share + %s share)| %.2e, |delta - 1x1 share| %.2e\n", fix,
-               c->type == SHORTCUT ? "shortcut" : "route", to_sum, to_own);
-        if (fix) {
-            assert_true(to_sum < 1e-5);
-            assert_true(to_own > 0.1);
-        } else {
-            /* Darknet: only the 1x1 convolution's own share is left. */
-            assert_true(to_own < 1e-5);
-            assert_true(to_sum > 0.1);
-        }
-        free(mine);
-        free(sum);
+        check_shares(sdnn_trainer_net(t, 0), consumer, fix);
         sdnn_trainer_destroy(t);
     }
 }
 
+/* Layer 0 linear so its own backward leaves the summed delta as it is. */
+#define SHARES_SHORTCUT                                                \
+    NET(2, 8) CONV(8, 3, linear) CONV(4, 1, leaky) CONV(8, 3, leaky) \
+    "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE
+
 static void test_delta_is_sum_of_shares(void **state)
 {
     (void)state;
-    /* Layer 0 linear so its own backward leaves the summed delta as it is. */
-    delta_is_sum(NET(2, 8) CONV(8, 3, linear) CONV(4, 1, leaky) CONV(8, 3, leaky)
-                 "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE,
-                 3);
+    delta_is_sum(SHARES_SHORTCUT, 3);
     delta_is_sum(NET(2, 8) CONV(8, 3, linear) CONV(4, 1, leaky) CONV(8, 3, leaky)
                  "[route]\nlayers=-1,-3\n" CONV(2, 1, linear) SSE,
                  3);
+}
+
+/* After a resize (multi-scale training) the scratch grows with the deltas. */
+static void test_fix_after_resize(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = one_step(SHARES_SHORTCUT, 1);
+    assert_int_equal(sdnn_trainer_resize(t, 16, 16), SDNN_OK);
+    network *net = sdnn_trainer_net(t, 0);
+    uint64_t seed = 11;
+    data d = tu_batch(&seed, net->batch, net->inputs, net->truths);
+    for (int i = 0; i < d.y.rows; ++i)
+        for (int k = 0; k < d.y.cols; ++k) d.y.vals[i][k] = tu_uniform(&seed, 0.f, 1.f);
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+    free_data(d);
+    assert_int_equal(net->layers[0].out_w, 16);
+    check_shares(net, 3, 1);
+    sdnn_trainer_destroy(t);
+}
+
+/* The profiler (bucket_mb=auto's plan, `scalednn plan`) runs the fixed
+ * backward too, on a network nobody hooked, and leaves it unhooked. */
+static void test_profile_runs_fix(void **state)
+{
+    (void)state;
+    srand(5);
+    network *net = tu_parse(SHARES_SHORTCUT);
+    assert_non_null(net);
+    {
+        sdnn_profile_opts o = SDNN_PROFILE_OPTS_INIT;
+        o.iters = 1;
+        o.warmup = 0;
+        sdnn_cost_profile p;
+        assert_int_equal(sdnn_profile_network(net, &o, &p), SDNN_OK);
+        sdnn_cost_profile_free(&p);
+    }
+    assert_false(sdnn_hooks_installed(net));
+    check_shares(net, 3, 1);
+    sdnn_network_free(net);
 }
 
 static void test_which_layers(void **state)
@@ -540,6 +590,8 @@ int main(void)
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),
         cmocka_unit_test(test_delta_is_sum_of_shares),
+        cmocka_unit_test(test_fix_after_resize),
+        cmocka_unit_test(test_profile_runs_fix),
         cmocka_unit_test(test_which_layers),
         cmocka_unit_test(test_no_pattern_bitwise),
         cmocka_unit_test(test_bn_mismatch_shrinks_with_n),
