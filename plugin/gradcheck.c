@@ -211,13 +211,33 @@ static double loss_at(gc_run *g)
     return sum;
 }
 
-/* Smallest batch-norm N (batch x out_h x out_w) at or after layer i, and
- * the sum of 2/N over those layers (*slack). */
-static int bn_n_from(const network *net, int i, double *slack)
+/* Does layer j read layer k's output?  A route reads its layers, a
+ * shortcut its input and its from= layer, every other layer its input. */
+static int reads(const network *net, int j, int k)
+{
+    const layer *l = &net->layers[j];
+    if (l->type == ROUTE) {
+        for (int q = 0; l->input_layers && q < l->n; ++q)
+            if (l->input_layers[q] == k) return 1;
+        return 0;
+    }
+    if (l->type == SHORTCUT && l->index == k) return 1;
+    return k == j - 1;
+}
+
+/* Over the batch-normalised layers that layer i's output reaches (i
+ * included; N = batch x out_h x out_w): the smallest N, and the sum of 2/N
+ * (*slack).  `reach` is scratch of net->n flags. */
+static int bn_n_from(const network *net, int i, unsigned char *reach, double *slack)
 {
     int best = 0;
     *slack = 0;
+    memset(reach, 0, (size_t)net->n);
+    reach[i] = 1;
     for (int j = i; j < net->n; ++j) {
+        for (int k = i; k < j && !reach[j]; ++k)
+            if (reach[k] && reads(net, j, k)) reach[j] = 1;
+        if (!reach[j]) continue;
         const layer *l = &net->layers[j];
         int n = 0;
         if ((l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL || l->type == CONNECTED) &&
@@ -409,6 +429,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     network **nets = NULL;
     sdnn_trainer *t = NULL;
     head_kind *heads = NULL;
+    unsigned char *reach = NULL;
     data d = {0};
     srand((unsigned)o->seed);
     st = sdnn_replicas_create(path, NULL, 1, 1, &nets);
@@ -506,7 +527,8 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     for (int i = 0; i < net->n; ++i)
         if (net->layers[i].stopbackward) first = i + 1;
     out->layer = calloc(net->n > 0 ? (size_t)net->n : 1, sizeof *out->layer);
-    if (!out->layer) {
+    reach = malloc(net->n > 0 ? (size_t)net->n : 1);
+    if (!out->layer || !reach) {
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
         goto done;
     }
@@ -518,7 +540,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         type_label(&net->layers[i], row->type, sizeof row->type);
         row->fixed = cfg.fix_1x1_delta && sdnn_fix_1x1_needed(net, i);
         double slack;
-        row->bn_n = bn_n_from(net, i, &slack);
+        row->bn_n = bn_n_from(net, i, reach, &slack);
         row->threshold = SDNN_GRADCHECK_TOL + slack;
         SDNN_CHECKGOTO(check_layer(&g, i, o, &rs, row), st, done);
         row->pass = row->median_rel <= row->threshold;
@@ -529,6 +551,7 @@ done:
     if (st != SDNN_OK) sdnn_gradcheck_report_free(out);
     free_data(d);
     free(heads);
+    free(reach);
     if (t) sdnn_trainer_destroy(t);
     if (nets) sdnn_replicas_free(nets, 1);
     return st;
@@ -587,7 +610,7 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
     if (r->notes[0]) fprintf(f, "%s", r->notes);
     fprintf(f, "A layer fails when the median of its samples' relative errors exceeds its "
                "threshold: %.0e (float forward passes), plus 2/N for each batch-normalised "
-               "layer at or after it that normalises over N values (Darknet's forward divides "
+               "layer its output reaches that normalises over N values (Darknet's forward divides "
                "the variance by N-1, its backward by N: an error of about 1/N per such layer). The max shows kinks (leaky/ReLU, maxpool ties) crossed "
                "by the +-eps step; samples whose one-sided slopes differ by more than %.0f%% straddle a "
                "kink and are left out (kinks column).\n",

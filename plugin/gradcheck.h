@@ -27,10 +27,13 @@
  * A sample whose +-h step crosses a leaky/ReLU kink or a maxpool tie has an
  * O(1) error that says nothing about the code: when its one-sided slopes
  * disagree (SDNN_GRADCHECK_KINK) it is left out and counted.  The
- * threshold is SDNN_GRADCHECK_TOL, plus 2/N for the smallest N (batch x
- * out_h x out_w) of the batch-normalised layers at or after the layer:
- * Darknet's forward pass divides the variance by N - 1 and its backward
- * pass by N (see docs/ARCHITECTURE.md).
+ * threshold is SDNN_GRADCHECK_TOL, plus 2/N for every batch-normalised
+ * layer the layer's output reaches, itself included (the layers its gradient
+ * comes back through; N = batch x out_h x out_w, the values one channel's
+ * statistics are taken over): Darknet's forward pass divides the variance
+ * by N - 1 and its backward pass by N, which makes the gradient behind each
+ * such layer wrong by about 1/N (measured: N x error = 1.0-1.4 for
+ * N = 16..256; see docs/ARCHITECTURE.md).
  */
 #ifndef SDNN_GRADCHECK_H
 #define SDNN_GRADCHECK_H
@@ -65,7 +68,7 @@ typedef struct sdnn_gradcheck_layer {
     int kinks;          /* samples left out: the +-h step crossed a kink */
     double max_rel, median_rel;
     double threshold;
-    int bn_n;           /* smallest batch-norm N at or after the layer, 0: none */
+    int bn_n;           /* smallest batch-norm N the layer's output reaches, 0: none */
     int fixed;          /* the 1x1 delta fix runs on this layer */
     int ntensors;
     struct {

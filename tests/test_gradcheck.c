@@ -110,6 +110,25 @@ static void test_conv_bn(void **state)
     sdnn_gradcheck_report_free(&r);
 }
 
+/* The slack counts the batch-norm layers a layer's output reaches, not
+ * those after it by index: layer 1 feeds only its own head. */
+static void test_bn_slack_follows_the_graph(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_report r =
+        check(NET(2, 8) CONV_BN(6, 3, leaky) CONV(2, 1, linear) SSE "[route]\nlayers=-3\n"
+              CONV_BN(4, 3, leaky) CONV(2, 1, linear) SSE,
+              12);
+    assert_int_equal(r.nlayers, 4);
+    assert_int_equal(r.layer[1].index, 1);
+    assert_int_equal(r.layer[1].bn_n, 0);
+    assert_true(r.layer[1].threshold == SDNN_GRADCHECK_TOL);
+    assert_int_equal(r.layer[0].index, 0);
+    assert_true(fabs(r.layer[0].threshold - (SDNN_GRADCHECK_TOL + 4.0 / 128)) < 1e-12);
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
 static void test_conv_groups(void **state)
 {
     (void)state;
@@ -579,6 +598,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_bn_slack_follows_the_graph),
         cmocka_unit_test(test_conv_groups),
         cmocka_unit_test(test_connected),
         cmocka_unit_test(test_pooling),
