@@ -4,6 +4,7 @@
  */
 #include "bench_comm.h"
 #include "commands.h"
+#include "gradcheck_cmd.h"
 #include "plan_cmd.h"
 
 #include <stdio.h>
@@ -20,8 +21,9 @@ static int usage(const char *prog)
             "                              [-z CODEC[,CODEC...]] [-J FILE] (-h for all)\n"
             "       %s scalednn plan DATA CFG [-gpus LIST] [-link NAME] [-compress_allow LIST] (-h)\n"
             "       %s scalednn simulate CFG --topology pcie|nvlink|eth|ib [--gpus N] [--nodes M]\n"
-            "                              [--speed F] [--csv FILE] (-h)\n",
-            prog, prog, prog, prog, prog, prog, prog);
+            "                              [--speed F] [--csv FILE] (-h)\n"
+            "       %s scalednn gradcheck CFG [-engine cpu|gpu] [-samples N] [-seed S] [-eps E]\n",
+            prog, prog, prog, prog, prog, prog, prog, prog);
     return 1;
 }
 
@@ -36,6 +38,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "bench-comm") == 0) return sdnn_cmd_bench_comm(argc - 2, argv + 2);
         if (strcmp(argv[2], "plan") == 0) return sdnn_cmd_plan(argc - 2, argv + 2);
         if (strcmp(argv[2], "simulate") == 0) return sdnn_cmd_simulate(argc - 2, argv + 2);
+        if (strcmp(argv[2], "gradcheck") == 0) return sdnn_cmd_gradcheck(argc - 2, argv + 2);
     }
     return usage(argv[0]);
 }

@@ -9,6 +9,8 @@
 #include "replicas.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef void (*forward_fn)(layer, network);
 typedef void (*backward_fn)(layer, network);
@@ -21,6 +23,18 @@ static forward_fn g_forward[NTYPES];
 static backward_fn g_backward[NTYPES];
 static update_fn g_update[NTYPES];
 static _Thread_local sdnn_hook_ctx *tl_ctx;
+
+/* The fix's scratch buffer of each network with fixed layers, found by the
+ * network's layer array (the one pointer every copy of the network struct
+ * Darknet passes around shares).  Guarded by g_lock; each network's buffer
+ * is used only by the thread training that network. */
+typedef struct fix_scratch {
+    const layer *layers;
+    float *buf;
+    size_t cap;   /* floats */
+    struct fix_scratch *next;
+} fix_scratch;
+static fix_scratch *g_fix;
 
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx) { tl_ctx = ctx; }
 
@@ -61,7 +75,11 @@ static void hook_forward(layer l, network net)
                            sdnn_layer_type_name(l.type));
 }
 
-static void hook_backward(layer l, network net)
+/* Darknet's backward of l, timed for the timeline and the planner; with
+ * `add` (the fix) the delta Darknet wrote into net.delta (the scratch) is
+ * then added to `add`, inside the timed span: it is part of the layer's
+ * backward. */
+static void backward_body(layer l, network net, float *add, size_t nadd)
 {
     sdnn_hook_ctx *c = tl_ctx;
     if (c && c->ex) {
@@ -74,17 +92,20 @@ static void hook_backward(layer l, network net)
             return;
         }
     }
+    double t0 = c && (c->tl || c->prof) ? sdnn_now_s() : 0;
+    g_backward[l.type](l, net);
+    if (add) {
+        const float *restrict src = net.delta;
+        float *restrict dst = add;
+        for (size_t k = 0; k < nadd; ++k) dst[k] += src[k];
+    }
     if (c && (c->tl || c->prof)) {
-        double t0 = sdnn_now_s();
-        g_backward[l.type](l, net);
         double t1 = sdnn_now_s();
         if (c->prof) c->prof[3 * net.index + 1] += t1 - t0;
         if (c->tl)
             sdnn_timeline_span(c->tl, SDNN_TL_TRACK_REPLICA0 + c->replica, SDNN_TL_BACKWARD, t0,
                                t1, c->iteration, net.index, subdivision(&net),
                                sdnn_layer_type_name(l.type));
-    } else {
-        g_backward[l.type](l, net);
     }
     if (!c || !c->ex || !l.update) return;
     /* seen was advanced before this subdivision's forward; the update comes
@@ -92,6 +113,92 @@ static void hook_backward(layer l, network net)
      * subdivisions, so only then are the layer's gradients complete. */
     if ((*net.seen / (size_t)net.batch) % (size_t)net.subdivisions != 0) return;
     sdnn_exchange_layer_done(c->ex, c->replica, net.index);
+}
+
+static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0); }
+
+/* The scratch of the network whose layer array is `layers`, at least n
+ * floats (it grows only after a resize), or NULL. */
+static float *scratch_for(const layer *layers, size_t n)
+{
+    pthread_mutex_lock(&g_lock);
+    fix_scratch *f = g_fix;
+    while (f && f->layers != layers) f = f->next;
+    pthread_mutex_unlock(&g_lock);
+    if (!f) return NULL;
+    if (f->cap < n) {
+        float *b = realloc(f->buf, n * sizeof *b);
+        if (!b) return NULL;
+        f->buf = b;
+        f->cap = n;
+    }
+    return f->buf;
+}
+
+/* A 1x1 convolution whose input delta has another writer: Darknet's
+ * backward writes the input gradient into the scratch (its gemm has beta 0
+ * and overwrites every element, so the scratch needs no clearing), and the
+ * scratch is added to the real delta as col2im adds for size > 1. */
+static void hook_backward_fix(layer l, network net)
+{
+    float *delta = net.delta;
+    if (!delta) {
+        backward_body(l, net, NULL, 0);
+        return;
+    }
+    size_t n = (size_t)l.batch * (size_t)l.inputs;
+    float *s = scratch_for(net.layers, n);
+    if (!s) {
+        sdnn_hook_ctx *c = tl_ctx;
+        SDNN_ERROR(SDNN_ERR_NOMEM, "layer %d: no memory for the 1x1 delta fix's scratch buffer",
+                   net.index);
+        if (c && c->ex) sdnn_exchange_abort(c->ex, SDNN_ERR_NOMEM);
+        return;
+    }
+    /* A 1x1 layer whose output is not its input's size (stride or pad)
+     * writes only part of the input's delta: clear the rest. */
+    if ((size_t)l.out_h * (size_t)l.out_w != (size_t)l.h * (size_t)l.w)
+        memset(s, 0, n * sizeof *s);
+    net.delta = s;
+    backward_body(l, net, delta, n);
+}
+
+/* Does the backward of layer j write into `d`?  Most layers add into their
+ * input's delta (layer j-1's); a route adds into each routed layer's delta
+ * and a shortcut also into its from= layer's. */
+static int writes_delta(const network *net, int j, const float *d)
+{
+    const layer *l = &net->layers[j];
+    if (!l->backward) return 0;
+    if (l->type != ROUTE && net->layers[j - 1].delta == d) return 1;
+    if (l->type == SHORTCUT && l->index >= 0 && l->index < net->n &&
+        net->layers[l->index].delta == d)
+        return 1;
+    if (l->type == ROUTE && l->input_layers)
+        for (int k = 0; k < l->n; ++k) {
+            int src = l->input_layers[k];
+            if (src >= 0 && src < net->n && net->layers[src].delta == d) return 1;
+        }
+    return 0;
+}
+
+int sdnn_fix_1x1_needed(const network *net, int i)
+{
+    if (i < 1 || i >= net->n) return 0;
+    const layer *l = &net->layers[i];
+    if (l->type != CONVOLUTIONAL || l->size != 1 || !l->backward) return 0;
+    const float *d = net->layers[i - 1].delta;
+    if (!d) return 0;
+    for (int j = i + 1; j < net->n; ++j)
+        if (writes_delta(net, j, d)) return 1;
+    return 0;
+}
+
+int sdnn_fix_1x1_count(const network *net)
+{
+    int k = 0;
+    for (int i = 1; i < net->n; ++i) k += sdnn_fix_1x1_needed(net, i);
+    return k;
 }
 
 /* Index of the layer `l` is a copy of: update_network walks the layers in
@@ -137,10 +244,64 @@ static void hook_update(layer l, update_args a)
                            sdnn_now_s(), c->iteration, i, 0, NULL);
 }
 
-sdnn_status sdnn_hooks_install(network *net, int forward)
+/* The network's scratch entry (g_lock held), made when missing. */
+static sdnn_status add_scratch(const network *net)
+{
+    size_t need = 0;
+    for (int i = 1; i < net->n; ++i)
+        if (sdnn_fix_1x1_needed(net, i)) {
+            size_t n = (size_t)net->layers[i].batch * (size_t)net->layers[i].inputs;
+            if (n > need) need = n;
+        }
+    for (fix_scratch *f = g_fix; f; f = f->next)
+        if (f->layers == net->layers) return SDNN_OK;
+    fix_scratch *f = calloc(1, sizeof *f);
+    float *b = malloc((need ? need : 1) * sizeof *b);
+    if (!f || !b) {
+        free(f);
+        free(b);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the 1x1 delta fix (%zu floats)", need);
+    }
+    f->layers = net->layers;
+    f->buf = b;
+    f->cap = need;
+    f->next = g_fix;
+    g_fix = f;
+    return SDNN_OK;
+}
+
+static void drop_scratch(const network *net)
+{
+    for (fix_scratch **p = &g_fix; *p; p = &(*p)->next)
+        if ((*p)->layers == net->layers) {
+            fix_scratch *f = *p;
+            *p = f->next;
+            free(f->buf);
+            free(f);
+            return;
+        }
+}
+
+int sdnn_hooks_installed(const network *net)
+{
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].backward == hook_backward ||
+            net->layers[i].backward == hook_backward_fix)
+            return 1;
+    return 0;
+}
+
+sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta)
 {
     sdnn_status st = SDNN_OK;
+    /* Decided before any pointer changes: the test reads the layers' own
+     * backward pointers. */
+    unsigned char *fix = fix_1x1_delta ? calloc((size_t)net->n + 1, 1) : NULL;
+    if (fix_1x1_delta && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
+    int nfix = 0;
+    for (int i = 0; fix && i < net->n; ++i) nfix += fix[i] = (unsigned char)sdnn_fix_1x1_needed(net, i);
     pthread_mutex_lock(&g_lock);
+    if (nfix) st = add_scratch(net);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         int t = (int)l->type;
@@ -158,8 +319,10 @@ sdnn_status sdnn_hooks_install(network *net, int forward)
             g_forward[t] = l->forward;
             l->forward = hook_forward;
         }
+        if (st != SDNN_OK) break;
         if (!l->backward) continue;
-        if (l->backward == hook_backward) continue;   /* already installed */
+        if (l->backward == hook_backward || l->backward == hook_backward_fix)
+            continue;   /* already installed */
         if ((l->update && g_update[t] && g_update[t] != l->update) ||
             (g_backward[t] && g_backward[t] != l->backward)) {
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
@@ -168,13 +331,14 @@ sdnn_status sdnn_hooks_install(network *net, int forward)
             break;
         }
         g_backward[t] = l->backward;
-        l->backward = hook_backward;
+        l->backward = fix && fix[i] ? hook_backward_fix : hook_backward;
         if (l->update) {
             g_update[t] = l->update;
             l->update = hook_update;
         }
     }
     pthread_mutex_unlock(&g_lock);
+    free(fix);
     if (st != SDNN_OK) sdnn_hooks_uninstall(net);
     return st;
 }
@@ -186,7 +350,9 @@ void sdnn_hooks_uninstall(network *net)
         layer *l = &net->layers[i];
         if (l->forward == hook_forward) l->forward = g_forward[l->type];
         if (l->update == hook_update) l->update = g_update[l->type];
-        if (l->backward == hook_backward) l->backward = g_backward[l->type];
+        if (l->backward == hook_backward || l->backward == hook_backward_fix)
+            l->backward = g_backward[l->type];
     }
+    drop_scratch(net);
     pthread_mutex_unlock(&g_lock);
 }

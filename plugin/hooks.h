@@ -9,6 +9,17 @@
  * function.  Without a context (a thread that is not a replica) they are
  * transparent.  Forward is wrapped only for a timeline or the planner's
  * profile: the exchange has no use for it.
+ *
+ * The 1x1 delta fix (fix_1x1_delta=1, issue 17): Debian's libdarknet
+ * computes the input gradient of a size=1 convolution with a gemm whose
+ * beta is 0 straight into the previous layer's delta, overwriting what a
+ * later [shortcut] or [route] consumer had already added there (size > 1
+ * goes through col2im, which adds).  On the layers where that matters -- a
+ * 1x1 convolution whose input delta another, later layer also writes -- the
+ * wrapper runs Darknet's backward with net.delta pointed at a scratch
+ * buffer of the network's own and then adds the scratch into the real
+ * delta: one extra pass over that delta.  Every other layer runs exactly as
+ * before, so networks without the pattern train bit for bit as they did.
  */
 #ifndef SDNN_HOOKS_H
 #define SDNN_HOOKS_H
@@ -32,8 +43,19 @@ typedef struct sdnn_hook_ctx {
 
 /* Wrap the backward pointer of every layer, the update pointer of every
  * layer with parameters and, when `forward` is set, the forward pointer of
- * every layer. */
-sdnn_status sdnn_hooks_install(network *net, int forward);
+ * every layer.  With fix_1x1_delta, the layers sdnn_fix_1x1_needed names
+ * get the fixing wrapper instead (it does everything the plain one does). */
+sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta);
+/* 1 when the hooks are installed on `net`. */
+int sdnn_hooks_installed(const network *net);
+
+/* 1 when layer i is a size=1 convolution whose input delta (layer i-1's)
+ * is also written by the backward of a layer after i (a shortcut's from=
+ * or its own input, a route's input, aliases such as dropout included):
+ * the layer whose gradient Darknet's beta-0 gemm would overwrite. */
+int sdnn_fix_1x1_needed(const network *net, int i);
+/* How many layers of `net` need the fix. */
+int sdnn_fix_1x1_count(const network *net);
 /* Put Darknet's own pointers back. */
 void sdnn_hooks_uninstall(network *net);
 

@@ -13,6 +13,7 @@
  */
 #include "profile.h"
 #include "clock.h"
+#include "hooks.h"
 #include "replicas.h"
 #include "saveio.h"
 
@@ -142,6 +143,19 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
         sdnn_cost_profile_free(out);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "profile: no memory for %d layers", n);
     }
+    /* Training (with the default fix_1x1_delta=1) runs the 1x1 delta fix's
+     * wrapper on the layers that need it; so does the profile, unless the
+     * caller hooked the network itself. */
+    int hook = sdnn_fix_1x1_count(net) > 0 && !sdnn_hooks_installed(net);
+    if (hook) {
+        sdnn_status hs = sdnn_hooks_install(net, 0, 1);
+        if (hs != SDNN_OK) {
+            free(t);
+            free(col);
+            sdnn_cost_profile_free(out);
+            return hs;
+        }
+    }
     uint64_t seed = o->seed;
     int train = net->train;
     net->train = 1;
@@ -154,6 +168,7 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
         timed_pass(net, first, row);
     }
     net->train = train;
+    if (hook) sdnn_hooks_uninstall(net);
     for (int i = 0; i < n; ++i) {
         double *dst[3] = {&out->layer[i].fwd_s, &out->layer[i].bwd_s, &out->layer[i].upd_s};
         for (int k = 0; k < 3; ++k) {

@@ -249,11 +249,14 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &t->xo, &t->ex), st, fail);
         sdnn_exchange_set_timeline(t->ex, t->tl);
     }
-    /* scalednn mode needs the hooks; stock mode only for a timeline. */
-    if (t->ex || t->tl) {
+    /* scalednn mode needs the hooks; stock mode for a timeline or for the
+     * 1x1 delta fix on a network that has the pattern. */
+    if (t->ex || t->tl || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0)) {
         t->hooked = 1;
         for (int r = 0; r < n; ++r)
-            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL || t->ap != NULL), st, fail);
+            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL || t->ap != NULL,
+                                              cfg->fix_1x1_delta),
+                           st, fail);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with

@@ -311,7 +311,7 @@ typedef struct bad_case {
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
     "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
     "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
-    "comm_timeout_s"
+    "comm_timeout_s, fix_1x1_delta"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -336,6 +336,10 @@ static const bad_case g_bad[] = {
 #endif
     { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE, AVAILABLE },
     { "backend=", SDNN_ERR_INVALID, "empty value", AVAILABLE },
+    { "fix_1x1_delta=2", SDNN_ERR_INVALID, "expected", "0 (Darknet's overwriting" },
+    { "fix_1x1_delta=yes", SDNN_ERR_INVALID, "expected", "or 1 (adds, the default)" },
+    { "fix_1x1_delta=01", SDNN_ERR_INVALID, "expected", "0 (Darknet's overwriting" },
+    { "fix_1x1_delta=", SDNN_ERR_INVALID, "empty value", "0 or 1" },
     { "comm_timeout_s=0", SDNN_ERR_INVALID, "expected", TIMEOUT },
     { "comm_timeout_s=-5", SDNN_ERR_INVALID, "expected", TIMEOUT },
     { "comm_timeout_s=abc", SDNN_ERR_INVALID, "expected", TIMEOUT },
@@ -596,6 +600,26 @@ static void test_backend_keys(void **state)
     assert_string_equal(sdnn_config_backend(&cfg), "local");
 }
 
+/* ---- the 1x1 delta fix ----------------------------------------------------- */
+
+static void test_fix_1x1_delta_key(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    /* On by default, with or without a section (stock mode fixes too). */
+    free(parse_ok("[net]\nbatch=1\n", &cfg));
+    assert_int_equal(cfg.fix_1x1_delta, 1);
+    free(parse_ok("[scalednn]\n", &cfg));
+    assert_int_equal(cfg.fix_1x1_delta, 1);
+    free(parse_ok("[scalednn]\nfix_1x1_delta=0\n", &cfg));
+    assert_int_equal(cfg.fix_1x1_delta, 0);
+    free(parse_ok("[scalednn]\nmode=stock\nfix_1x1_delta=0\n", &cfg));
+    assert_int_equal(cfg.fix_1x1_delta, 0);
+    assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
+    free(parse_ok("[scalednn]\nfix_1x1_delta = 1\n", &cfg));
+    assert_int_equal(cfg.fix_1x1_delta, 1);
+}
+
 /* ---- describe --------------------------------------------------------------- */
 
 static void test_describe(void **state)
@@ -761,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_two_sections),
         cmocka_unit_test(test_long_unknown_key_is_shortened),
         cmocka_unit_test(test_backend_keys),
+        cmocka_unit_test(test_fix_1x1_delta_key),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),

@@ -1,0 +1,622 @@
+/*
+ * Gradients (issue 17): `scalednn gradcheck` on every layer type the CPU
+ * engine trains, each below its stated threshold (gradcheck.h:
+ * SDNN_GRADCHECK_TOL = 1e-2 on the median relative error, + 2/N behind
+ * batch norm); the residual and route cases fail with fix_1x1_delta=0 and
+ * pass with the fix; the delta of the layer before a 1x1 convolution is the
+ * sum of its consumers' shares; networks without the pattern are not
+ * touched; the batch-norm mismatch shrinks as 1/N; -engine gpu is refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "config.h"
+#include "gradcheck.h"
+#include "hooks.h"
+#include "profile.h"
+#include "replicas.h"
+#include "trainer.h"
+#include "testutil.h"
+
+#define NET(b, hw)                                                                   \
+    "[net]\nbatch=" #b "\nsubdivisions=1\nwidth=" #hw "\nheight=" #hw "\nchannels=3\n"  \
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.01\n"
+#define CONV(f, s, act) \
+    "[convolutional]\nfilters=" #f "\nsize=" #s "\nstride=1\npad=" #s "\nactivation=" #act "\n"
+#define CONV_BN(f, s, act)                                                         \
+    "[convolutional]\nbatch_normalize=1\nfilters=" #f "\nsize=" #s "\nstride=1\npad=" #s \
+    "\nactivation=" #act "\n"
+#define SSE "[cost]\ntype=sse\n"
+
+/* Any pad != 0 means size/2 to Darknet: 1 for size 3, 0 for size 1. */
+
+/* conv 3x3 -> conv 1x1 -> conv 3x3 -> shortcut from=-3 -> conv 1x1 -> sse:
+ * layer 0's output feeds the 1x1 convolution and the shortcut. */
+static const char *RESIDUAL =
+    NET(2, 8) CONV(8, 3, leaky) CONV(4, 1, leaky) CONV(8, 3, leaky)
+    "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE;
+/* The same with a route: layer 0 feeds the 1x1 convolution and the route. */
+static const char *ROUTED =
+    NET(2, 8) CONV(8, 3, leaky) CONV(4, 1, leaky) CONV(8, 3, leaky)
+    "[route]\nlayers=-1,-3\n" CONV(2, 1, linear) SSE;
+static const char *RESIDUAL_BN =
+    NET(2, 8) CONV_BN(8, 3, leaky) CONV_BN(4, 1, leaky) CONV_BN(8, 3, leaky)
+    "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE;
+
+static sdnn_gradcheck_report check(const char *text, int samples)
+{
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = samples;
+    sdnn_gradcheck_report r;
+    sdnn_status st = sdnn_gradcheck_text("test.cfg", text, &o, &r);
+    if (st != SDNN_OK) fprintf(stderr, "gradcheck: %s\n", sdnn_last_error());
+    assert_int_equal(st, SDNN_OK);
+    sdnn_gradcheck_print(&r, stdout);
+    return r;
+}
+
+/* Every layer with parameters was compared on enough samples and is below
+ * its threshold. */
+static void expect_pass(const char *text, int layers)
+{
+    sdnn_gradcheck_report r = check(text, 12);
+    assert_int_equal(r.nlayers, layers);
+    for (int k = 0; k < r.nlayers; ++k) {
+        assert_true(r.layer[k].samples >= 4);
+        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
+    }
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
+static char *with_section(const char *text, const char *section)
+{
+    size_t n = strlen(text) + strlen(section) + 1;
+    char *s = malloc(n);
+    assert_non_null(s);
+    snprintf(s, n, "%s%s", text, section);
+    return s;
+}
+
+/* ---- every layer type ----------------------------------------------------- */
+
+static void test_conv(void **state)
+{
+    (void)state;
+    expect_pass(NET(2, 8) CONV(6, 3, leaky) CONV(4, 1, leaky) CONV(2, 3, linear) SSE, 3);
+}
+
+static void test_conv_bn(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_report r =
+        check(NET(2, 8) CONV_BN(6, 3, leaky) CONV_BN(4, 1, leaky) CONV(2, 1, linear) SSE, 12);
+    assert_int_equal(r.nlayers, 3);
+    /* Behind batch norm over N = 2 x 8 x 8 values the threshold says so. */
+    assert_int_equal(r.layer[0].bn_n, 128);
+    assert_int_equal(r.layer[2].bn_n, 0);
+    assert_true(r.layer[2].threshold == SDNN_GRADCHECK_TOL);
+    assert_int_equal(r.failed, 0);
+    /* Behind two batch-norm layers: 2/N for each. */
+    assert_true(fabs(r.layer[0].threshold - (SDNN_GRADCHECK_TOL + 4.0 / 128)) < 1e-12);
+    /* The last batch-norm layer's biases and scales need no variance
+     * derivative: they are right to the float noise level. */
+    for (int j = 0; j < r.layer[1].ntensors; ++j)
+        if (strcmp(r.layer[1].tensor[j].what, "weights") != 0)
+            assert_true(r.layer[1].tensor[j].median_rel < 1e-3);
+    sdnn_gradcheck_report_free(&r);
+}
+
+/* The slack counts the batch-norm layers a layer's output reaches, not
+ * those after it by index: layer 1 feeds only its own head. */
+static void test_bn_slack_follows_the_graph(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_report r =
+        check(NET(2, 8) CONV_BN(6, 3, leaky) CONV(2, 1, linear) SSE "[route]\nlayers=-3\n"
+              CONV_BN(4, 3, leaky) CONV(2, 1, linear) SSE,
+              12);
+    assert_int_equal(r.nlayers, 4);
+    assert_int_equal(r.layer[1].index, 1);
+    assert_int_equal(r.layer[1].bn_n, 0);
+    assert_true(r.layer[1].threshold == SDNN_GRADCHECK_TOL);
+    assert_int_equal(r.layer[0].index, 0);
+    assert_true(fabs(r.layer[0].threshold - (SDNN_GRADCHECK_TOL + 4.0 / 128)) < 1e-12);
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_conv_groups(void **state)
+{
+    (void)state;
+    expect_pass(NET(2, 8) CONV(8, 3, leaky)
+                "[convolutional]\nfilters=8\ngroups=2\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+                "[convolutional]\nfilters=4\ngroups=4\nsize=1\nstride=1\npad=0\nactivation=leaky\n"
+                CONV(2, 1, linear) SSE,
+                4);
+}
+
+static void test_connected(void **state)
+{
+    (void)state;
+    expect_pass(NET(2, 6) CONV(4, 3, leaky) "[connected]\noutput=12\nactivation=leaky\n"
+                "[connected]\noutput=5\nactivation=linear\n" SSE,
+                3);
+    /* Batch norm over the batch: N = 8 rows. */
+    sdnn_gradcheck_report r = check(NET(8, 4) "[connected]\nbatch_normalize=1\noutput=10\n"
+                                    "activation=leaky\n[connected]\noutput=3\nactivation=linear\n" SSE,
+                                    12);
+    assert_int_equal(r.layer[0].bn_n, 8);
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_pooling(void **state)
+{
+    (void)state;
+    expect_pass(NET(2, 8) CONV(6, 3, leaky) "[maxpool]\nsize=2\nstride=2\n" CONV(6, 3, leaky)
+                "[avgpool]\n[connected]\noutput=4\nactivation=linear\n" SSE,
+                3);
+}
+
+static void test_route_shortcut_upsample(void **state)
+{
+    (void)state;
+    /* The fixed engine: the route's and the shortcut's shares reach layers
+     * behind 3x3 and 1x1 convolutions alike. */
+    expect_pass(RESIDUAL, 4);
+    expect_pass(ROUTED, 4);
+    expect_pass(NET(2, 8) CONV(6, 3, leaky) "[maxpool]\nsize=2\nstride=2\n" CONV(6, 3, leaky)
+                "[upsample]\nstride=2\n[route]\nlayers=-1,-4\n" CONV(4, 3, leaky)
+                "[shortcut]\nfrom=-6\nactivation=leaky\n" CONV(2, 1, linear) SSE,
+                4);
+}
+
+static void test_softmax_and_cost_heads(void **state)
+{
+    (void)state;
+    expect_pass(NET(4, 6) CONV(6, 3, leaky) "[connected]\noutput=5\nactivation=linear\n"
+                "[softmax]\n",
+                2);
+    /* A softmax per group of 3 outputs, one class per group in the truth. */
+    expect_pass(NET(2, 6) CONV(6, 3, leaky) "[connected]\noutput=6\nactivation=linear\n"
+                "[softmax]\ngroups=2\n",
+                2);
+    expect_pass(NET(2, 6) CONV(6, 3, leaky) CONV(2, 1, linear) "[cost]\ntype=sse\nscale=0.5\n", 2);
+    expect_pass(NET(2, 6) CONV(6, 3, leaky) CONV(2, 1, linear) "[cost]\ntype=L1\n", 2);
+    /* Darknet's smooth-l1 delta points away from the truth where
+     * |t - x| >= 1 (-sign(t - x) instead of sign): its gradient is wrong
+     * there, and the check says so. */
+    sdnn_gradcheck_report r =
+        check(NET(2, 6) CONV(6, 3, leaky) CONV(2, 1, linear) "[cost]\ntype=smooth\n", 12);
+    assert_true(r.layer[1].median_rel > 0.5);
+    assert_int_equal(r.failed, 2);
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_report r = check(NET(2, 6) CONV(6, 3, leaky)
+                                    "[dropout]\nprobability=.4\n"
+                                    "[connected]\noutput=8\nactivation=leaky\n"
+                                    "[dropout]\nprobability=.3\n"
+                                    "[connected]\noutput=3\nactivation=linear\n" SSE,
+                                    12);
+    assert_int_equal(r.nlayers, 3);
+    assert_int_equal(r.failed, 0);
+    assert_non_null(strstr(r.notes, "same mask"));
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_yolo_region_bodies(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_report r =
+        check(NET(2, 8) CONV(8, 3, leaky) CONV(4, 1, leaky) CONV(8, 3, leaky)
+              "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(18, 1, linear)
+              "[yolo]\nmask=0,1,2\nanchors=2,2, 4,4, 6,6\nclasses=1\nnum=3\njitter=0\n"
+              "ignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"
+              "[route]\nlayers=-3\n" CONV(18, 1, linear)
+              "[yolo]\nmask=0,1,2\nanchors=2,2, 4,4, 6,6\nclasses=1\nnum=3\njitter=0\n"
+              "ignore_thresh=.7\ntruth_thresh=1\nrandom=0\n",
+              12);
+    assert_int_equal(r.nlayers, 5);
+    assert_int_equal(r.failed, 0);
+    assert_non_null(strstr(r.notes, "2 yolo/region heads checked as sse"));
+    sdnn_gradcheck_report_free(&r);
+    r = check(NET(2, 8) CONV(8, 3, leaky) CONV(12, 1, linear)
+              "[region]\nanchors=1,1, 2,2\nclasses=1\ncoords=4\nnum=2\nsoftmax=1\njitter=0\n"
+              "rescore=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\n"
+              "absolute=1\nthresh=.6\nrandom=0\n",
+              12);
+    assert_int_equal(r.nlayers, 2);
+    assert_int_equal(r.failed, 0);
+    assert_non_null(strstr(r.notes, "1 yolo/region head checked as sse"));
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_activations(void **state)
+{
+    (void)state;
+    static const char *const acts[] = { "logistic", "relu", "relie", "linear", "ramp", "tanh",
+                                        "plse", "leaky", "elu", "loggy", "hardtan", "lhtan",
+                                        "selu" };
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; ++a) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 NET(2, 6) "[convolutional]\nfilters=6\nsize=3\nstride=1\npad=1\nactivation=%s\n"
+                 "[connected]\noutput=4\nactivation=linear\n[connected]\noutput=3\n"
+                 "activation=%s\n" SSE,
+                 acts[a], acts[a]);
+        printf("activation %s\n", acts[a]);
+        expect_pass(text, 3);
+    }
+}
+
+/* ---- the defect and the fix -------------------------------------------------- */
+
+static void fails_without_fix(const char *text, const char *mode)
+{
+    char section[128];
+    snprintf(section, sizeof section, "[scalednn]\nmode=%s\nfix_1x1_delta=0\n", mode);
+    char *off = with_section(text, section);
+    sdnn_gradcheck_report r = check(off, 12);
+    assert_int_equal(r.fix_1x1_delta, 0);
+    assert_int_equal(r.fixed_layers, 0);
+    /* Layer 0 loses the shortcut's or route's share: far above the
+     * threshold; the layers after it are right. */
+    assert_int_equal(r.layer[0].index, 0);
+    assert_true(r.layer[0].median_rel > 0.1);
+    assert_false(r.layer[0].pass);
+    assert_int_equal(r.failed, 1);
+    sdnn_gradcheck_report_free(&r);
+    free(off);
+
+    snprintf(section, sizeof section, "[scalednn]\nmode=%s\n", mode);
+    char *on = with_section(text, section);
+    r = check(on, 12);
+    assert_int_equal(r.fix_1x1_delta, 1);
+    assert_int_equal(r.fixed_layers, 1);
+    assert_true(r.layer[1].fixed);
+    assert_true(r.layer[0].median_rel < SDNN_GRADCHECK_TOL);
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+    free(on);
+}
+
+static void test_residual_needs_fix(void **state)
+{
+    (void)state;
+    fails_without_fix(RESIDUAL, "scalednn");
+    fails_without_fix(RESIDUAL, "stock");
+    fails_without_fix(RESIDUAL_BN, "scalednn");
+}
+
+static void test_route_needs_fix(void **state)
+{
+    (void)state;
+    fails_without_fix(ROUTED, "scalednn");
+    fails_without_fix(ROUTED, "stock");
+}
+
+/* One stock-mode step of a single replica; the deltas stay as backward
+ * left them. */
+static sdnn_trainer *one_step(const char *text, int fix)
+{
+    network **nets = calloc(1, sizeof *nets);
+    assert_non_null(nets);
+    srand(5);   /* Darknet's initial weights: the same for every call */
+    nets[0] = tu_parse(text);
+    assert_non_null(nets[0]);
+    sdnn_config cfg = SDNN_CONFIG_INIT;
+    cfg.mode = SDNN_MODE_STOCK;
+    cfg.fix_1x1_delta = fix;
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
+    network *net = sdnn_trainer_net(t, 0);
+    /* The weights stay those the backward pass used. */
+    net->learning_rate = 0;
+    uint64_t seed = 9;
+    data d = tu_batch(&seed, net->batch, net->inputs, net->truths);
+    for (int i = 0; i < d.y.rows; ++i)
+        for (int k = 0; k < d.y.cols; ++k) d.y.vals[i][k] = tu_uniform(&seed, 0.f, 1.f);
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+    free_data(d);
+    return t;
+}
+
+/* W^T delta of a 1x1 convolution (no groups): its input's share. */
+static void share_1x1(const layer *l, float *out)
+{
+    int hw = l->h * l->w;
+    for (int b = 0; b < l->batch; ++b)
+        for (int c = 0; c < l->c; ++c)
+            for (int p = 0; p < hw; ++p) {
+                double s = 0;
+                for (int f = 0; f < l->n; ++f)
+                    s += (double)l->weights[f * l->c + c] *
+                         (double)l->delta[((size_t)b * l->n + f) * hw + p];
+                out[((size_t)b * l->c + c) * hw + p] = (float)s;
+            }
+}
+
+/* |a - b| / |b| over n floats (2-norms). */
+static double rel(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t k = 0; k < n; ++k) {
+        num += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+        den += (double)b[k] * b[k];
+    }
+    return sqrt(num / den);
+}
+
+/* Layer 0's delta against its consumers' shares (layer 1 a 1x1
+ * convolution, `consumer` a shortcut from layer 0 or a route of layers 2
+ * and 0): with the fix the sum, without it layer 1's share alone. */
+static void check_shares(network *net, int consumer, int fixed)
+{
+    const layer *a = &net->layers[0], *b = &net->layers[1], *c = &net->layers[consumer];
+    size_t n = (size_t)a->outputs * (size_t)a->batch;
+    float *mine = malloc(n * sizeof *mine), *sum = malloc(n * sizeof *sum);
+    assert_non_null(mine);
+    assert_non_null(sum);
+    share_1x1(b, mine);
+    /* The consumer's share: a shortcut adds its whole delta, a route
+     * the slice of layer 0 (its second input, after layer 2's). */
+    for (int bi = 0; bi < a->batch; ++bi)
+        for (int k = 0; k < a->outputs; ++k) {
+            float other = c->type == SHORTCUT
+                              ? c->delta[(size_t)bi * c->outputs + k]
+                              : c->delta[(size_t)bi * c->outputs + net->layers[2].outputs + k];
+            sum[(size_t)bi * a->outputs + k] = mine[(size_t)bi * a->outputs + k] + other;
+        }
+    double to_sum = rel(a->delta, sum, n), to_own = rel(a->delta, mine, n);
+    printf("fix %d: |delta - (1x1 share + %s share)| %.2e, |delta - 1x1 share| %.2e\n", fixed,
+           c->type == SHORTCUT ? "shortcut" : "route", to_sum, to_own);
+    if (fixed) {
+        assert_true(to_sum < 1e-5);
+        assert_true(to_own > 0.1);
+    } else {
+        /* Darknet: only the 1x1 convolution's own share is left. */
+        assert_true(to_own < 1e-5);
+        assert_true(to_sum > 0.1);
+    }
+    free(mine);
+    free(sum);
+}
+
+static void delta_is_sum(const char *text, int consumer)
+{
+    for (int fix = 1; fix >= 0; --fix) {
+        sdnn_trainer *t = one_step(text, fix);
+        check_shares(sdnn_trainer_net(t, 0), consumer, fix);
+        sdnn_trainer_destroy(t);
+    }
+}
+
+/* Layer 0 linear so its own backward leaves the summed delta as it is. */
+#define SHARES_SHORTCUT                                                \
+    NET(2, 8) CONV(8, 3, linear) CONV(4, 1, leaky) CONV(8, 3, leaky) \
+    "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE
+
+static void test_delta_is_sum_of_shares(void **state)
+{
+    (void)state;
+    delta_is_sum(SHARES_SHORTCUT, 3);
+    delta_is_sum(NET(2, 8) CONV(8, 3, linear) CONV(4, 1, leaky) CONV(8, 3, leaky)
+                 "[route]\nlayers=-1,-3\n" CONV(2, 1, linear) SSE,
+                 3);
+}
+
+/* After a resize (multi-scale training) the scratch grows with the deltas. */
+static void test_fix_after_resize(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = one_step(SHARES_SHORTCUT, 1);
+    assert_int_equal(sdnn_trainer_resize(t, 16, 16), SDNN_OK);
+    network *net = sdnn_trainer_net(t, 0);
+    uint64_t seed = 11;
+    data d = tu_batch(&seed, net->batch, net->inputs, net->truths);
+    for (int i = 0; i < d.y.rows; ++i)
+        for (int k = 0; k < d.y.cols; ++k) d.y.vals[i][k] = tu_uniform(&seed, 0.f, 1.f);
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+    free_data(d);
+    assert_int_equal(net->layers[0].out_w, 16);
+    check_shares(net, 3, 1);
+    sdnn_trainer_destroy(t);
+}
+
+/* The profiler (bucket_mb=auto's plan, `scalednn plan`) runs the fixed
+ * backward too, on a network nobody hooked, and leaves it unhooked. */
+static void test_profile_runs_fix(void **state)
+{
+    (void)state;
+    srand(5);
+    network *net = tu_parse(SHARES_SHORTCUT);
+    assert_non_null(net);
+    {
+        sdnn_profile_opts o = SDNN_PROFILE_OPTS_INIT;
+        o.iters = 1;
+        o.warmup = 0;
+        sdnn_cost_profile p;
+        assert_int_equal(sdnn_profile_network(net, &o, &p), SDNN_OK);
+        sdnn_cost_profile_free(&p);
+    }
+    assert_false(sdnn_hooks_installed(net));
+    check_shares(net, 3, 1);
+    sdnn_network_free(net);
+}
+
+static void test_which_layers(void **state)
+{
+    (void)state;
+    network *net = tu_parse(RESIDUAL);
+    assert_non_null(net);
+    assert_int_equal(sdnn_fix_1x1_count(net), 1);
+    assert_true(sdnn_fix_1x1_needed(net, 1));
+    assert_false(sdnn_fix_1x1_needed(net, 4));   /* its input has no other consumer */
+    assert_false(sdnn_fix_1x1_needed(net, 2));   /* 3x3: col2im adds */
+    sdnn_network_free(net);
+    /* A plain chain, 1x1 layers included: nothing to fix. */
+    net = tu_parse(NET(2, 8) CONV(6, 3, leaky) CONV(4, 1, leaky) CONV(2, 1, linear) SSE);
+    assert_int_equal(sdnn_fix_1x1_count(net), 0);
+    sdnn_network_free(net);
+    /* Dropout shares its input's delta: a 1x1 after it still needs the fix. */
+    net = tu_parse(NET(2, 8) CONV(8, 3, leaky) "[dropout]\nprobability=.2\n" CONV(8, 1, leaky)
+                   "[shortcut]\nfrom=-3\nactivation=linear\n" CONV(2, 1, linear) SSE);
+    assert_non_null(net);
+    assert_true(sdnn_fix_1x1_needed(net, 2));
+    assert_int_equal(sdnn_fix_1x1_count(net), 1);
+    sdnn_network_free(net);
+}
+
+/* Without the pattern the fix changes nothing: bit for bit. */
+static void test_no_pattern_bitwise(void **state)
+{
+    (void)state;
+    const char *plain = NET(2, 8) CONV(6, 3, leaky) CONV(4, 1, leaky) CONV(2, 1, linear) SSE;
+    sdnn_trainer *on = one_step(plain, 1), *off = one_step(plain, 0);
+    assert_true(tu_bitwise_equal(sdnn_trainer_net(on, 0), sdnn_trainer_net(off, 0)));
+    /* Stock mode installs no hooks for it. */
+    assert_false(sdnn_hooks_installed(sdnn_trainer_net(on, 0)));
+    sdnn_trainer_destroy(on);
+    sdnn_trainer_destroy(off);
+    /* With the pattern the runs differ, and only from layer 0 down. */
+    on = one_step(RESIDUAL, 1);
+    off = one_step(RESIDUAL, 0);
+    assert_true(sdnn_hooks_installed(sdnn_trainer_net(on, 0)));
+    network *a = sdnn_trainer_net(on, 0), *b = sdnn_trainer_net(off, 0);
+    for (int i = 1; i < a->n; ++i) {
+        sdnn_param pa[SDNN_MAX_PARAMS_PER_LAYER], pb[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(&a->layers[i], pa);
+        sdnn_layer_params(&b->layers[i], pb);
+        for (int j = 0; j < k; ++j)
+            assert_memory_equal(pa[j].upd, pb[j].upd, pa[j].n * sizeof(float));
+    }
+    assert_true(memcmp(a->layers[0].weight_updates, b->layers[0].weight_updates,
+                       (size_t)a->layers[0].nweights * sizeof(float)) != 0);
+    sdnn_trainer_destroy(on);
+    sdnn_trainer_destroy(off);
+}
+
+/* ---- batch norm ------------------------------------------------------------------ */
+
+/* The weights' error behind batch norm over N values is about 1/N
+ * (forward variance / (N-1), backward / N): 16x the values, 1/16 the
+ * error, whether N grows with the batch or the image; an epsilon mismatch
+ * would not depend on N. */
+static double bn_weights_error(int batch, int hw)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[net]\nbatch=%d\nsubdivisions=1\nwidth=%d\nheight=%d\nchannels=3\n"
+             "learning_rate=0.01\n" CONV_BN(6, 3, linear) CONV(2, 1, linear) SSE,
+             batch, hw, hw);
+    sdnn_gradcheck_report r = check(text, 100);
+    assert_string_equal(r.layer[0].tensor[0].what, "weights");
+    assert_true(r.layer[0].pass);
+    double e = r.layer[0].tensor[0].norm_rel;
+    sdnn_gradcheck_report_free(&r);
+    printf("batch-norm weights, batch %d, %dx%d (N = %d): |g - fd| / |fd| = %.3e, N x that = %.2f\n",
+           batch, hw, hw, batch * hw * hw, e, e * batch * hw * hw);
+    return e;
+}
+
+static void test_bn_mismatch_shrinks_with_n(void **state)
+{
+    (void)state;
+    double n16 = bn_weights_error(1, 4), n256 = bn_weights_error(1, 16);
+    double n64a = bn_weights_error(1, 8), n64b = bn_weights_error(4, 4);
+    assert_true(n16 * 16 > 0.3 && n16 * 16 < 3);
+    assert_true(n16 / n256 > 8);
+    /* The same N from the image or from the batch: the same error. */
+    assert_true(n64a / n64b > 0.6 && n64a / n64b < 1.6);
+}
+
+/* ---- engines and the command ------------------------------------------------------- */
+
+static void test_gpu_engine_refused(void **state)
+{
+    (void)state;
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.engine = "gpu";
+    sdnn_gradcheck_report r;
+    assert_int_equal(sdnn_gradcheck_text("x.cfg", RESIDUAL, &o, &r), SDNN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sdnn_last_error(), "issue 13"));
+    o.engine = "tpu";
+    assert_int_equal(sdnn_gradcheck_text("x.cfg", RESIDUAL, &o, &r), SDNN_ERR_INVALID);
+    assert_non_null(strstr(sdnn_last_error(), "cpu, gpu"));
+    o.engine = "cpu";
+    o.samples = 0;
+    assert_int_equal(sdnn_gradcheck_text("x.cfg", RESIDUAL, &o, &r), SDNN_ERR_INVALID);
+}
+
+static void test_command(void **state)
+{
+    (void)state;
+    const char *bin = getenv("SDNN_DARKNET_BIN");
+    if (!bin) bin = "./darknet";
+    char dir[] = "/tmp/sdnn-gradcheck-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], out[300];
+    snprintf(path, sizeof path, "%s/res.cfg", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    char *off = with_section(RESIDUAL, "[scalednn]\nmode=stock\nfix_1x1_delta=0\n");
+    for (int fix = 1; fix >= 0; --fix) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(fix ? RESIDUAL : off, f);
+        fclose(f);
+        int rc = tu_run("%s scalednn gradcheck %s -samples 6 -seed 3 >%s 2>/dev/null", bin, path, out);
+        char *text = tu_slurp(out);
+        assert_non_null(text);
+        fputs(text ? text : "", stdout);
+        assert_int_equal(rc, fix ? 0 : 1);
+        assert_non_null(strstr(text, fix ? "0 of 4 layers above" : "1 of 4 layers above"));
+        assert_non_null(strstr(text, "median rel"));
+        free(text);
+    }
+    assert_int_equal(tu_run("%s scalednn gradcheck %s -engine gpu >%s 2>&1", bin, path, out), 2);
+    char *text = tu_slurp(out);
+    assert_non_null(strstr(text, "issue 13"));
+    free(text);
+    assert_int_equal(tu_run("%s scalednn gradcheck %s -samples x >/dev/null 2>&1", bin, path), 2);
+    assert_int_equal(tu_run("%s scalednn gradcheck %s/none.cfg >/dev/null 2>&1", bin, dir), 1);
+    free(off);
+    tu_run("rm -rf %s", dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv),
+        cmocka_unit_test(test_conv_bn),
+        cmocka_unit_test(test_bn_slack_follows_the_graph),
+        cmocka_unit_test(test_conv_groups),
+        cmocka_unit_test(test_connected),
+        cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_route_shortcut_upsample),
+        cmocka_unit_test(test_softmax_and_cost_heads),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_yolo_region_bodies),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_residual_needs_fix),
+        cmocka_unit_test(test_route_needs_fix),
+        cmocka_unit_test(test_delta_is_sum_of_shares),
+        cmocka_unit_test(test_fix_after_resize),
+        cmocka_unit_test(test_profile_runs_fix),
+        cmocka_unit_test(test_which_layers),
+        cmocka_unit_test(test_no_pattern_bitwise),
+        cmocka_unit_test(test_bn_mismatch_shrinks_with_n),
+        cmocka_unit_test(test_gpu_engine_refused),
+        cmocka_unit_test(test_command),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
