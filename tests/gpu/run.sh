@@ -45,6 +45,14 @@
 #             with subdivisions, batch norm, int8/top-k, split=device0
 #             across devices, a residual net, and (simulated NCCL only)
 #             its error paths
+#   preload   the preload ring never overwrites a popped slot; feed limits
+#   group_fail a failed step or exchange leaves the group failed (feed,
+#             step and pull refuse with SDNN_ERR_ABORTED)
+#   memory    no unused staging buffers; the workspace grows only between
+#             steps
+#   wide      a connected layer of 70,000 outputs (past gridDim.y 65,535)
+#             against libdarknet
+#   convpick  cuDNN algorithm choice: tf32=1 never accepts fp16
 set -u
 . tests/gpu/env.sh
 
@@ -132,6 +140,11 @@ run layers 300
 run train 240
 run vrep 180
 run group 120
+run preload 60
+run group_fail 120
+run memory 60
+run wide 180
+run convpick 30
 echo "tests/gpu:$summary" | tee -a "$LOG"
 echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
 exit $failed
