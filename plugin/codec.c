@@ -14,6 +14,7 @@
  * memcpy, which the compiler turns into plain (unaligned) loads and stores.
  */
 #include "codec.h"
+#include "codec_scalar.h"
 
 #include <float.h>
 #include <math.h>
@@ -86,94 +87,23 @@ static inline void st32(unsigned char *p, size_t i, uint32_t u)
 
 /* ---- scalar conversions -------------------------------------------------- */
 
-uint16_t sdnn_f32_to_f16(float x)
-{
-    uint32_t u = f32_bits(x);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    uint32_t h;
-    if (a > 0x7f800000u) {
-        /* NaN: quiet bit set, top payload bits kept (what F16C does). */
-        h = 0x7e00u | ((a >> 13) & 0x3ffu);
-    } else if (a >= 0x477ff000u) {
-        /* 65520 is halfway between 65504 (the largest binary16) and 2^16;
-         * the tie goes to the even neighbour, which is infinity. */
-        h = 0x7c00u;
-    } else if (a >= 0x38800000u) {
-        /* Normal: rebias the exponent and round the 13 dropped bits to
-         * nearest even; a carry into the exponent is the right result. */
-        h = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
-    } else if (a > 0x33000000u) {
-        /* binary16 subnormal: the value in units of 2^-24, rounded to
-         * nearest even.  2^-25 itself is the tie with 0 (below). */
-        uint32_t e = a >> 23;                 /* 102..112 */
-        uint32_t m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;            /* 14..24 */
-        uint32_t half = 1u << (shift - 1);
-        uint32_t rem = m & ((1u << shift) - 1u);
-        h = m >> shift;
-        if (rem > half || (rem == half && (h & 1u))) ++h;
-    } else {
-        h = 0;
-    }
-    return (uint16_t)(sign | h);
-}
+/* The arithmetic lives in codec_scalar.h, shared with the device kernels. */
+uint16_t sdnn_f32_to_f16(float x) { return sdnn_cs_f32_to_f16(x); }
+float sdnn_f16_to_f32(uint16_t h) { return sdnn_cs_f16_to_f32(h); }
+static inline uint16_t bf16_round(uint32_t u) { return sdnn_cs_bf16_round(u); }
+uint16_t sdnn_f32_to_bf16(float x) { return bf16_round(f32_bits(x)); }
+float sdnn_bf16_to_f32(uint16_t h) { return sdnn_cs_bf16_to_f32(h); }
 
-float sdnn_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu;
-    uint32_t m = h & 0x3ffu;
-    if (e == 0) return bits_f32(sign | f32_bits((float)m * 0x1p-24f));
-    if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
+/* ---- stochastic-rounding generator (codec_scalar.h) ------------------------ */
 
-/* Adding 0x7fff plus the lowest kept bit rounds the dropped half to nearest
- * even (a carry into the exponent is the right result, up to inf).  NaN
- * only gets its quiet bit: rounding could carry a low payload into inf.
- * The choice is made on 32 bits so the vector code packs once. */
-static inline uint16_t bf16_round(uint32_t u)
-{
-    /* Signed compare (both sides are below 2^31): one vector instruction. */
-    int nan = (int32_t)(u & 0x7fffffffu) > 0x7f800000;
-    uint32_t v = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(v >> 16);
-}
-
-uint16_t sdnn_f32_to_bf16(float x)
-{
-    return bf16_round(f32_bits(x));
-}
-
-float sdnn_bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-/* ---- stochastic-rounding generator --------------------------------------- */
-
-#define SDNN_GOLDEN 0x9e3779b97f4a7c15ull
-
-/* splitmix64's finaliser: a bijection that spreads every input bit. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* One key per (seed, stream); element i then draws splitmix64's i-th output
- * from that key, so any element can be drawn without the ones before it. */
 static inline uint64_t stream_key(uint64_t seed, uint64_t stream)
 {
-    return mix64(seed ^ mix64(stream + 0x632be59bd9b4e019ull));
+    return sdnn_cs_stream_key(seed, stream);
 }
 
 static inline float key_uniform(uint64_t key, uint64_t index)
 {
-    uint64_t z = mix64(key + (index + 1) * SDNN_GOLDEN);
-    return (float)(int32_t)(z >> 40) * 0x1p-24f;
+    return sdnn_cs_key_uniform(key, index);
 }
 
 float sdnn_codec_uniform(uint64_t seed, uint64_t stream, uint64_t index)

@@ -2,8 +2,8 @@
  * codec: the gradient codecs of codec.h on the device, writing the same
  * bytes as the host encoders (the tests compare them bit for bit):
  *
- *  fp16, bf16  integer rounding to nearest even on the float's bits, as the
- *              host's scalar references (no reliance on __float2half, whose
+ *  fp16, bf16  integer rounding to nearest even on the float's bits, by the
+ *              host's own scalar functions (codec_scalar.h; no __float2half, whose
  *              NaN payloads differ).
  *  int8        one block per chunk: max |x| on the bits, scale m/127 and
  *              127/m, nearest (the magic-number rounding) or stochastic
@@ -20,68 +20,17 @@
  */
 #include "cuda_util.cuh"
 #include "ops.h"
+#include "codec_scalar.h"
 
 #include <float.h>
 #include <string.h>
 
-/* ---- the host codecs' scalar arithmetic ---------------------------------------- */
-
-__host__ __device__ static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-__host__ __device__ static inline uint64_t stream_key(uint64_t seed, uint64_t stream)
-{
-    return mix64(seed ^ mix64(stream + 0x632be59bd9b4e019ull));
-}
-
-__device__ static inline float key_uniform(uint64_t key, uint64_t index)
-{
-    uint64_t z = mix64(key + (index + 1) * 0x9e3779b97f4a7c15ull);
-    return (float)(int32_t)(z >> 40) * 0x1p-24f;
-}
-
-__device__ static inline uint16_t f32_to_f16(float x)
-{
-    uint32_t u = __float_as_uint(x);
-    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu, h;
-    if (a > 0x7f800000u) {
-        h = 0x7e00u | ((a >> 13) & 0x3ffu);
-    } else if (a >= 0x477ff000u) {
-        h = 0x7c00u;
-    } else if (a >= 0x38800000u) {
-        h = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
-    } else if (a > 0x33000000u) {
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
-        uint32_t half = 1u << (shift - 1), rem = m & ((1u << shift) - 1u);
-        h = m >> shift;
-        if (rem > half || (rem == half && (h & 1u))) ++h;
-    } else {
-        h = 0;
-    }
-    return (uint16_t)(sign | h);
-}
-
-__device__ static inline float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)m, 0x1p-24f)));
-    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
+/* ---- the host codecs' scalar arithmetic: codec_scalar.h, shared with codec.c ------ */
 
 __device__ static inline uint16_t f32_to_bf16(float x)
 {
-    uint32_t u = __float_as_uint(x);
-    int nan = (u & 0x7fffffffu) > 0x7f800000u;
-    uint32_t v = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(v >> 16);
+    return sdnn_cs_bf16_round(__float_as_uint(x));
 }
-
-__device__ static inline float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 /* ---- codec ids: dcodec_ids.c (shared with the simulated build) --------------------- */
 
@@ -90,15 +39,18 @@ static size_t chunks_of(size_t n, size_t chunk) { return n / chunk + (n % chunk 
 
 /* ---- dense kernels ------------------------------------------------------------------ */
 
-__global__ void k_f16_enc(const float *x, size_t n, uint16_t *o) { SDNN_FOR(i, n) o[i] = f32_to_f16(x[i]); }
+__global__ void k_f16_enc(const float *x, size_t n, uint16_t *o)
+{
+    SDNN_FOR(i, n) o[i] = sdnn_cs_f32_to_f16(x[i]);
+}
 __global__ void k_bf16_enc(const float *x, size_t n, uint16_t *o) { SDNN_FOR(i, n) o[i] = f32_to_bf16(x[i]); }
 
 /* mode 0: y = d; 1: y = d + a (a may be y: each element read before written) */
 template <int FMT>
 __device__ static inline float load_dense(const void *in, size_t i)
 {
-    if (FMT == SDNN_DCODEC_FP16) return f16_to_f32(((const uint16_t *)in)[i]);
-    if (FMT == SDNN_DCODEC_BF16) return bf16_to_f32(((const uint16_t *)in)[i]);
+    if (FMT == SDNN_DCODEC_FP16) return sdnn_cs_f16_to_f32(((const uint16_t *)in)[i]);
+    if (FMT == SDNN_DCODEC_BF16) return sdnn_cs_bf16_to_f32(((const uint16_t *)in)[i]);
     return ((const float *)in)[i];
 }
 
@@ -143,14 +95,14 @@ __global__ void k_int8_enc(const float *x, size_t n, size_t chunk, int stochasti
         if (fast && !stochastic) {
             t = (int32_t)__fsub_rn(__fadd_rn(__fmul_rn(xv, inv), magic), magic);
         } else if (fast) {
-            float r = __fadd_rn(__fmul_rn(xv, inv), key_uniform(key, e));
+            float r = __fadd_rn(__fmul_rn(xv, inv), sdnn_cs_key_uniform(key, e));
             t = (int32_t)r;
             t -= (float)t > r;
         } else {
             float r = 0;
             if (usable) {
                 r = __fmul_rn(xv, inv);
-                r = stochastic ? floorf(__fadd_rn(r, key_uniform(key, e))) : rintf(r);
+                r = stochastic ? floorf(__fadd_rn(r, sdnn_cs_key_uniform(key, e))) : rintf(r);
                 r = fminf(fmaxf(r, -127.0f), 127.0f);
             }
             t = (int32_t)r;
@@ -479,7 +431,7 @@ extern "C" sdnn_status sdnn_dcodec_encode(sdnn_dctx *c, int stream, int codec,
         if (nch > 0x7fffffffu) return SDNN_ERROR(SDNN_ERR_INVALID, "int8: too many chunks");
         float *scales = (float *)out;
         k_int8_enc<<<(unsigned)nch, SDNN_THREADS, 0, st>>>(
-            x, n, chunk, p->stochastic, stream_key(p->seed, rstream), scales,
+            x, n, chunk, p->stochastic, sdnn_cs_stream_key(p->seed, rstream), scales,
             (int8_t *)(scales + nch));
         SDNN_LAUNCHED("int8 encode");
         return SDNN_OK;
