@@ -11,6 +11,7 @@
  */
 #include "config.h"
 #include "costmodel.h"
+#include "cfgcheck.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -689,10 +690,17 @@ sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
                           "sdnn_config_load: path, cfg and out are required");
     char *text = NULL;
     SDNN_CHECK(read_whole_file(path, &text));
+    /* Windows line ends work: Darknet's read_cfg would keep the '\r'. */
+    sdnn_cfg_normalize_eol(text);
     char *stripped = NULL;
     sdnn_status st = sdnn_config_parse_text(path, text, cfg, &stripped);
+    /* The structure of the rest, before libdarknet sees it (cfgcheck.h). */
+    if (st == SDNN_OK) st = sdnn_cfg_check_text(path, text);
     free(text);
-    if (st != SDNN_OK) return st;
+    if (st != SDNN_OK) {
+        free(stripped);
+        return st;
+    }
     st = make_memfd(stripped, out);
     free(stripped);
     return st;
