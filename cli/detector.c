@@ -16,12 +16,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "replicas.h"
+#include "datacheck.h"
 
 static int usage(void)
 {
     fprintf(stderr,
             "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
             "                              [-max_batches N] [-csv FILE] [-seed S]\n"
+            "                              [-skip_bad_labels] (drop bad boxes, counted)\n"
             "                              [-map [-map_every N] [-target MAP]] (mAP on valid=\n"
             "                              every N iterations, default 100; stop at MAP)\n"
             "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n"
@@ -63,6 +65,7 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
     job.clear = find_arg(argc, argv, "-clear");
+    job.skip_bad_labels = find_arg(argc, argv, "-skip_bad_labels");
     job.gpus = find_char_arg(argc, argv, "-gpus", "0");
     job.nreplicas = sdnn_parse_gpus(job.gpus);
     if (job.nreplicas < 1) {
@@ -124,9 +127,10 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    const char *kind = sdnn_image_kind(imgpath);
-    if (!kind) {
-        fprintf(stderr, "error: image %s: not a PNG, JPEG, BMP or PPM/PGM file\n", imgpath);
+    /* The structure walked (datacheck.h): libdarknet would predict on a
+     * blank image in place of one it cannot decode. */
+    if (sdnn_image_check(imgpath) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
         sdnn_stripped_cfg_close(&stripped);
         sdnn_free_options(options);
         return 1;

@@ -15,12 +15,15 @@
 #include "timeline.h"
 #include "blas.h"
 #include "clock.h"
+#include "datacheck.h"
 
 #include <darknet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,37 +81,190 @@ static int readable(const char *what, const char *path)
     return 0;
 }
 
-/* Every image of the train list must exist, and for detection its label
- * file too: Darknet's loader threads exit() on a missing label file while
- * the replicas train, which crashes the process. */
+/* Every image of the train list must be an image that decodes (its
+ * structure walked by sdnn_image_check: libdarknet would train on a blank
+ * image in its place), and for detection its label file must exist:
+ * Darknet's loader threads exit() on a missing label file while the
+ * replicas train, which crashes the process.  Each bad file is named (the
+ * first 20), then the count. */
+#define SHOWN_BAD 20
 static int check_train_list(const sdnn_train_job *job, const char *list, char **paths, int n)
 {
     if (n == 0) {
         fprintf(stderr, "error: %s: train=%s: the list is empty\n", job->datacfg, list);
         return -1;
     }
-    int missing = 0;
-    char lbl[4096], first[4096] = "";
+    int bad = 0;
+    char lbl[4096];
     for (int i = 0; i < n; ++i) {
         if (!paths[i][0]) {
             fprintf(stderr, "error: %s: line %d is empty (one image path per line)\n", list, i + 1);
             return -1;
         }
-        const char *need = NULL;
-        if (access(paths[i], R_OK) != 0) {
-            need = paths[i];
+        const char *why = NULL;
+        if (sdnn_image_check(paths[i]) != SDNN_OK) {
+            why = sdnn_last_error();
         } else if (job->task == SDNN_TASK_DETECTOR) {
             sdnn_label_path(paths[i], lbl, sizeof lbl);
-            if (access(lbl, R_OK) != 0) need = lbl;
+            struct stat sb;
+            errno = 0;
+            if (access(lbl, R_OK) != 0 || stat(lbl, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+                snprintf(lbl + strlen(lbl), sizeof lbl - strlen(lbl), " (the label file of %s): %s",
+                         paths[i], errno ? strerror(errno) : "not a file");
+                why = lbl;
+            }
         }
-        if (need && !missing++) snprintf(first, sizeof first, "%s", need);
+        if (why && bad++ < SHOWN_BAD) fprintf(stderr, "error: %s:%d: %s\n", list, i + 1, why);
     }
-    if (missing) {
-        fprintf(stderr, "error: %s: %d of %d images or label files cannot be read, first: %s\n",
-                list, missing, n, first);
+    if (bad) {
+        fprintf(stderr, "error: %s: %d of %d images or label files cannot be used%s\n", list, bad,
+                n, bad > SHOWN_BAD ? " (the first 20 are listed)" : "");
         return -1;
     }
     return 0;
+}
+
+typedef struct label_report {
+    int shown;
+    int lines;
+} label_report;
+
+static void on_bad_label(void *ctx, const char *name, int line, const char *text, const char *why)
+{
+    label_report *r = ctx;
+    ++r->lines;
+    if (r->shown++ < SHOWN_BAD) fprintf(stderr, "error: %s:%d: \"%s\": %s\n", name, line, text, why);
+}
+
+/* -skip_bad_labels: the image is given to Darknet under DIR/images/N.EXT
+ * (a symbolic link) with the good boxes in DIR/labels/N.txt, where
+ * Darknet's label path leads; the user's files are never changed. */
+typedef struct shadow {
+    char dir[512];
+    int made;
+} shadow;
+
+static int shadow_image(shadow *sh, char **path, int i, const char *clean)
+{
+    if (!sh->made) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(sh->dir, sizeof sh->dir, "%s/sdnn-labels-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(sh->dir)) return -1;
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s/images", sh->dir);
+        if (mkdir(sub, 0700) != 0) return -1;
+        snprintf(sub, sizeof sub, "%s/labels", sh->dir);
+        if (mkdir(sub, 0700) != 0) return -1;
+        sh->made = 1;
+    }
+    const char *dot = strrchr(*path, '.');
+    const char *slash = strrchr(*path, '/');
+    if (!dot || (slash && dot < slash)) return -1;
+    char img[700], lbl[700], want[700];
+    snprintf(img, sizeof img, "%s/images/%d%s", sh->dir, i, dot);
+    snprintf(want, sizeof want, "%s/labels/%d.txt", sh->dir, i);
+    if (sdnn_label_path(img, lbl, sizeof lbl) != 0 || strcmp(lbl, want) != 0) return -1;
+    char *real = realpath(*path, NULL);
+    if (!real) return -1;
+    int rc = symlink(real, img);
+    free(real);
+    if (rc != 0) return -1;
+    FILE *f = fopen(lbl, "w");
+    if (!f) return -1;
+    int ok = fputs(clean, f) >= 0;
+    if (fclose(f) != 0 || !ok) return -1;
+    char *copy = strdup(img);
+    if (!copy) return -1;
+    free(*path);
+    *path = copy;
+    return 0;
+}
+
+static void shadow_remove(shadow *sh)
+{
+    if (!sh->made) return;
+    static const char *const subs[] = {"images", "labels"};
+    for (int k = 0; k < 2; ++k) {
+        char d[600], p[1000];
+        snprintf(d, sizeof d, "%s/%s", sh->dir, subs[k]);
+        DIR *dir = opendir(d);
+        for (struct dirent *e; dir && (e = readdir(dir));) {
+            if (e->d_name[0] == '.') continue;
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            unlink(p);
+        }
+        if (dir) closedir(dir);
+        rmdir(d);
+    }
+    rmdir(sh->dir);
+    sh->made = 0;
+}
+
+/* A label file, whole (they are small; 16 MiB at most). */
+static char *read_small(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return NULL;
+    if (!S_ISREG(sb.st_mode) || sb.st_size > (16 << 20)) {
+        errno = S_ISREG(sb.st_mode) ? EFBIG : EISDIR;
+        return NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = malloc((size_t)sb.st_size + 1);
+    size_t n = s ? fread(s, 1, (size_t)sb.st_size, f) : 0;
+    fclose(f);
+    if (!s) return NULL;
+    s[n] = '\0';
+    for (size_t i = 0; i < n; ++i)
+        if (s[i] == '\0') s[i] = ' '; /* a NUL would hide the rest from the scan */
+    return s;
+}
+
+/* Every label file of the train list, read at start: each bad box named
+ * (file, line, why); with -skip_bad_labels those boxes are dropped and
+ * counted, otherwise the run stops. */
+static int check_labels(const sdnn_train_job *job, char **paths, int n, int classes, shadow *sh)
+{
+    label_report rep = {0};
+    int files_bad = 0, dropped = 0;
+    long boxes = 0;
+    char lbl[4096];
+    for (int i = 0; i < n; ++i) {
+        sdnn_label_path(paths[i], lbl, sizeof lbl);
+        char *text = read_small(lbl);
+        if (!text) {
+            fprintf(stderr, "error: %s (the label file of %s): %s\n", lbl, paths[i], strerror(errno));
+            return -1;
+        }
+        char *clean = job->skip_bad_labels ? malloc(strlen(text) + 2) : NULL;
+        int good = 0;
+        int bad = sdnn_label_scan(lbl, text, classes, clean, &good, on_bad_label, &rep);
+        boxes += good;
+        if (bad) {
+            ++files_bad;
+            dropped += bad;
+            if (clean && shadow_image(sh, &paths[i], i, clean) != 0) {
+                fprintf(stderr, "error: -skip_bad_labels: cannot stage the good boxes of %s under "
+                        "%s: %s\n", lbl, sh->dir, strerror(errno));
+                free(clean);
+                free(text);
+                return -1;
+            }
+        }
+        free(clean);
+        free(text);
+    }
+    if (!files_bad) return 0;
+    if (job->skip_bad_labels) {
+        fprintf(stderr, "warning: -skip_bad_labels: dropped %d bad box%s in %d of %d label files; "
+                "training on the other %ld\n", dropped, dropped == 1 ? "" : "es", files_bad, n, boxes);
+        return 0;
+    }
+    fprintf(stderr, "error: %d bad box%s in %d of %d label files%s; fix them, or pass "
+            "-skip_bad_labels to train without those boxes\n", dropped, dropped == 1 ? "" : "es",
+            files_bad, n, rep.shown > SHOWN_BAD ? " (the first 20 are listed)" : "");
+    return -1;
 }
 
 typedef struct run {
@@ -372,6 +528,7 @@ int sdnn_train(const sdnn_train_job *job)
 
     run R;
     memset(&R, 0, sizeof R);
+    shadow sh = {"", 0};
     R.job = job;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(job->cfgfile, &R.cfg, &stripped) != SDNN_OK) return fail_status();
@@ -393,7 +550,9 @@ int sdnn_train(const sdnn_train_job *job)
     plist = get_paths(train_list);
     paths = (char **)list_to_array(plist);
     R.train_count = plist->size;
+    double check_t0 = what_time_is_it_now();
     if (check_train_list(job, train_list, paths, plist->size) != 0) goto out;
+    double check_s = what_time_is_it_now() - check_t0;
     if (job->task == SDNN_TASK_CLASSIFIER && !readable("labels file", label_file)) goto out;
     snprintf(R.backup, sizeof R.backup, "%s", backup);
     if (sdnn_mkdirs(R.backup) != SDNN_OK) {
@@ -439,6 +598,18 @@ int sdnn_train(const sdnn_train_job *job)
     }
     if (job->max_batches > 0)
         for (int r = 0; r < job->nreplicas; ++r) nets[r]->max_batches = job->max_batches;
+    if (job->task == SDNN_TASK_DETECTOR) {
+        /* The classes a box may have are the network's (its [yolo]/[region]). */
+        int net_classes = sdnn_detector_classes(nets[0]);
+        check_t0 = what_time_is_it_now();
+        if (net_classes >= 1 && check_labels(job, paths, R.train_count, net_classes, &sh) != 0) {
+            sdnn_replicas_free(nets, job->nreplicas);
+            goto out;
+        }
+        check_s += what_time_is_it_now() - check_t0;
+    }
+    printf("scalednn: checked %d images%s in %.3f s\n", R.train_count,
+           job->task == SDNN_TASK_DETECTOR ? " and their label files" : "", check_s);
     if (sdnn_trainer_create(nets, job->nreplicas, &R.cfg, 1, &R.t) != SDNN_OK) {
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         sdnn_replicas_free(nets, job->nreplicas);
@@ -524,6 +695,7 @@ int sdnn_train(const sdnn_train_job *job)
     }
 
 out:
+    shadow_remove(&sh);
     sdnn_csv_close(&R.csv);
     if (R.t) sdnn_trainer_destroy(R.t);
     free(R.base);

@@ -16,6 +16,7 @@
 
 #include "cfgcheck.h"
 #include "config.h"
+#include "datacheck.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -402,6 +403,261 @@ static void test_cfg_crlf_trains(void **state)
     assert_int_equal(sb.st_size, g_good_len);
 }
 
+
+/* ---- class 2: labels ------------------------------------------------------------ */
+
+typedef struct issues {
+    int n;
+    int line[16];
+    char why[16][160];
+} issues;
+
+static void collect(void *ctx, const char *name, int line, const char *text, const char *why)
+{
+    issues *is = ctx;
+    (void)name;
+    (void)text;
+    if (is->n < 16) {
+        is->line[is->n] = line;
+        snprintf(is->why[is->n], sizeof is->why[0], "%s", why);
+    }
+    ++is->n;
+}
+
+static void test_label_scan(void **state)
+{
+    (void)state;
+    const char *text = "0 0.5 0.5 0.2 0.2\n"    /* 1 good */
+                       "1 nan 0.5 0.2 0.2\n"    /* 2 */
+                       "1 0.5 inf 0.2 0.2\n"    /* 3 */
+                       "2 -0.1 0.5 0.2 0.2\n"   /* 4 */
+                       "2 0.5 1.5 0.2 0.2\n"    /* 5 */
+                       "3 0.5 0.5 0 0.2\n"      /* 6 */
+                       "3 0.5 0.5 0.2 -0.3\n"   /* 7 */
+                       "4 0.5 0.5 0.2 0.2\n"    /* 8 */
+                       "-1 0.5 0.5 0.2 0.2\n"   /* 9 */
+                       "1 0.5 0.5 0.2 0.2 7\n"  /* 10 */
+                       "1 0.5 0.5 0.2\n"        /* 11 */
+                       "\n"                      /* 12 blank: fine */
+                       "1.5 0.5 0.5 0.2 0.2\n"  /* 13 */
+                       "1 0.5 0.5 1.2 0.2\n"    /* 14 */
+                       "3 0.1 0.9 0.05 0.05";   /* 15 good, no newline */
+    issues is = {0};
+    char *clean = malloc(strlen(text) + 2);
+    int boxes = -1;
+    int bad = sdnn_label_scan("l.txt", text, 4, clean, &boxes, collect, &is);
+    assert_int_equal(bad, 12);
+    assert_int_equal(is.n, 12);
+    assert_int_equal(boxes, 2);
+    static const int lines[12] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14};
+    static const char *const want[12] = {
+        "x=nan is not finite", "y=inf is not finite", "x=-0.1 is outside [0, 1]",
+        "y=1.5 is outside [0, 1]", "w=0: a box needs a size > 0", "h=-0.3: a box needs a size > 0",
+        "class 4 is outside 0 .. 3 (classes=4)", "class -1 is outside 0 .. 3",
+        "6 columns, expected 5", "4 columns, expected 5", "class 1.5 is not an integer",
+        "w=1.2 is > 1"};
+    for (int i = 0; i < 12; ++i) {
+        assert_int_equal(is.line[i], lines[i]);
+        if (!strstr(is.why[i], want[i])) printf("line %d: %s (wanted %s)\n", lines[i], is.why[i], want[i]);
+        assert_non_null(strstr(is.why[i], want[i]));
+    }
+    assert_string_equal(clean, "0 0.5 0.5 0.2 0.2\n3 0.1 0.9 0.05 0.05\n");
+    free(clean);
+    assert_int_equal(sdnn_label_scan("l.txt", "", 4, NULL, &boxes, NULL, NULL), 0);
+    assert_int_equal(boxes, 0);
+}
+
+/* A train list of three copied shapes images whose label files we write. */
+static void make_label_set(const char *tag, const char *bad_label)
+{
+    assert_int_equal(tu_run("mkdir -p %s/%s/images %s/%s/labels", g_dir, tag, g_dir, tag), 0);
+    FILE *list = fopen(P("%s/train.txt", tag), "w");
+    assert_non_null(list);
+    for (int i = 1; i <= 3; ++i) {
+        assert_int_equal(tu_run("cp %s/shapes/images/train/%06d.png %s/%s/images/%d.png && "
+                                "cp %s/shapes/labels/train/%06d.txt %s/%s/labels/%d.txt",
+                                g_dir, i, g_dir, tag, i, g_dir, i, g_dir, tag, i), 0);
+        fprintf(list, "%s/%s/images/%d.png\n", g_dir, tag, i);
+    }
+    fclose(list);
+    FILE *f = fopen(P("%s/labels/2.txt", tag), "a");
+    fputs(bad_label, f);
+    fclose(f);
+}
+
+static void test_labels_through_binary(void **state)
+{
+    (void)state;
+    make_label_set("l2", "1 nan 0.5 0.2 0.2\n9 0.5 0.5 0.2 0.2\n");
+    char extra[600], data[600];
+    snprintf(extra, sizeof extra, "train=%s/l2/train.txt", g_dir);
+    snprintf(data, sizeof data, "%s", data_file("l2b", extra));
+    /* data_file's own train= line comes after ours: Darknet takes the first. */
+    place_good("l2b", "shapes_final.weights");
+    char *before = tu_slurp(P("l2/labels/2.txt"));
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2", data);
+    assert_int_equal(rc, 1);
+    char want[700];
+    int first_bad = 0;
+    {
+        char *t = tu_slurp(P("shapes/labels/train/000002.txt"));
+        for (char *p = t; *p; ++p) first_bad += *p == '\n';
+        free(t);
+    }
+    snprintf(want, sizeof want, "%s/l2/labels/2.txt:%d: \"1 nan 0.5 0.2 0.2\": x=nan is not finite",
+             g_dir, first_bad + 1);
+    assert_has(out, want);
+    snprintf(want, sizeof want, "%s/l2/labels/2.txt:%d: \"9 0.5 0.5 0.2 0.2\": class 9 is outside 0 .. 3",
+             g_dir, first_bad + 2);
+    assert_has(out, want);
+    assert_has(out, "2 bad boxes in 1 of 3 label files");
+    assert_has(out, "-skip_bad_labels");
+    free(out);
+    assert_good("l2b", "shapes_final.weights");
+    /* -skip_bad_labels: trained without those two boxes; the user's label
+     * file is unchanged and the staging folder is gone. */
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2 -skip_bad_labels -seed 1",
+                 data);
+    if (rc != 0) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "dropped 2 bad boxes in 1 of 3 label files");
+    const char *staged = strstr(out, "sdnn-labels-");
+    assert_null(staged);
+    free(out);
+    char *after = tu_slurp(P("l2/labels/2.txt"));
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+    assert_int_equal(tu_run("ls -d ${TMPDIR:-/tmp}/sdnn-labels-* 2>/dev/null | grep -q ."), 1);
+}
+
+/* ---- class 3: images ------------------------------------------------------------- */
+
+static void expect_image_error(const char *path, const char *want)
+{
+    sdnn_clear_error();
+    sdnn_status st = sdnn_image_check(path);
+    if (st == SDNN_OK || !strstr(sdnn_last_error(), want))
+        printf("%s: status %d, %s (wanted %s)\n", path, st, sdnn_last_error(), want);
+    assert_true(st != SDNN_OK);
+    assert_non_null(strstr(sdnn_last_error(), want));
+    assert_non_null(strstr(sdnn_last_error(), path));
+}
+
+static void test_image_check(void **state)
+{
+    (void)state;
+    char png[512];
+    snprintf(png, sizeof png, "%s", P("shapes/images/train/000001.png"));
+    assert_int_equal(sdnn_image_check(png), SDNN_OK);
+    long n = 0;
+    char *b = slurp_len(png, &n);
+    put_file(P("trunc.png"), b, (size_t)n / 2);
+    expect_image_error(P("trunc.png"), "truncated PNG");
+    put_file(P("noiend.png"), b, (size_t)n - 12);
+    expect_image_error(P("noiend.png"), "no IEND chunk");
+    b[n / 2] ^= 0x55;
+    put_file(P("flip.png"), b, (size_t)n);
+    expect_image_error(P("flip.png"), "CRC mismatch");
+    free(b);
+    put_text(P("text.png"), "this is not an image\n");
+    expect_image_error(P("text.png"), "not a PNG, JPEG, BMP or PPM/PGM file");
+    put_text(P("empty.png"), "");
+    expect_image_error(P("empty.png"), "empty file");
+    mkdir(P("dir.png"), 0755);
+    expect_image_error(P("dir.png"), "is a directory");
+    expect_image_error(P("missing.png"), "No such file");
+    /* JPEG through libdarknet's own writer, whole and cut. */
+    image im = make_image(24, 16, 3);
+    for (int i = 0; i < 24 * 16 * 3; ++i) im.data[i] = (float)(i % 7) / 7.f;
+    char base[512];
+    snprintf(base, sizeof base, "%s", P("j"));
+    save_image(im, base);
+    free_image(im);
+    char jpg[520];
+    snprintf(jpg, sizeof jpg, "%s.jpg", base);
+    assert_int_equal(sdnn_image_check(jpg), SDNN_OK);
+    b = slurp_len(jpg, &n);
+    assert_true(n > 100);
+    put_file(P("cut.jpg"), b, (size_t)n - 40);
+    expect_image_error(P("cut.jpg"), "truncated JPEG");
+    put_file(P("head.jpg"), b, 20);
+    expect_image_error(P("head.jpg"), "JPEG");
+    free(b);
+    /* PPM: a 4x2 raster, whole and short. */
+    char ppm[64];
+    int hl = snprintf(ppm, sizeof ppm, "P6\n# c\n4 2\n255\n");
+    memset(ppm + hl, 0x80, 24);
+    put_file(P("a.ppm"), ppm, (size_t)hl + 24);
+    assert_int_equal(sdnn_image_check(P("a.ppm")), SDNN_OK);
+    put_file(P("b.ppm"), ppm, (size_t)hl + 10);
+    expect_image_error(P("b.ppm"), "truncated PNM");
+    put_text(P("c.ppm"), "P6\n0 2\n255\n");
+    expect_image_error(P("c.ppm"), "PNM of 0x2 pixels");
+    /* BMP: headers that promise more rows than the file has. */
+    unsigned char bmp[70] = {'B', 'M'};
+    bmp[10] = 54;
+    bmp[14] = 40;
+    bmp[18] = 4;  /* width */
+    bmp[22] = 4;  /* height */
+    bmp[26] = 1;
+    bmp[28] = 24; /* bits */
+    put_file(P("a.bmp"), (const char *)bmp, sizeof bmp);
+    expect_image_error(P("a.bmp"), "truncated BMP");
+}
+
+/* The measured cost of checking the whole shapes train list (printed; the
+ * decision to check every image is argued in docs/ARCHITECTURE.md). */
+static void test_images_through_binary(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_run("mkdir -p %s/i3/images && cp %s/shapes/images/train/000001.png %s/i3/images/ok.png && "
+                            "cp %s/shapes/labels/train/000001.txt %s/i3/ok.txt && mkdir -p %s/i3/labels && "
+                            "cp %s/i3/ok.txt %s/i3/labels/ok.txt && head -c 300 %s/i3/images/ok.png > %s/i3/images/cut.png && "
+                            "echo hello > %s/i3/images/text.png && : > %s/i3/images/empty.png && "
+                            "mkdir -p %s/i3/images/dir.png && for f in cut text empty dir; do cp %s/i3/ok.txt %s/i3/labels/$f.txt; done",
+                            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir,
+                            g_dir, g_dir, g_dir), 0);
+    FILE *list = fopen(P("i3/train.txt"), "w");
+    fprintf(list, "%s/i3/images/ok.png\n%s/i3/images/text.png\n%s/i3/images/cut.png\n"
+                  "%s/i3/images/empty.png\n%s/i3/images/dir.png\n", g_dir, g_dir, g_dir, g_dir, g_dir);
+    fclose(list);
+    char extra[600], data[600];
+    snprintf(extra, sizeof extra, "train=%s/i3/train.txt", g_dir);
+    snprintf(data, sizeof data, "%s", data_file("i3b", extra));
+    place_good("i3b", "shapes_final.weights");
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2", data);
+    assert_int_equal(rc, 1);
+    char want[700];
+    snprintf(want, sizeof want, "i3/train.txt:2: image %s/i3/images/text.png: not a PNG", g_dir);
+    assert_has(out, want);
+    snprintf(want, sizeof want, "i3/train.txt:3: image %s/i3/images/cut.png: truncated PNG", g_dir);
+    assert_has(out, want);
+    snprintf(want, sizeof want, "i3/train.txt:4: image %s/i3/images/empty.png: empty file", g_dir);
+    assert_has(out, want);
+    snprintf(want, sizeof want, "i3/train.txt:5: image %s/i3/images/dir.png: is a directory", g_dir);
+    assert_has(out, want);
+    assert_has(out, "4 of 5 images or label files cannot be used");
+    free(out);
+    assert_good("i3b", "shapes_final.weights");
+    /* detector test on a truncated PNG fails and names it. */
+    rc = run_bin(&out, "detector test %s cfg/shapes.cfg %s/i3b/shapes_final.weights %s/i3/images/cut.png -out %s/pred",
+                 data, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    snprintf(want, sizeof want, "image %s/i3/images/cut.png: truncated PNG", g_dir);
+    assert_has(out, want);
+    free(out);
+    /* The whole shapes list is checked at start, and how long it took is said. */
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1", data_file("i3c", NULL));
+    assert_int_equal(rc, 0);
+    const char *t = strstr(out, "scalednn: checked 24 images and their label files in ");
+    assert_non_null(t);
+    printf("%.*s\n", (int)strcspn(t, "\n"), t);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +667,10 @@ int main(void)
         cmocka_unit_test(test_cfg_real_cfgs_pass),
         cmocka_unit_test(test_cfg_errors_through_binary),
         cmocka_unit_test(test_cfg_crlf_trains),
+        cmocka_unit_test(test_label_scan),
+        cmocka_unit_test(test_labels_through_binary),
+        cmocka_unit_test(test_image_check),
+        cmocka_unit_test(test_images_through_binary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
