@@ -638,7 +638,10 @@ int sdnn_train(const sdnn_train_job *job)
                     R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
     }
     if (R.rank == 0) {
-        if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
+        /* A resumed run appends to the previous run's CSV. */
+        sdnn_status cs = job->weights && !job->clear ? sdnn_csv_open_append(&R.csv, csv, label)
+                                                     : sdnn_csv_open(&R.csv, csv, label);
+        if (cs != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());
             goto out;
         }

@@ -382,3 +382,37 @@ sdnn_status sdnn_mkdirs(const char *dir)
     free(buf);
     return st;
 }
+
+sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char *const *ours)
+{
+    struct stat sb;
+    if (!path || !*path) return SDNN_ERROR(SDNN_ERR_INVALID, "%s: empty file name", what);
+    if (stat(path, &sb) != 0) return SDNN_OK; /* a new file (or unwritable: open says) */
+    if (S_ISDIR(sb.st_mode))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: is a directory, not a file", what, path);
+    if (!S_ISREG(sb.st_mode) || sb.st_size == 0) return SDNN_OK; /* /dev/null, empty */
+    unsigned char head[64] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "%s %s: exists and cannot be read (%s); refusing to "
+                          "overwrite it", what, path, strerror(errno));
+    ssize_t n = read(fd, head, sizeof head - 1);
+    close(fd);
+    if (n < 0) n = 0;
+    for (; ours && *ours; ++ours)
+        if ((size_t)n >= strlen(*ours) && memcmp(head, *ours, strlen(*ours)) == 0) return SDNN_OK;
+    /* Darknet weights: int32 major, minor, revision (0.1.x / 0.2.x), then seen. */
+    int32_t v[3];
+    memcpy(v, head, sizeof v);
+    if (n >= 12 && v[0] == 0 && (v[1] == 1 || v[1] == 2) && v[2] >= 0 && v[2] < 100)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: refusing to overwrite a Darknet weights file "
+                          "(%lld bytes); name another file", what, path, (long long)sb.st_size);
+    char shown[40];
+    int k = 0;
+    for (ssize_t i = 0; i < n && k < 24; ++i)
+        shown[k++] = head[i] >= 0x20 && head[i] < 0x7f ? (char)head[i] : '.';
+    shown[k] = '\0';
+    return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: refusing to overwrite a file that is not one of "
+                      "ours (%lld bytes, it starts with \"%s\"); name another file or remove it",
+                      what, path, (long long)sb.st_size, shown);
+}

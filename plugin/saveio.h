@@ -51,6 +51,13 @@ sdnn_status sdnn_check_weights_file(const network *net, const char *path, int re
 
 /* Create a directory (and its parents) if missing, mode 0755; SDNN_ERR_IO on
  * failure (also when the path exists and is not a directory). */
+/* Before an output the user named is written (CSV, trace): SDNN_OK when
+ * `path` does not exist, is empty, or starts with one of `ours` (a
+ * NULL-terminated list of prefixes); otherwise SDNN_ERR_INVALID naming
+ * `what` (e.g. "-csv"), the file and what it looks like (a Darknet weights
+ * file, or its first bytes), so nothing foreign is overwritten. */
+sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char *const *ours);
+
 sdnn_status sdnn_mkdirs(const char *dir);
 
 #ifdef __cplusplus

@@ -658,6 +658,91 @@ static void test_images_through_binary(void **state)
     free(out);
 }
 
+/* ---- class 4: outputs ---------------------------------------------------------- */
+
+static void test_outputs_never_overwrite(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("o4", NULL));
+    place_good("o4", "keep.weights");
+    char w[600];
+    snprintf(w, sizeof w, "%s", P("o4/keep.weights"));
+    char *out;
+    /* -csv naming a weights file. */
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2 -csv %s", data, w);
+    assert_int_equal(rc, 1);
+    assert_has(out, "refusing to overwrite a Darknet weights file");
+    assert_has(out, w);
+    free(out);
+    assert_good("o4", "keep.weights");
+    /* csv= naming some other file: refused, the file as it was. */
+    put_text(P("o4/notes.txt"), "my notes\n");
+    char *cfg = malloc(strlen(g_shapes_cfg) + 1200);
+    sprintf(cfg, "[scalednn]\nmode=stock\ncsv=%s\n%s", P("o4/notes.txt"), g_shapes_cfg);
+    put_text(P("o4c.cfg"), cfg);
+    rc = run_bin(&out, "detector train %s %s -max_batches 2", data, P("o4c.cfg"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "refusing to overwrite a file that is not one of ours");
+    assert_has(out, "\"my notes.\"");
+    free(out);
+    char *notes = tu_slurp(P("o4/notes.txt"));
+    assert_string_equal(notes, "my notes\n");
+    free(notes);
+    /* timeline= naming a weights file. */
+    sprintf(cfg, "[scalednn]\ntimeline=%s\n%s", w, g_shapes_cfg);
+    put_text(P("o4t.cfg"), cfg);
+    free(cfg);
+    rc = run_bin(&out, "detector train %s %s -max_batches 2 -csv %s", data, P("o4t.cfg"), P("o4/t.csv"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "timeline=");
+    assert_has(out, "refusing to overwrite a Darknet weights file");
+    free(out);
+    assert_good("o4", "keep.weights");
+}
+
+/* A resume appends to the previous run's CSV; a fresh run replaces it. */
+static void test_resume_appends_csv(void **state)
+{
+    (void)state;
+    char data[600], csv[600];
+    snprintf(data, sizeof data, "%s", data_file("o5", NULL));
+    snprintf(csv, sizeof csv, "%s", P("o5/run.csv"));
+    mkdir(P("o5"), 0755);
+    char *out;
+    assert_int_equal(run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 3 -seed 1 -csv %s",
+                             data, csv), 0);
+    free(out);
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg %s -max_batches 5 -seed 1 -csv %s", data,
+                     P("o5/shapes_final.weights"), csv);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    free(out);
+    char *text = tu_slurp(csv);
+    assert_non_null(text);
+    int headers = 0, rows = 0, last = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "iteration,", 10) == 0) ++headers;
+        else if (line[0] >= '0' && line[0] <= '9') {
+            ++rows;
+            assert_int_equal(atoi(line), last + 1);
+            last = atoi(line);
+        }
+    }
+    free(text);
+    assert_int_equal(headers, 1);
+    assert_int_equal(rows, 5);
+    /* -clear starts a new run: the CSV is rewritten. */
+    assert_int_equal(run_bin(&out, "detector train %s cfg/shapes.cfg %s -clear -max_batches 2 -seed 1 "
+                             "-csv %s", data, P("o5/shapes_final.weights"), csv), 0);
+    free(out);
+    text = tu_slurp(csv);
+    rows = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) rows += line[0] >= '0' && line[0] <= '9';
+    free(text);
+    assert_int_equal(rows, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +756,8 @@ int main(void)
         cmocka_unit_test(test_labels_through_binary),
         cmocka_unit_test(test_image_check),
         cmocka_unit_test(test_images_through_binary),
+        cmocka_unit_test(test_outputs_never_overwrite),
+        cmocka_unit_test(test_resume_appends_csv),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
