@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -520,8 +521,32 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
 }
 
+/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save in
+ * progress leaves no temporary file, then the signal ends the process as
+ * it would have. */
+static void on_stop_signal(int sig)
+{
+    sdnn_save_interrupted();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_signal_handlers(void)
+{
+    /* A file-size limit makes a write fail (EFBIG) instead of killing the
+     * process: the save then reports its short file and removes it. */
+    signal(SIGXFSZ, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int sdnn_train(const sdnn_train_job *job)
 {
+    install_signal_handlers();
     if (!readable("data file", job->datacfg) || !readable("cfg file", job->cfgfile)) return 1;
     if (job->weights && !readable("weights file", job->weights)) return 1;
     if (job->nreplicas < 1) return fail("-gpus must list at least one id (e.g. -gpus 0,1)");
@@ -529,9 +554,30 @@ int sdnn_train(const sdnn_train_job *job)
     run R;
     memset(&R, 0, sizeof R);
     shadow sh = {"", 0};
+    int lock_fd = -1;
     R.job = job;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(job->cfgfile, &R.cfg, &stripped) != SDNN_OK) return fail_status();
+    {
+        /* Under mpirun every process runs this.  A local backend would make
+         * each of them an independent run on the same files; a cfg without
+         * a [scalednn] section trains with Darknet's protocol across the
+         * processes (its central host), as mode=stock backend=mpi does. */
+        const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+        int np = ws ? atoi(ws) : 1;
+        if (np > 1 && !R.cfg.present) {
+            snprintf(R.cfg.backend, sizeof R.cfg.backend, "mpi");
+        } else if (np > 1 && strcmp(R.cfg.backend, "local") == 0) {
+            fprintf(stderr,
+                    "error: %s: [scalednn] backend=local (the default when backend= is absent), "
+                    "but this process is one of %d started by mpirun: each would train alone on "
+                    "the same files. Set backend=mpi (or auto) to train across the processes, or "
+                    "start a single process without mpirun\n",
+                    job->cfgfile, np);
+            sdnn_stripped_cfg_close(&stripped);
+            return 1;
+        }
+    }
 
     list *options = read_data_cfg((char *)job->datacfg);
     char *train_list = option_find_str(options, "train", "data/train.list");
@@ -638,6 +684,18 @@ int sdnn_train(const sdnn_train_job *job)
                     R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
     }
     if (R.rank == 0) {
+        /* One run per backup folder; it must be writable now, not at the
+         * first save after hours of training; temp files of saves whose
+         * process died are removed. */
+        int cleaned = 0;
+        if (sdnn_prepare_dir(R.backup, &cleaned) != SDNN_OK ||
+            sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK) {
+            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
+            goto out;
+        }
+        if (cleaned)
+            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
+                    cleaned, cleaned == 1 ? "" : "s", R.backup);
         /* A resumed run appends to the previous run's CSV. */
         sdnn_status cs = job->weights && !job->clear ? sdnn_csv_open_append(&R.csv, csv, label)
                                                      : sdnn_csv_open(&R.csv, csv, label);
@@ -699,6 +757,7 @@ int sdnn_train(const sdnn_train_job *job)
 
 out:
     shadow_remove(&sh);
+    if (lock_fd >= 0) close(lock_fd);
     sdnn_csv_close(&R.csv);
     if (R.t) sdnn_trainer_destroy(R.t);
     free(R.base);

@@ -17,6 +17,7 @@
 #include "cfgcheck.h"
 #include "config.h"
 #include "datacheck.h"
+#include "saveio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,6 +27,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 
 static char g_dir[256];
 static const char *g_bin;
@@ -743,6 +747,213 @@ static void test_resume_appends_csv(void **state)
     assert_int_equal(rows, 2);
 }
 
+/* ---- class 5: one run per backup folder ------------------------------------------ */
+
+static void test_backup_folder_lock(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("k5", NULL));
+    place_good("k5", "shapes_final.weights");
+    place_good("k5", "shapes.backup");
+    int fd = -1;
+    assert_int_equal(sdnn_lock_dir(P("k5"), &fd), SDNN_OK);
+    assert_true(fd >= 0);
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2", data);
+    assert_int_equal(rc, 1);
+    char want[128];
+    snprintf(want, sizeof want, "is in use by another run (pid %ld, command: ", (long)getpid());
+    assert_has(out, want);
+    assert_has(out, "test_badinput");
+    assert_has(out, "one run per backup folder");
+    free(out);
+    assert_good("k5", "shapes_final.weights");
+    assert_good("k5", "shapes.backup");
+    /* A second lock in this process's own file table is refused too. */
+    int fd2 = -1;
+    assert_int_equal(sdnn_lock_dir(P("k5"), &fd2), SDNN_ERR_INVALID);
+    assert_int_equal(fd2, -1);
+    close(fd);
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -clear -seed 1", data);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    free(out);
+}
+
+static int have_mpirun(void)
+{
+#if SDNN_MPI
+    return tu_run("command -v mpirun >/dev/null 2>&1") == 0;
+#else
+    return 0;
+#endif
+}
+
+static void test_mpirun_local_backend_and_stock(void **state)
+{
+    (void)state;
+    if (!have_mpirun()) {
+        print_message("built without MPI or no mpirun: skipped\n");
+        skip();
+    }
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("m5", NULL));
+    place_good("m5", "shapes-scalednn_final.weights");
+    char *out;
+    /* An explicit (or default) local backend: each process would train alone. */
+    int rc = tu_run("sh tests/mpi/run.sh 2 %s detector train %s cfg/shapes-scalednn.cfg -max_batches 2 "
+                ">%s/mpi.log 2>&1", g_bin, data, g_dir);
+    out = tu_slurp(P("mpi.log"));
+    assert_true(rc != 0);
+    assert_has(out, "[scalednn] backend=local");
+    assert_has(out, "is one of 2 started by mpirun");
+    free(out);
+    assert_good("m5", "shapes-scalednn_final.weights");
+    /* No [scalednn] section: Darknet's protocol across the processes. */
+    rc = tu_run("sh tests/mpi/run.sh 2 %s detector train %s cfg/shapes.cfg -max_batches 4 -seed 1 "
+                ">%s/mpi.log 2>&1", g_bin, data, g_dir);
+    out = tu_slurp(P("mpi.log"));
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "(weights averaged)");
+    assert_has(out, "2 replicas, mode=stock");
+    free(out);
+}
+
+/* ---- class 6: found early, never half-written ---------------------------------------- */
+
+/* No NAME.tmp.PID left in DIR/TAG. */
+static int temp_files(const char *tag)
+{
+    return tu_run("ls %s/%s | grep -q '\\.tmp\\.'", g_dir, tag) == 0;
+}
+
+static void test_backup_unwritable_found_at_start(void **state)
+{
+    (void)state;
+    char extra[600], data[600];
+    snprintf(extra, sizeof extra, "backup=/proc/");
+    snprintf(data, sizeof data, "%s", data_file("u6", extra));
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2", data);
+    assert_int_equal(rc, 1);
+    assert_has(out, "backup folder /proc/ is not writable");
+    assert_has(out, "checked at start, before training");
+    /* Found before the first step: no progress line was printed. */
+    assert_null(strstr(out, " img/s, "));
+    free(out);
+    if (geteuid() != 0) {
+        /* Where permissions bind (not as root): a read-only folder. */
+        place_good("u6b", "shapes_final.weights");
+        snprintf(data, sizeof data, "%s", data_file("u6b", NULL));
+        chmod(P("u6b"), 0555);
+        rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 2", data);
+        chmod(P("u6b"), 0755);
+        assert_int_equal(rc, 1);
+        assert_has(out, "is not writable");
+        free(out);
+        assert_good("u6b", "shapes_final.weights");
+    }
+}
+
+static void test_file_size_limit_during_save(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("x6", NULL));
+    place_good("x6", "shapes_final.weights");
+    /* 128 blocks (64 or 128 KiB, by shell) hold the CSV, not the weights. */
+    int rc = tu_run("ulimit -f 128 && exec %s detector train %s cfg/shapes.cfg -max_batches 2 -seed 1 "
+                    ">%s/x6.log 2>&1", g_bin, data, g_dir);
+    char *out = tu_slurp(P("x6.log"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "shapes_final.weights");
+    assert_has(out, "file size limit");
+    free(out);
+    assert_good("x6", "shapes_final.weights");
+    assert_false(temp_files("x6"));
+}
+
+static void test_stale_temp_files_cleaned(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("t6", NULL));
+    place_good("t6", "shapes_final.weights");
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    put_text(P("t6/shapes_final.weights.tmp.%ld", (long)dead), "half a save");
+    put_text(P("t6/shapes.backup.tmp.%ld", (long)getpid()), "a save in progress");
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1", data);
+    assert_int_equal(rc, 0);
+    assert_has(out, "removed 1 stale temporary file of interrupted saves");
+    free(out);
+    struct stat sb;
+    assert_int_equal(stat(P("t6/shapes_final.weights.tmp.%ld", (long)dead), &sb), -1);
+    assert_int_equal(stat(P("t6/shapes.backup.tmp.%ld", (long)getpid()), &sb), 0);
+    unlink(P("t6/shapes.backup.tmp.%ld", (long)getpid()));
+}
+
+/* SIGTERM while the final save is being written: the temporary file is
+ * removed by the handler and the previous final weights stay. The cfg has
+ * a wide layer so that the save (about 19 MB) takes long enough to be
+ * caught; a run whose save finished first is retried. */
+static void test_sigterm_during_save(void **state)
+{
+    (void)state;
+    char *cfg = shapes_with("# 10: -> 4x4x128\n[convolutional]\nbatch_normalize=1\nfilters=128",
+                            "# 10: wide\n[convolutional]\nbatch_normalize=1\nfilters=8192");
+    char *b1 = strstr(cfg, "batch=8");
+    assert_non_null(b1);
+    memcpy(b1, "batch=1", 7);
+    put_text(P("wide.cfg"), cfg);
+    free(cfg);
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("s6", NULL));
+    int caught = 0;
+    for (int attempt = 0; attempt < 8 && !caught; ++attempt) {
+        place_good("s6", "wide_final.weights");
+        pid_t pid = fork();
+        if (pid == 0) {
+            char args[1200];
+            snprintf(args, sizeof args, "exec %s detector train %s %s -max_batches 1 -seed 1 "
+                     ">%s/s6.log 2>&1", g_bin, data, P("wide.cfg"), g_dir);
+            execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+            _exit(127);
+        }
+        char tmp[700];
+        snprintf(tmp, sizeof tmp, "%s", P("s6/wide_final.weights.tmp.%ld", (long)pid));
+        int status = 0, seen = 0;
+        struct timespec nap = {0, 100000};
+        for (;;) {
+            if (access(tmp, F_OK) == 0) {
+                seen = 1;
+                kill(pid, SIGTERM);
+                break;
+            }
+            if (waitpid(pid, &status, WNOHANG) == pid) break;
+            nanosleep(&nap, NULL);
+        }
+        if (seen) waitpid(pid, &status, 0);
+        if (!seen) continue;
+        assert_true(WIFSIGNALED(status));
+        assert_int_equal(WTERMSIG(status), SIGTERM);
+        struct stat sb;
+        assert_int_equal(stat(tmp, &sb), -1);
+        assert_false(temp_files("s6"));
+        long n = 0;
+        char *now = slurp_len(P("s6/wide_final.weights"), &n);
+        int same = now && n == g_good_len && memcmp(now, g_good, (size_t)n) == 0;
+        free(now);
+        if (same) caught = 1; /* else the rename won the race: try again */
+    }
+    printf("SIGTERM caught inside a save: %s\n", caught ? "yes" : "no");
+    assert_true(caught);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -758,6 +969,12 @@ int main(void)
         cmocka_unit_test(test_images_through_binary),
         cmocka_unit_test(test_outputs_never_overwrite),
         cmocka_unit_test(test_resume_appends_csv),
+        cmocka_unit_test(test_backup_folder_lock),
+        cmocka_unit_test(test_mpirun_local_backend_and_stock),
+        cmocka_unit_test(test_backup_unwritable_found_at_start),
+        cmocka_unit_test(test_file_size_limit_during_save),
+        cmocka_unit_test(test_stale_temp_files_cleaned),
+        cmocka_unit_test(test_sigterm_during_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
