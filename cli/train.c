@@ -19,6 +19,7 @@
 
 #include <darknet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,6 +458,11 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                     R->rank, before);
             return 1;
         }
+        if (!isfinite(st.loss)) {
+            fprintf(stderr, "error: rank %d: iteration %zu: the loss is %f (not finite); training "
+                    "stopped, nothing was saved\n", R->rank, sdnn_trainer_iteration(R->t), st.loss);
+            return 1;
+        }
         if (avg_loss < 0) avg_loss = st.loss;
         avg_loss = avg_loss * .9f + st.loss * .1f;
         size_t i = sdnn_trainer_iteration(R->t);
@@ -581,7 +587,9 @@ int sdnn_train(const sdnn_train_job *job)
 
     list *options = read_data_cfg((char *)job->datacfg);
     char *train_list = option_find_str(options, "train", "data/train.list");
-    char *backup = option_find_str(options, "backup", "/backup/");
+    char *backup = NULL;
+    for (node *n = options ? options->front : NULL; n && !backup; n = n->next)
+        if (strcmp(((kvp_ *)n->val)->key, "backup") == 0) backup = ((kvp_ *)n->val)->val;
     char *label_file = option_find_str(options, "labels", "data/labels.list");
     int classes = option_find_int(options, "classes", 2);
     int rc = 1;
@@ -600,6 +608,18 @@ int sdnn_train(const sdnn_train_job *job)
     if (check_train_list(job, train_list, paths, plist->size) != 0) goto out;
     double check_s = what_time_is_it_now() - check_t0;
     if (job->task == SDNN_TASK_CLASSIFIER && !readable("labels file", label_file)) goto out;
+    /* Darknet's default, /backup/, is a folder of the root of the file
+     * system; a cut name would be another folder. */
+    if (!backup || !*backup) {
+        fprintf(stderr, "error: %s: no backup= key: name the folder for the weights, e.g. "
+                "backup=backup/ (Darknet would write to /backup/)\n", job->datacfg);
+        goto out;
+    }
+    if (strlen(backup) >= sizeof R.backup - 64) {
+        fprintf(stderr, "error: %s: backup=%.60s...: %zu characters, at most %zu\n", job->datacfg,
+                backup, strlen(backup), sizeof R.backup - 65);
+        goto out;
+    }
     snprintf(R.backup, sizeof R.backup, "%s", backup);
     if (sdnn_mkdirs(R.backup) != SDNN_OK) {
         fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
@@ -665,6 +685,33 @@ int sdnn_train(const sdnn_train_job *job)
      * writes the CSV (errors still go to stderr on every rank), and each
      * rank draws its own images (Darknet's loader uses rand()). */
     R.rank = sdnn_trainer_rank(R.t);
+    {
+        /* Degenerate runs would save an untrained (or unchanged) network
+         * over the existing final weights: say so and stop. */
+        network *n0 = sdnn_trainer_net(R.t, 0);
+        size_t it0 = sdnn_trainer_iteration(R.t);
+        int has_cost = 0;
+        for (int i = 0; i < n0->n; ++i) has_cost |= n0->layers[i].cost != NULL;
+        if (!has_cost) {
+            fprintf(stderr, "error: %s: no layer computes a loss ([cost], [softmax], [yolo], "
+                    "[region] or [detection]): the loss would be nan and nothing would train\n",
+                    job->cfgfile);
+            goto out;
+        }
+        if (n0->max_batches <= 0) {
+            fprintf(stderr, "error: %s: max_batches=%d: nothing to train (set [net] max_batches= "
+                    "or pass -max_batches N); the existing weights are kept\n", job->cfgfile,
+                    n0->max_batches);
+            goto out;
+        }
+        if (it0 >= (size_t)n0->max_batches) {
+            fprintf(stderr, "error: %s is at iteration %zu, and max_batches is %d: nothing to "
+                    "train; pass -max_batches N with N > %zu to continue (or -clear to start "
+                    "again); the existing weights are kept\n", job->weights ? job->weights : "the network",
+                    it0, n0->max_batches, it0);
+            goto out;
+        }
+    }
     if (R.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d: cannot silence stdout\n", R.rank);
         goto out;

@@ -954,6 +954,108 @@ static void test_sigterm_during_save(void **state)
     assert_true(caught);
 }
 
+/* ---- class 7: degenerate runs -------------------------------------------------------- */
+
+static void test_degenerate_runs_keep_final(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("d7", NULL));
+    char *out;
+    /* max_batches=0 in the cfg. */
+    char *cfg = shapes_with("max_batches=2000", "max_batches=0");
+    put_text(P("d7.cfg"), cfg);
+    free(cfg);
+    place_good("d7", "d7_final.weights");
+    int rc = run_bin(&out, "detector train %s %s", data, P("d7.cfg"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "max_batches=0: nothing to train");
+    free(out);
+    assert_good("d7", "d7_final.weights");
+    /* Resuming from weights already at max_batches (the good weights are at
+     * iteration 1). */
+    place_good("d7", "shapes_final.weights");
+    place_good("d7", "from.weights");
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg %s -max_batches 1", data, P("d7/from.weights"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "is at iteration 1, and max_batches is 1: nothing to train");
+    free(out);
+    assert_good("d7", "shapes_final.weights");
+    /* A network without a layer that computes a loss (the loss would be nan). */
+    put_text(P("nocost.cfg"), "[net]\nbatch=2\nwidth=64\nheight=64\nchannels=3\nmax_batches=5\n"
+                              "[convolutional]\nfilters=4\nsize=3\nactivation=leaky\n");
+    place_good("d7", "nocost_final.weights");
+    rc = run_bin(&out, "detector train %s %s", data, P("nocost.cfg"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "no layer computes a loss");
+    free(out);
+    assert_good("d7", "nocost_final.weights");
+}
+
+/* ---- class 8: nothing silently coerced --------------------------------------------- */
+
+static void expect_train_error(const char *data, const char *cfg, const char *args, const char *want)
+{
+    place_good("e8", "shapes_final.weights");
+    place_good("e8", "shapes.backup");
+    char *out;
+    int rc = run_bin(&out, "detector train %s %s %s", data, cfg, args);
+    if (rc != 1) printf("exit %d for %s\n", rc, args);
+    assert_int_equal(rc, 1);
+    assert_has(out, want);
+    free(out);
+    assert_good("e8", "shapes_final.weights");
+    assert_good("e8", "shapes.backup");
+}
+
+static void test_no_silent_coercions(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("e8", NULL));
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches -5", "-max_batches -5: expected an integer >= 1");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 99999999999",
+                       "-max_batches 99999999999: expected an integer >= 1 and <= 2147483647");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 4x", "-max_batches 4x");
+    expect_train_error(data, "cfg/shapes.cfg", "-seed abc", "-seed abc: expected an integer");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus", "-gpus needs a value");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus 0,0", "-gpus 0,0: id 0 is listed twice");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -target 1.5", "-target 1.5");
+    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -map_every 0", "-map_every 0");
+    char *cfg = malloc(strlen(g_shapes_cfg) + 64);
+    sprintf(cfg, "[scalednn]\nbucket_mb=0x10\n%s", g_shapes_cfg);
+    put_text(P("e8.cfg"), cfg);
+    expect_train_error(data, P("e8.cfg"), "-max_batches 2", "e8.cfg:2: [scalednn] bucket_mb=0x10: expected");
+    sprintf(cfg, "[scalednn]\ntopk_ratio=inf\ncompress=topk\n%s", g_shapes_cfg);
+    put_text(P("e8.cfg"), cfg);
+    expect_train_error(data, P("e8.cfg"), "-max_batches 2", "[scalednn] topk_ratio=inf: expected");
+    free(cfg);
+    /* No backup= in the .data: Darknet would write to /backup/. */
+    char nob[600];
+    snprintf(nob, sizeof nob, "%s", P("nob.data"));
+    char text[3000];
+    snprintf(text, sizeof text, "classes=4\ntrain=%s/shapes/train.txt\nnames=%s/shapes/shapes.names\n",
+             g_dir, g_dir);
+    put_text(nob, text);
+    expect_train_error(nob, "cfg/shapes.cfg", "-max_batches 2", "no backup= key");
+    /* A backup= longer than the name buffer would be cut to another folder. */
+    char longb[1400];
+    int k = snprintf(longb, sizeof longb, "backup=%s/", g_dir);
+    while (k < 1150) longb[k++] = 'b';
+    longb[k] = '\0';
+    snprintf(text, sizeof text, "classes=4\ntrain=%s/shapes/train.txt\n%s\n", g_dir, longb);
+    put_text(nob, text);
+    expect_train_error(nob, "cfg/shapes.cfg", "-max_batches 2", "characters, at most");
+    /* detector test: a threshold outside [0, 1]. */
+    char *out;
+    int rc = run_bin(&out, "detector test %s cfg/shapes.cfg %s %s -thresh 7", data, P("e8/shapes_final.weights"),
+                     P("shapes/images/train/000001.png"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "-thresh 7: expected a number >= 0 and <= 1");
+    free(out);
+    assert_good("e8", "shapes_final.weights");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -975,6 +1077,8 @@ int main(void)
         cmocka_unit_test(test_file_size_limit_during_save),
         cmocka_unit_test(test_stale_temp_files_cleaned),
         cmocka_unit_test(test_sigterm_during_save),
+        cmocka_unit_test(test_degenerate_runs_keep_final),
+        cmocka_unit_test(test_no_silent_coercions),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
