@@ -1056,6 +1056,72 @@ static void test_no_silent_coercions(void **state)
     assert_good("e8", "shapes_final.weights");
 }
 
+/* ---- class 9: every rank the same settings ---------------------------------------------- */
+
+/* Two processes of one mpirun (MPMD: rank 0 with A, rank 1 with B); exit
+ * status, output in *out. */
+static int mpmd(char **out, const char *data, const char *cfg_a, const char *args_a,
+                const char *cfg_b, const char *args_b)
+{
+    int rc = tu_run("SDNN_MPI_RUN_TIMEOUT=40 sh tests/mpi/run.sh 1 %s detector train %s %s %s : "
+                    "-np 1 %s detector train %s %s %s >%s/mpmd.log 2>&1",
+                    g_bin, data, cfg_a, args_a, g_bin, data, cfg_b, args_b, g_dir);
+    *out = tu_slurp(P("mpmd.log"));
+    return rc;
+}
+
+static void test_mpi_ranks_must_agree(void **state)
+{
+    (void)state;
+    if (!have_mpirun()) {
+        print_message("built without MPI or no mpirun: skipped\n");
+        skip();
+    }
+    char *base = tu_slurp("cfg/shapes-scalednn.cfg");
+    assert_non_null(base);
+    char *a = strstr(base, "backend=local");
+    assert_non_null(a);
+    memcpy(a, "backend=mpi  ", 13);
+    put_text(P("ra.cfg"), base);
+    char *b = strstr(base, "bucket_mb=0.25");
+    assert_non_null(b);
+    memcpy(b, "bucket_mb=0.50", 14);
+    put_text(P("rb.cfg"), base);
+    free(base);
+    char *w = shapes_with("width=64", "width=96");
+    put_text(P("rw.cfg"), w);
+    free(w);
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("g9", NULL));
+    place_good("g9", "ra_final.weights");
+    char *out;
+    time_t t0 = time(NULL);
+    int rc = mpmd(&out, data, P("ra.cfg"), "-max_batches 4", P("rb.cfg"), "-max_batches 4");
+    assert_true(rc != 0 && rc != 124);
+    assert_has(out, "rank 1: its settings differ from rank 0's");
+    assert_has(out, "the buckets: bucket_mb=0.5 overlap=1");
+    assert_has(out, "bucket_mb=0.25 overlap=1");
+    assert_has(out, "rank 0: 1 of 2 processes have settings that differ");
+    free(out);
+    rc = mpmd(&out, data, P("ra.cfg"), "-max_batches 4", P("ra.cfg"), "-max_batches 6");
+    assert_true(rc != 0 && rc != 124);
+    assert_has(out, "max_batches: max_batches=6 here, max_batches=4 on rank 0");
+    free(out);
+    rc = mpmd(&out, data, P("ra.cfg"), "-max_batches 4", P("ra.cfg"), "-max_batches 4 -gpus 0,1");
+    assert_true(rc != 0 && rc != 124);
+    assert_has(out, "the replicas per process (-gpus): 2 replicas here, 1 replica on rank 0");
+    free(out);
+    /* Another network (no [scalednn] section: stock mode across the two). */
+    rc = mpmd(&out, data, "cfg/shapes.cfg", "-max_batches 4", P("rw.cfg"), "-max_batches 4");
+    assert_true(rc != 0 && rc != 124);
+    assert_has(out, "the network: 20 layers");
+    assert_has(out, "input 96x64x3");
+    free(out);
+    /* Found at start, within seconds, not by a timeout. */
+    assert_true(time(NULL) - t0 < 40);
+    assert_good("g9", "ra_final.weights");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1079,6 +1145,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_during_save),
         cmocka_unit_test(test_degenerate_runs_keep_final),
         cmocka_unit_test(test_no_silent_coercions),
+        cmocka_unit_test(test_mpi_ranks_must_agree),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
