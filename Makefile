@@ -3,6 +3,7 @@
 #   make                 libscalednn.a, libscalednn.so and ./darknet
 #   make test            the CMocka suite (no GPU needed)
 #   make asan            the suite under AddressSanitizer + UBSan (build-asan/)
+#   make fuzz            libFuzzer on the cfg reader, labels, images (mk/fuzz.mk)
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
@@ -82,6 +83,7 @@ LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 # (objects of libscalednn) and their rules when its switch is on.
 -include mk/mpi.mk
 -include mk/gpu.mk
+-include mk/fuzz.mk
 
 # ---- sources ---------------------------------------------------------------
 LIB_SRC  := $(wildcard plugin/*.c)
@@ -162,4 +164,4 @@ asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
 
 clean:
-	rm -rf build build-asan build-noblas darknet libscalednn.a libscalednn.so
+	rm -rf build build-asan build-noblas build-fuzz darknet libscalednn.a libscalednn.so

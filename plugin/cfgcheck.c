@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SHOWN 120 /* longest key or value quoted in a message */
 #define DIM_MAX 65536L
@@ -45,6 +46,8 @@ typedef struct sec {
 
 typedef struct checker {
     const char *name;
+    double max_floats; /* largest layer output allowed, batch included */
+    long batch;
     char *buf;     /* the text, cut into lines in place */
     kv *kvs;
     int nkv, cap_kv;
@@ -250,7 +253,8 @@ static sdnn_status read_lines(checker *c)
 
 /* ---- checks ---------------------------------------------------------------- */
 
-static sdnn_status check_net(const checker *c, const sec *s, long *channels)
+static sdnn_status check_net(const checker *c, const sec *s, long *channels, long *width,
+                             long *height)
 {
     long batch, subdiv, w, h, ch, inputs, mb;
     const kv *kb, *ks, *kw, *kh, *kc, *ki;
@@ -277,6 +281,23 @@ static sdnn_status check_net(const checker *c, const sec *s, long *channels)
     if (kw && kh && kc && (double)w * (double)h * (double)ch * (double)batch > (double)INT_MAX)
         return key_error(c, s, kw, "width x height x channels x batch exceeds 2^31 floats");
     *channels = kc ? ch : (ki ? inputs : 0);
+    ((checker *)c)->batch = batch / subdiv;
+    *width = kw ? w : -1;
+    *height = kh ? h : -1;
+    /* policy=steps: Darknet aborts without steps= and scales=, and reads
+     * past the end of scales= when it has fewer entries than steps=. */
+    const kv *kp = find(c, s, "policy");
+    if (kp && strcmp(kp->val, "steps") == 0) {
+        const kv *kst = find(c, s, "steps"), *ksc = find(c, s, "scales");
+        if (!kst || !ksc)
+            return key_error(c, s, kp, "needs steps= and scales= (e.g. steps=400,450 scales=.1,.1)");
+        if (count_entries(kst->val) != count_entries(ksc->val)) {
+            char what[160];
+            snprintf(what, sizeof what, "%d steps but %d scales; give one scale per step",
+                     count_entries(kst->val), count_entries(ksc->val));
+            return key_error(c, s, ksc, what);
+        }
+    }
     return SDNN_OK;
 }
 
@@ -290,6 +311,25 @@ static int keeps_channels(const char *t)
     for (int i = 0; same[i]; ++i)
         if (strcmp(t, same[i]) == 0) return 1;
     return 0;
+}
+
+/* Layers whose parse needs an image (w, h, c > 0) from the layer before. */
+static int needs_image(const char *t)
+{
+    static const char *const img[] = {"convolutional", "conv", "deconvolutional", "deconv",
+                                      "local", "maxpool", "max", "avgpool", "avg", "reorg",
+                                      "upsample", "crop", "yolo", "region", NULL};
+    for (int i = 0; img[i]; ++i)
+        if (strcmp(t, img[i]) == 0) return 1;
+    return 0;
+}
+
+static sdnn_status shrink_error(const checker *c, const sec *s, const kv *k, long w, long h)
+{
+    char what[200];
+    snprintf(what, sizeof what, "on its %ldx%ld input the output would be empty (less than "
+             "1x1); use a smaller size/stride, or padding", w, h);
+    return k ? key_error(c, s, k, what) : sec_error(c, s, what);
 }
 
 /* A route/shortcut index relative to layer `at` (negative: from the end). */
@@ -366,15 +406,18 @@ static sdnn_status check_layers(checker *c)
     net = &c->secs[first];
     if (!is_type(net->type, "net", "network"))
         return sec_error(c, net, "the first section must be [net] (or [network])");
-    long in_ch = 0;
-    SDNN_CHECK(check_net(c, net, &in_ch));
+    long in_ch = 0, in_w = -1, in_h = -1;
+    SDNN_CHECK(check_net(c, net, &in_ch, &in_w, &in_h));
     int nlayers = c->nsec - first - 1;
     if (nlayers == 0)
         return sec_error(c, net, "no layers follow [net]: there is nothing to train or run");
     long *chan = calloc((size_t)nlayers, sizeof *chan);
+    long *W = calloc((size_t)nlayers, sizeof *W), *H = calloc((size_t)nlayers, sizeof *H);
     int *from = calloc((size_t)nlayers, sizeof *from); /* section giving the channels */
-    if (!chan || !from) {
+    if (!chan || !from || !W || !H) {
         free(chan);
+        free(W);
+        free(H);
         free(from);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", c->name);
     }
@@ -383,11 +426,33 @@ static sdnn_status check_layers(checker *c)
         const sec *s = &c->secs[first + 1 + L];
         const char *t = s->type;
         long prev = L ? chan[L - 1] : in_ch;
+        long pw = L ? W[L - 1] : in_w, ph = L ? H[L - 1] : in_h;
         int prev_from = L ? from[L - 1] : first;
         const sec *producer = &c->secs[prev_from];
         long v;
         chan[L] = -1;
+        W[L] = pw;
+        H[L] = ph;
         from[L] = first + 1 + L;
+        /* Files a layer reads (a class map, a hierarchy): Darknet exit()s
+         * inside parse_network_cfg when one cannot be opened. */
+        static const char *const files[] = {"map", "tree", NULL};
+        for (int f = 0; files[f] && st == SDNN_OK; ++f) {
+            const kv *k = find(c, s, files[f]);
+            if (k && access(k->val, R_OK) != 0) {
+                char what[200];
+                snprintf(what, sizeof what, "cannot read the file: %s", strerror(errno));
+                st = key_error(c, s, k, what);
+            }
+        }
+        if (st != SDNN_OK) break;
+        if (needs_image(t) && (pw == 0 || ph == 0 || prev == 0)) {
+            char what[200];
+            snprintf(what, sizeof what, "its input, the output of the layer before it, is "
+                     "%ldx%ldx%ld: this layer needs an image of at least 1x1x1", pw, ph, prev);
+            st = sec_error(c, s, what);
+            break;
+        }
         if (is_type(t, "net", "network")) {
             st = SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s]: a second [net] section (the first "
                             "is at line %d); only the first section may be [net]",
@@ -400,13 +465,41 @@ static sdnn_status check_layers(checker *c)
             if ((st = int_key(c, s, "stride", 1, 1, 4096, &stride, NULL)) != SDNN_OK) break;
             if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, NULL)) != SDNN_OK) break;
             chan[L] = v;
+            long pad, padding;
+            if ((st = int_key(c, s, "pad", 0, 0, 1, &pad, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "padding", 0, 0, 4096, &padding, NULL)) != SDNN_OK) break;
+            if (pad) padding = size / 2;
+            int deconv = is_type(t, "deconvolutional", "deconv");
+            if (deconv) {
+                W[L] = pw < 0 ? -1 : (pw - 1) * stride + size - 2 * padding;
+                H[L] = ph < 0 ? -1 : (ph - 1) * stride + size - 2 * padding;
+            } else {
+                W[L] = pw < 0 ? -1 : (pw + 2 * padding - size) / stride + 1;
+                H[L] = ph < 0 ? -1 : (ph + 2 * padding - size) / stride + 1;
+            }
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) ||
+                (pw >= 0 && !deconv && pw + 2 * padding < size) ||
+                (ph >= 0 && !deconv && ph + 2 * padding < size)) {
+                st = shrink_error(c, s, find(c, s, "size"), pw, ph);
+                break;
+            }
         } else if (is_type(t, "connected", "conn")) {
             if ((st = int_key(c, s, "output", 1, 1, INT_MAX, &v, NULL)) != SDNN_OK) break;
             chan[L] = v;
+            W[L] = H[L] = 1;
         } else if (is_type(t, "maxpool", "max")) {
             long size, stride;
             if ((st = int_key(c, s, "stride", 1, 1, 4096, &stride, NULL)) != SDNN_OK) break;
             if ((st = int_key(c, s, "size", stride, 1, 4096, &size, NULL)) != SDNN_OK) break;
+            long padding;
+            if ((st = int_key(c, s, "padding", size - 1, 0, 4096, &padding, NULL)) != SDNN_OK) break;
+            W[L] = pw < 0 ? -1 : (pw + padding - size) / stride + 1;
+            H[L] = ph < 0 ? -1 : (ph + padding - size) / stride + 1;
+            if ((pw >= 0 && (pw + padding < size || W[L] < 1)) ||
+                (ph >= 0 && (ph + padding < size || H[L] < 1))) {
+                st = shrink_error(c, s, find(c, s, "size"), pw, ph);
+                break;
+            }
             chan[L] = prev;
             from[L] = prev_from;
         } else if (is_type(t, "upsample", NULL)) {
@@ -414,6 +507,12 @@ static sdnn_status check_layers(checker *c)
             if (v == 0) {
                 st = key_error(c, s, find(c, s, "stride"),
                                "expected a non-zero integer (negative: downsample)");
+                break;
+            }
+            W[L] = pw < 0 ? -1 : (v > 0 ? pw * v : pw / -v);
+            H[L] = ph < 0 ? -1 : (v > 0 ? ph * v : ph / -v);
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1)) {
+                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
                 break;
             }
             chan[L] = prev;
@@ -428,10 +527,24 @@ static sdnn_status check_layers(checker *c)
             int n = 0;
             if ((st = int_list(c, s, k, refs, 64, &n)) != SDNN_OK) break;
             long sum = 0;
+            int first_idx = -1;
             for (int j = 0; j < n && st == SDNN_OK; ++j) {
                 int idx = 0;
                 st = layer_ref(c, s, k, refs[j], L, &idx);
-                if (st == SDNN_OK) sum = (sum < 0 || chan[idx] < 0) ? -1 : sum + chan[idx];
+                if (st != SDNN_OK) break;
+                sum = (sum < 0 || chan[idx] < 0) ? -1 : sum + chan[idx];
+                if (first_idx < 0) {
+                    first_idx = idx;
+                    W[L] = W[idx];
+                    H[L] = H[idx];
+                } else if (W[idx] >= 0 && W[first_idx] >= 0 &&
+                           (W[idx] != W[first_idx] || H[idx] != H[first_idx])) {
+                    char what[200];
+                    snprintf(what, sizeof what, "layer %d is %ldx%ld but layer %d is %ldx%ld: "
+                             "routed layers must have the same width and height",
+                             first_idx, W[first_idx], H[first_idx], idx, W[idx], H[idx]);
+                    st = key_error(c, s, k, what);
+                }
             }
             chan[L] = sum;
         } else if (is_type(t, "shortcut", NULL)) {
@@ -457,13 +570,42 @@ static sdnn_status check_layers(checker *c)
         } else if (is_type(t, "reorg", NULL)) {
             long stride;
             if ((st = int_key(c, s, "stride", 1, 1, 64, &stride, NULL)) != SDNN_OK) break;
-            int rev = find(c, s, "reverse") != NULL;
+            long rev;
+            if ((st = int_key(c, s, "reverse", 0, 0, 1, &rev, NULL)) != SDNN_OK) break;
             chan[L] = prev < 0 ? -1 : (rev ? prev / (stride * stride) : prev * stride * stride);
+            W[L] = pw < 0 ? -1 : (rev ? pw * stride : pw / stride);
+            H[L] = ph < 0 ? -1 : (rev ? ph * stride : ph / stride);
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) || chan[L] == 0) {
+                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
+                break;
+            }
+        } else if (is_type(t, "avgpool", "avg")) {
+            chan[L] = prev;
+            from[L] = prev_from;
+            W[L] = H[L] = 1;
         } else if (keeps_channels(t)) {
             chan[L] = prev;
             from[L] = prev_from;
+        } else {
+            W[L] = H[L] = -1; /* not followed */
+        }
+        /* These give a vector, not an image: Darknet leaves their output
+         * width and height 0, and a layer that needs an image aborts. */
+        static const char *const flat[] = {"softmax", "soft", "cost", "detection", "rnn", "gru",
+                                           "lstm", NULL};
+        for (int f = 0; flat[f]; ++f)
+            if (strcmp(t, flat[f]) == 0) W[L] = H[L] = 0;
+        if (st == SDNN_OK && W[L] > 0 && H[L] > 0 && chan[L] > 0 &&
+            (double)W[L] * (double)H[L] * (double)chan[L] * (double)c->batch > c->max_floats) {
+            char what[240];
+            snprintf(what, sizeof what, "its output, %ldx%ldx%ld for a batch of %ld, exceeds %.0f "
+                     "values (Darknet counts them in an int)", W[L], H[L], chan[L], c->batch,
+                     c->max_floats);
+            st = sec_error(c, s, what);
         }
     }
+    free(W);
+    free(H);
     free(chan);
     free(from);
     return st;
@@ -471,8 +613,13 @@ static sdnn_status check_layers(checker *c)
 
 sdnn_status sdnn_cfg_check_text(const char *name, const char *text)
 {
+    return sdnn_cfg_check_text_max(name, text, (double)INT_MAX);
+}
+
+sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double max_floats)
+{
     if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_check_text: no text");
-    checker c = {.name = name};
+    checker c = {.name = name, .max_floats = max_floats, .batch = 1};
     c.buf = strdup(text);
     if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
     sdnn_status st = read_lines(&c);

@@ -29,6 +29,11 @@ size_t sdnn_cfg_normalize_eol(char *text);
  */
 sdnn_status sdnn_cfg_check_text(const char *name, const char *text);
 
+/* As above with a bound on every layer's output (values, batch included);
+ * sdnn_cfg_check_text uses INT_MAX, what Darknet's int counts hold.  The
+ * fuzzer passes a small bound to keep its memory in check. */
+sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double max_floats);
+
 /* Read `path`, normalise line ends and check it as above. */
 sdnn_status sdnn_cfg_check_file(const char *path);
 

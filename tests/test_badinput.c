@@ -290,6 +290,49 @@ static void test_cfg_heads(void **state)
                      "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n"), SDNN_OK);
 }
 
+/* Cfgs the fuzzer (make fuzz, fuzz_darknet) found crashing libdarknet's
+ * parse_network_cfg after they had passed the first version of the
+ * checker; each is now refused with a message. */
+static void test_cfg_fuzzer_findings(void **state)
+{
+    (void)state;
+    /* A downsample to nothing, then a reorg: "Layer before reorg layer must
+     * output image", abort. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=2\n"
+                "[upsample]\nstride=-16\n[reorg]\nstride=2\n",
+                "x.cfg:8: [upsample] stride=-16: on its 8x8 input the output would be empty", NULL);
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[maxpool]\nsize=16\nstride=1\npadding=0\n",
+                "x.cfg:6: [maxpool] size=16: on its 8x8 input the output would be empty", NULL);
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=2\nsize=9\n",
+                "x.cfg:7: [convolutional] size=9: on its 8x8 input the output would be empty", NULL);
+    /* [region] map= naming a missing file: read_map exit()s. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=35\nsize=1\n"
+                "[region]\nclasses=2\nnum=5\nmap=no/such/map.txt\n",
+                "x.cfg:11: [region] map=no/such/map.txt: cannot read the file", NULL);
+    /* A convolution after a softmax (a vector, not an image): abort. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[connected]\noutput=4\n[softmax]\n"
+                "[convolutional]\nfilters=2\n",
+                "x.cfg:8: [convolutional]: its input, the output of the layer before it, is 0x0x4", NULL);
+    /* A [region] after an [rn n] (spaces inside the header are dropped, as
+     * Darknet does): its outputs cannot match, assertion in parse_region. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[rn n]\n[region]\nclasses=2\nnum=1\n",
+                "x.cfg:6: [region]: its input", NULL);
+    /* Upsampling without end: outputs beyond an int, a calloc that fails. */
+    check_fails("[net]\nwidth=64\nheight=64\nchannels=3\nbatch=8\n[convolutional]\nfilters=64\n"
+                "[upsample]\nstride=64\n[upsample]\nstride=64\n",
+                "x.cfg:8: [upsample]: its output, 4096x4096x64 for a batch of 8, exceeds", NULL);
+    /* Found by reading Darknet's parser: policy=steps without scales=
+     * aborts, and fewer scales than steps reads past the string. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\npolicy=steps\nsteps=10,20\n[softmax]\n",
+                "x.cfg:5: [net] policy=steps: needs steps= and scales=", NULL);
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\npolicy=steps\nsteps=10,20\nscales=.1\n[softmax]\n",
+                "x.cfg:7: [net] scales=.1: 2 steps but 1 scales", NULL);
+    /* Routed layers of different sizes: Darknet makes the route 0x0x0. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=2\n[maxpool]\nsize=2\n"
+                "stride=2\n[route]\nlayers=-1,-2\n",
+                "x.cfg:11: [route] layers=-1,-2: layer 1 is 4x4 but layer 0 is 8x8", NULL);
+}
+
 /* Every cfg Debian ships and every cfg of ours passes the checker. */
 static void test_cfg_real_cfgs_pass(void **state)
 {
@@ -1128,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_cfg_crlf_normalised),
         cmocka_unit_test(test_cfg_structure_errors),
         cmocka_unit_test(test_cfg_heads),
+        cmocka_unit_test(test_cfg_fuzzer_findings),
         cmocka_unit_test(test_cfg_real_cfgs_pass),
         cmocka_unit_test(test_cfg_errors_through_binary),
         cmocka_unit_test(test_cfg_crlf_trains),
