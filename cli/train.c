@@ -711,6 +711,34 @@ int sdnn_train(const sdnn_train_job *job)
                     it0, n0->max_batches, it0);
             goto out;
         }
+        if (job->task == SDNN_TASK_CLASSIFIER) {
+            /* Darknet's loader reads labels[0 .. classes) and gives an image
+             * the label whose name is in its path; the network's output must
+             * hold one value per class. */
+            llist = get_paths(label_file);
+            labels = (char **)list_to_array(llist);
+            int outputs = n0->layers[n0->n - 1].outputs;
+            if (llist->size < classes) {
+                fprintf(stderr, "error: %s: classes=%d but labels=%s names %d\n", job->datacfg,
+                        classes, label_file, llist->size);
+                goto out;
+            }
+            if (outputs != classes) {
+                fprintf(stderr, "error: %s: classes=%d, but the network (%s) gives %d outputs "
+                        "(its last layer)\n", job->datacfg, classes, job->cfgfile, outputs);
+                goto out;
+            }
+            int bad = 0;
+            for (int i = 0; i < R.train_count; ++i)
+                if (sdnn_label_of_path(paths[i], labels, classes) < 0 && bad++ < SHOWN_BAD)
+                    fprintf(stderr, "error: %s:%d: %s: no label of %s in its path\n", train_list,
+                            i + 1, paths[i], label_file);
+            if (bad) {
+                fprintf(stderr, "error: %d of %d images have no label in their path (Darknet "
+                        "would train them with an all-zero truth)\n", bad, R.train_count);
+                goto out;
+            }
+        }
     }
     if (R.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d: cannot silence stdout\n", R.rank);
@@ -782,10 +810,6 @@ int sdnn_train(const sdnn_train_job *job)
         else
             fprintf(stderr, "warning: error-feedback residuals not restored, starting from zero: %s\n",
                     sdnn_last_error());
-    }
-    if (job->task == SDNN_TASK_CLASSIFIER) {
-        llist = get_paths(label_file);
-        labels = (char **)list_to_array(llist);
     }
     R.labels = labels;
     R.classes = classes;

@@ -579,6 +579,68 @@ static void test_labels_through_binary(void **state)
     assert_int_equal(tu_run("ls -d ${TMPDIR:-/tmp}/sdnn-labels-* 2>/dev/null | grep -q ."), 1);
 }
 
+/* Classifier: the labels file against classes=, the network's outputs, and
+ * every image's label in its path (Darknet reads labels[0 .. classes) and
+ * trains an image without one on an all-zero truth). */
+static void test_classifier_labels_checked(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_run("mkdir -p %s/c2 && cp %s/shapes/images/train/000001.png %s/c2/a_circle.png && "
+                            "cp %s/shapes/images/train/000002.png %s/c2/b_square.png && "
+                            "cp %s/shapes/images/train/000003.png %s/c2/c_blob.png && "
+                            "printf 'circle\\nsquare\\n' > %s/c2/names && printf 'circle\\n' > %s/c2/one",
+                            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir), 0);
+    put_text(P("c2.cfg"), "[net]\nbatch=2\nwidth=64\nheight=64\nchannels=3\nmax_batches=2\n"
+                          "learning_rate=0.01\n[convolutional]\nfilters=2\nsize=3\nstride=2\npad=1\n"
+                          "activation=leaky\n[avgpool]\n[softmax]\n");
+    char text[2000];
+    const struct { const char *list, *labels; int classes; const char *want; } cases[] = {
+        {"a_circle.png b_square.png", "one", 2, "classes=2 but labels="},
+        {"a_circle.png b_square.png", "names", 3, "classes=3 but labels="},
+        {"a_circle.png b_square.png c_blob.png", "names", 2, "c_blob.png: no label of"},
+    };
+    mkdir(P("c2b"), 0755);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        FILE *f = fopen(P("c2/train.txt"), "w");
+        char names[200];
+        snprintf(names, sizeof names, "%s", cases[i].list);
+        for (char *t = strtok(names, " "); t; t = strtok(NULL, " ")) fprintf(f, "%s/c2/%s\n", g_dir, t);
+        fclose(f);
+        snprintf(text, sizeof text, "classes=%d\ntrain=%s/c2/train.txt\nlabels=%s/c2/%s\nbackup=%s/c2b/\n",
+                 cases[i].classes, g_dir, g_dir, cases[i].labels, g_dir);
+        put_text(P("c2.data"), text);
+        place_good("c2b", "c2.weights");
+        char *out;
+        int rc = run_bin(&out, "classifier train %s %s", P("c2.data"), P("c2.cfg"));
+        assert_int_equal(rc, 1);
+        assert_has(out, cases[i].want);
+        free(out);
+        assert_good("c2b", "c2.weights");
+    }
+    /* classes=3 with three names: the network gives 2 outputs. */
+    put_text(P("c2/three"), "circle\nsquare\nblob\n");
+    snprintf(text, sizeof text, "classes=3\ntrain=%s/c2/train.txt\nlabels=%s/c2/three\nbackup=%s/c2b/\n",
+             g_dir, g_dir, g_dir);
+    put_text(P("c2.data"), text);
+    char *out;
+    assert_int_equal(run_bin(&out, "classifier train %s %s", P("c2.data"), P("c2.cfg")), 1);
+    assert_has(out, "classes=3, but the network");
+    assert_has(out, "gives 2 outputs");
+    free(out);
+    assert_good("c2b", "c2.weights");
+    /* Right: it trains. */
+    snprintf(text, sizeof text, "classes=2\ntrain=%s/c2/train.txt\nlabels=%s/c2/names\nbackup=%s/c2b/\n",
+             g_dir, g_dir, g_dir);
+    put_text(P("c2.data"), text);
+    FILE *f = fopen(P("c2/train.txt"), "w");
+    fprintf(f, "%s/c2/a_circle.png\n%s/c2/b_square.png\n", g_dir, g_dir);
+    fclose(f);
+    int rc = run_bin(&out, "classifier train %s %s -seed 1", P("c2.data"), P("c2.cfg"));
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    free(out);
+}
+
 /* ---- class 3: images ------------------------------------------------------------- */
 
 static void expect_image_error(const char *path, const char *want)
@@ -1177,6 +1239,7 @@ int main(void)
         cmocka_unit_test(test_cfg_crlf_trains),
         cmocka_unit_test(test_label_scan),
         cmocka_unit_test(test_labels_through_binary),
+        cmocka_unit_test(test_classifier_labels_checked),
         cmocka_unit_test(test_image_check),
         cmocka_unit_test(test_images_through_binary),
         cmocka_unit_test(test_outputs_never_overwrite),
