@@ -150,7 +150,7 @@ static int shadow_image(shadow *sh, char **path, int i, const char *clean)
 {
     if (!sh->made) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(sh->dir, sizeof sh->dir, "%s/sdnn-labels-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        snprintf(sh->dir, sizeof sh->dir, "%s/sdnn-labels-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
         if (!mkdtemp(sh->dir)) return -1;
         char sub[600];
         snprintf(sub, sizeof sub, "%s/images", sh->dir);

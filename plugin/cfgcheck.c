@@ -253,7 +253,7 @@ static sdnn_status read_lines(checker *c)
 
 /* ---- checks ---------------------------------------------------------------- */
 
-static sdnn_status check_net(const checker *c, const sec *s, long *channels, long *width,
+static sdnn_status check_net(checker *c, const sec *s, long *channels, long *width,
                              long *height)
 {
     long batch, subdiv, w, h, ch, inputs, mb;
@@ -281,7 +281,7 @@ static sdnn_status check_net(const checker *c, const sec *s, long *channels, lon
     if (kw && kh && kc && (double)w * (double)h * (double)ch * (double)batch > (double)INT_MAX)
         return key_error(c, s, kw, "width x height x channels x batch exceeds 2^31 floats");
     *channels = kc ? ch : (ki ? inputs : 0);
-    ((checker *)c)->batch = batch / subdiv;
+    c->batch = batch / subdiv;
     *width = kw ? w : -1;
     *height = kh ? h : -1;
     /* policy=steps: Darknet aborts without steps= and scales=, and reads

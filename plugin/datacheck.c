@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,21 +66,24 @@ static uint32_t le32(const unsigned char *p)
 
 /* ---- PNG ---------------------------------------------------------------------------- */
 
+static uint32_t g_crc_table[256];
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
+
+/* The reflected CRC-32 of PNG (polynomial 0xedb88320), a byte at a time. */
+static void crc_table_init(void)
+{
+    for (uint32_t i = 0; i < 256; ++i) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        g_crc_table[i] = c;
+    }
+}
+
 static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n)
 {
-    static uint32_t table[256];
-    static int ready;
-    if (!ready) {
-        /* Benign if two threads fill it: both write the same values. */
-        for (uint32_t i = 0; i < 256; ++i) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; ++k) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
+    pthread_once(&g_crc_once, crc_table_init);
     crc = ~crc;
-    for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    for (size_t i = 0; i < n; ++i) crc = g_crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
