@@ -625,6 +625,24 @@ int sdnn_train(const sdnn_train_job *job)
         fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
         goto out;
     }
+    {
+        /* One run per backup folder; it must be writable now, not at the
+         * first save after hours of training; temp files of saves whose
+         * process died are removed.  Before anything is built or opened (a
+         * trace, the CSV).  Between processes rank 0 alone writes there:
+         * mpirun tells each process its rank. */
+        const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+        int cleaned = 0;
+        if ((!wr || atoi(wr) == 0) &&
+            (sdnn_prepare_dir(R.backup, &cleaned) != SDNN_OK ||
+             sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK)) {
+            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
+            goto out;
+        }
+        if (cleaned)
+            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
+                    cleaned, cleaned == 1 ? "" : "s", R.backup);
+    }
     /* Every run writes its CSV: -csv, csv=, or BACKUP/CFGBASE.csv. */
     R.base = basecfg((char *)job->cfgfile);
     char csv_default[2048];
@@ -759,18 +777,6 @@ int sdnn_train(const sdnn_train_job *job)
                     R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
     }
     if (R.rank == 0) {
-        /* One run per backup folder; it must be writable now, not at the
-         * first save after hours of training; temp files of saves whose
-         * process died are removed. */
-        int cleaned = 0;
-        if (sdnn_prepare_dir(R.backup, &cleaned) != SDNN_OK ||
-            sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK) {
-            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
-            goto out;
-        }
-        if (cleaned)
-            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
-                    cleaned, cleaned == 1 ? "" : "s", R.backup);
         /* A resumed run appends to the previous run's CSV. */
         sdnn_status cs = job->weights && !job->clear ? sdnn_csv_open_append(&R.csv, csv, label)
                                                      : sdnn_csv_open(&R.csv, csv, label);
