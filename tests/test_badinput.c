@@ -874,6 +874,20 @@ static void test_backup_folder_lock(void **state)
     assert_has(out, "one run per backup folder");
     free(out);
     assert_good("k5", "shapes_final.weights");
+    /* The second run opens nothing: the first run's trace stays as it was. */
+    const char *trace = "{\"traceEvents\":[\n{\"name\":\"the first run\"}";
+    put_text(P("k5/t.json"), trace);
+    char *cfg = malloc(strlen(g_shapes_cfg) + 1200);
+    sprintf(cfg, "[scalednn]\nmode=stock\ntimeline=%s\n%s", P("k5/t.json"), g_shapes_cfg);
+    put_text(P("k5t.cfg"), cfg);
+    free(cfg);
+    rc = run_bin(&out, "detector train %s %s -max_batches 2", data, P("k5t.cfg"));
+    assert_int_equal(rc, 1);
+    assert_has(out, "is in use by another run");
+    free(out);
+    char *kept = tu_slurp(P("k5/t.json"));
+    assert_string_equal(kept, trace);
+    free(kept);
     assert_good("k5", "shapes.backup");
     /* A second lock in this process's own file table is refused too. */
     int fd2 = -1;
