@@ -280,10 +280,12 @@ static sdnn_status check_net(checker *c, const sec *s, long *channels, long *wid
                          "for a network without images");
     if (kw && kh && kc && (double)w * (double)h * (double)ch * (double)batch > (double)INT_MAX)
         return key_error(c, s, kw, "width x height x channels x batch exceeds 2^31 floats");
-    *channels = kc ? ch : (ki ? inputs : 0);
+    /* Darknet's defaults: an absent width, height or channels is 0 (a
+     * network fed by inputs= alone has no image). */
+    *channels = kc ? ch : 0;
     c->batch = batch / subdiv;
-    *width = kw ? w : -1;
-    *height = kh ? h : -1;
+    *width = kw ? w : 0;
+    *height = kh ? h : 0;
     /* policy=steps: Darknet aborts without steps= and scales=, and reads
      * past the end of scales= when it has fewer entries than steps=. */
     const kv *kp = find(c, s, "policy");

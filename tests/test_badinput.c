@@ -327,6 +327,9 @@ static void test_cfg_fuzzer_findings(void **state)
                 "x.cfg:5: [net] policy=steps: needs steps= and scales=", NULL);
     check_fails("[net]\nwidth=8\nheight=8\nchannels=3\npolicy=steps\nsteps=10,20\nscales=.1\n[softmax]\n",
                 "x.cfg:7: [net] scales=.1: 2 steps but 1 scales", NULL);
+    /* inputs= without height=: Darknet's height is 0, a convolution aborts. */
+    check_fails("[net]\nwidth=8\ninputs=8\nchannels=3\n[convolutional]\nfilters=35\n",
+                "[convolutional]: its input, the output of the layer before it, is 8x0x3", NULL);
     /* Routed layers of different sizes: Darknet makes the route 0x0x0. */
     check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=2\n[maxpool]\nsize=2\n"
                 "stride=2\n[route]\nlayers=-1,-2\n",
