@@ -448,6 +448,13 @@ static sdnn_status check_layers(checker *c)
             }
         }
         if (st != SDNN_OK) break;
+        if (L == 0 && is_type(t, "dropout", NULL)) {
+            /* Darknet's parser points a dropout's output at the layer
+             * before it: layers[-1] for the first layer. */
+            st = sec_error(c, s, "a [dropout] works in place on the output of the layer before "
+                           "it, so it cannot be the first layer");
+            break;
+        }
         if (needs_image(t) && (pw == 0 || ph == 0 || prev == 0)) {
             char what[200];
             snprintf(what, sizeof what, "its input, the output of the layer before it, is "

@@ -330,6 +330,9 @@ static void test_cfg_fuzzer_findings(void **state)
     /* inputs= without height=: Darknet's height is 0, a convolution aborts. */
     check_fails("[net]\nwidth=8\ninputs=8\nchannels=3\n[convolutional]\nfilters=35\n",
                 "[convolutional]: its input, the output of the layer before it, is 8x0x3", NULL);
+    /* A [dropout] first: Darknet reads layers[-1], SEGV. */
+    check_fails("[net]\nwidth=8\nheight=8\ninputs=8\n[dropout]\n",
+                "x.cfg:5: [dropout]: a [dropout] works in place on the output of the layer before it", NULL);
     /* Routed layers of different sizes: Darknet makes the route 0x0x0. */
     check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=2\n[maxpool]\nsize=2\n"
                 "stride=2\n[route]\nlayers=-1,-2\n",
