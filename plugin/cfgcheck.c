@@ -474,6 +474,13 @@ static sdnn_status check_layers(checker *c)
             if ((st = int_key(c, s, "stride", 1, 1, 4096, &stride, NULL)) != SDNN_OK) break;
             if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, NULL)) != SDNN_OK) break;
             chan[L] = v;
+            if (groups > 1 && ((prev > 0 && prev % groups) || v % groups)) {
+                char what[200];
+                snprintf(what, sizeof what, "groups=%ld must divide the input channels (%ld) and "
+                         "filters=%ld", groups, prev, v);
+                st = key_error(c, s, find(c, s, "groups"), what);
+                break;
+            }
             long pad, padding;
             if ((st = int_key(c, s, "pad", 0, 0, 1, &pad, NULL)) != SDNN_OK) break;
             if ((st = int_key(c, s, "padding", 0, 0, 4096, &padding, NULL)) != SDNN_OK) break;
@@ -588,6 +595,26 @@ static sdnn_status check_layers(checker *c)
                 st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
                 break;
             }
+        } else if (is_type(t, "detection", NULL)) {
+            /* Darknet asserts side^2 x ((1 + coords) x num + classes) == inputs. */
+            long side, classes, coords, num;
+            if ((st = int_key(c, s, "side", 7, 1, 4096, &side, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "classes", 20, 1, 100000, &classes, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "coords", 1, 1, 100, &coords, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "num", 1, 1, 10000, &num, NULL)) != SDNN_OK) break;
+            double want = (double)side * side * ((1 + coords) * num + classes);
+            if (pw >= 0 && ph >= 0 && prev >= 0 && want != (double)pw * ph * prev) {
+                char what[240];
+                snprintf(what, sizeof what, "side^2 x ((1 + coords) x num + classes) = %.0f values "
+                         "expected, but the layer before it gives %ldx%ldx%ld = %ld",
+                         want, pw, ph, prev, pw * ph * prev);
+                st = sec_error(c, s, what);
+                break;
+            }
+        } else if (is_type(t, "softmax", "soft")) {
+            if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &v, NULL)) != SDNN_OK) break;
+            chan[L] = prev;
+            from[L] = prev_from;
         } else if (is_type(t, "avgpool", "avg")) {
             chan[L] = prev;
             from[L] = prev_from;

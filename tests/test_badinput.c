@@ -330,6 +330,20 @@ static void test_cfg_fuzzer_findings(void **state)
     /* inputs= without height=: Darknet's height is 0, a convolution aborts. */
     check_fails("[net]\nwidth=8\ninputs=8\nchannels=3\n[convolutional]\nfilters=35\n",
                 "[convolutional]: its input, the output of the layer before it, is 8x0x3", NULL);
+    /* Found by reading the parser: a [detection] that does not fit its
+     * input (assertion), groups that do not divide the channels, a
+     * softmax with groups=0 (a division by zero in forward). */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[connected]\noutput=100\n[detection]\nside=2\n"
+                "classes=3\nnum=2\ncoords=4\n",
+                "x.cfg:7: [detection]: side^2 x ((1 + coords) x num + classes) = 52 values expected, "
+                "but the layer before it gives 1x1x100 = 100", NULL);
+    assert_int_equal(sdnn_cfg_check_text("x.cfg", "[net]\nwidth=8\nheight=8\nchannels=3\n[connected]\n"
+                                         "output=52\n[detection]\nside=2\nclasses=3\nnum=2\ncoords=4\n"),
+                     SDNN_OK);
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[convolutional]\nfilters=4\ngroups=2\n",
+                "x.cfg:7: [convolutional] groups=2: groups=2 must divide the input channels (3)", NULL);
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[softmax]\ngroups=0\n",
+                "x.cfg:6: [softmax] groups=0: expected an integer >= 1", NULL);
     /* A [dropout] first: Darknet reads layers[-1], SEGV. */
     check_fails("[net]\nwidth=8\nheight=8\ninputs=8\n[dropout]\n",
                 "x.cfg:5: [dropout]: a [dropout] works in place on the output of the layer before it", NULL);
