@@ -5,6 +5,7 @@
 #   make test-sim        the GPU suite on simulated devices (GPU=sim, build-sim/)
 #   make asan            the suite under AddressSanitizer + UBSan (build-asan/),
 #                        then the simulated GPU suite under both (build-sim-asan/)
+#   make fuzz            libFuzzer on the cfg reader, labels, images (mk/fuzz.mk)
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
@@ -87,6 +88,7 @@ LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 # (objects of libscalednn) and their rules when its switch is on.
 -include mk/mpi.mk
 -include mk/gpu.mk
+-include mk/fuzz.mk
 
 # ---- sources ---------------------------------------------------------------
 LIB_SRC  := $(wildcard plugin/*.c)
@@ -181,4 +183,4 @@ else
 endif
 
 clean:
-	rm -rf build build-asan build-noblas build-sim build-sim-asan darknet libscalednn.a libscalednn.so
+	rm -rf build build-asan build-noblas build-sim build-sim-asan build-fuzz darknet libscalednn.a libscalednn.so

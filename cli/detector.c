@@ -9,6 +9,7 @@
 #include "evaluate.h"
 #include "saveio.h"
 #include "train.h"
+#include "flags.h"
 
 #include <darknet.h>
 #include <stdio.h>
@@ -16,12 +17,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "replicas.h"
+#include "datacheck.h"
 
 static int usage(void)
 {
     fprintf(stderr,
             "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
             "                              [-max_batches N] [-csv FILE] [-seed S]\n"
+            "                              [-skip_bad_labels] (drop bad boxes, counted)\n"
             "                              [-map [-map_every N] [-target MAP]] (mAP on valid=\n"
             "                              every N iterations, default 100; stop at MAP)\n"
             "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n"
@@ -63,29 +66,28 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
     job.clear = find_arg(argc, argv, "-clear");
-    job.gpus = find_char_arg(argc, argv, "-gpus", "0");
-    job.nreplicas = sdnn_parse_gpus(job.gpus);
-    if (job.nreplicas < 1) {
-        fprintf(stderr, "error: -gpus %s: expected a comma-separated list of ids, e.g. 0,1,2,3\n",
-                job.gpus);
+    job.skip_bad_labels = find_arg(argc, argv, "-skip_bad_labels");
+    /* Strict values (flags.h): nothing is silently coerced. */
+    const char *gpus = NULL, *csv = NULL;
+    long max_batches, seed, threads, every;
+    double target;
+    if (sdnn_flag_str(argc, argv, "-gpus", &gpus) || sdnn_flag_str(argc, argv, "-csv", &csv) ||
+        sdnn_flag_long(argc, argv, "-max_batches", 0, 1, 2147483647L, &max_batches) ||
+        sdnn_flag_long(argc, argv, "-seed", -1, 0, 4294967295L, &seed) ||
+        sdnn_flag_long(argc, argv, "-threads", 0, 1, 1024, &threads) ||
+        sdnn_flag_long(argc, argv, "-map_every", 100, 1, 2147483647L, &every) ||
+        sdnn_flag_double(argc, argv, "-target", 0, 0, 1, 1, &target))
         return 1;
-    }
-    job.max_batches = find_int_arg(argc, argv, "-max_batches", 0);
-    job.csv = find_char_arg(argc, argv, "-csv", NULL);
-    job.seed = find_int_arg(argc, argv, "-seed", -1);
-    job.loader_threads = find_int_arg(argc, argv, "-threads", 0);
+    job.gpus = gpus ? gpus : "0";
+    job.nreplicas = sdnn_flag_gpus(job.gpus);
+    if (job.nreplicas < 1) return 1;
+    job.max_batches = (int)max_batches;
+    job.csv = csv;
+    job.seed = seed;
+    job.loader_threads = (int)threads;
     int map = find_arg(argc, argv, "-map");
-    int every = find_int_arg(argc, argv, "-map_every", 100);
-    if (every < 1) {
-        fprintf(stderr, "error: -map_every %d: expected an integer >= 1\n", every);
-        return 1;
-    }
-    job.map_every = map ? every : 0;
-    job.target = find_float_arg(argc, argv, "-target", 0);
-    if (job.target < 0 || job.target > 1) {
-        fprintf(stderr, "error: -target %g: expected an accuracy in (0, 1]\n", job.target);
-        return 1;
-    }
+    job.map_every = map ? (int)every : 0;
+    job.target = target;
     return sdnn_train(&job);
 }
 
@@ -95,9 +97,14 @@ static int test_detector(int argc, char **argv)
     int np = positional(argc - 1, argv + 1, pos, 5);
     if (np != 4) return usage();
     const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
-    float thresh = find_float_arg(argc, argv, "-thresh", .5f);
-    float hier = find_float_arg(argc, argv, "-hier", .5f);
-    char *outname = find_char_arg(argc, argv, "-out", "predictions");
+    double thresh_d, hier_d;
+    const char *out_s = NULL;
+    if (sdnn_flag_double(argc, argv, "-thresh", .5, 0, 0, 1, &thresh_d) ||
+        sdnn_flag_double(argc, argv, "-hier", .5, 0, 0, 1, &hier_d) ||
+        sdnn_flag_str(argc, argv, "-out", &out_s))
+        return 1;
+    float thresh = (float)thresh_d, hier = (float)hier_d;
+    const char *outname = out_s ? out_s : "predictions";
     /* Darknet formats NAME.jpg into a 256-byte buffer. */
     if (strlen(outname) > 240) {
         fprintf(stderr, "error: -out %.40s...: name too long (at most 240 characters)\n", outname);
@@ -124,9 +131,10 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    const char *kind = sdnn_image_kind(imgpath);
-    if (!kind) {
-        fprintf(stderr, "error: image %s: not a PNG, JPEG, BMP or PPM/PGM file\n", imgpath);
+    /* The structure walked (datacheck.h): libdarknet would predict on a
+     * blank image in place of one it cannot decode. */
+    if (sdnn_image_check(imgpath) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
         sdnn_stripped_cfg_close(&stripped);
         sdnn_free_options(options);
         return 1;

@@ -6,6 +6,7 @@
  * or decode.
  */
 #include "evaluate.h"
+#include "datacheck.h"
 #include "config.h"
 #include "replicas.h"
 #include "saveio.h"
@@ -83,9 +84,7 @@ static sdnn_status check_image(const char *path)
 {
     if (access(path, R_OK) != 0)
         return SDNN_ERROR(SDNN_ERR_IO, "image %s: %s", path, strerror(errno));
-    if (!sdnn_image_kind(path))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: not a PNG, JPEG, BMP or PPM/PGM file", path);
-    return SDNN_OK;
+    return sdnn_image_check(path); /* signature and structure (datacheck.h) */
 }
 
 typedef struct truth_set {

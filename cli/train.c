@@ -15,12 +15,17 @@
 #include "timeline.h"
 #include "blas.h"
 #include "clock.h"
+#include "datacheck.h"
 
 #include <darknet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,37 +83,190 @@ static int readable(const char *what, const char *path)
     return 0;
 }
 
-/* Every image of the train list must exist, and for detection its label
- * file too: Darknet's loader threads exit() on a missing label file while
- * the replicas train, which crashes the process. */
+/* Every image of the train list must be an image that decodes (its
+ * structure walked by sdnn_image_check: libdarknet would train on a blank
+ * image in its place), and for detection its label file must exist:
+ * Darknet's loader threads exit() on a missing label file while the
+ * replicas train, which crashes the process.  Each bad file is named (the
+ * first 20), then the count. */
+#define SHOWN_BAD 20
 static int check_train_list(const sdnn_train_job *job, const char *list, char **paths, int n)
 {
     if (n == 0) {
         fprintf(stderr, "error: %s: train=%s: the list is empty\n", job->datacfg, list);
         return -1;
     }
-    int missing = 0;
-    char lbl[4096], first[4096] = "";
+    int bad = 0;
+    char lbl[4096];
     for (int i = 0; i < n; ++i) {
         if (!paths[i][0]) {
             fprintf(stderr, "error: %s: line %d is empty (one image path per line)\n", list, i + 1);
             return -1;
         }
-        const char *need = NULL;
-        if (access(paths[i], R_OK) != 0) {
-            need = paths[i];
+        const char *why = NULL;
+        if (sdnn_image_check(paths[i]) != SDNN_OK) {
+            why = sdnn_last_error();
         } else if (job->task == SDNN_TASK_DETECTOR) {
             sdnn_label_path(paths[i], lbl, sizeof lbl);
-            if (access(lbl, R_OK) != 0) need = lbl;
+            struct stat sb;
+            errno = 0;
+            if (access(lbl, R_OK) != 0 || stat(lbl, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+                snprintf(lbl + strlen(lbl), sizeof lbl - strlen(lbl), " (the label file of %s): %s",
+                         paths[i], errno ? strerror(errno) : "not a file");
+                why = lbl;
+            }
         }
-        if (need && !missing++) snprintf(first, sizeof first, "%s", need);
+        if (why && bad++ < SHOWN_BAD) fprintf(stderr, "error: %s:%d: %s\n", list, i + 1, why);
     }
-    if (missing) {
-        fprintf(stderr, "error: %s: %d of %d images or label files cannot be read, first: %s\n",
-                list, missing, n, first);
+    if (bad) {
+        fprintf(stderr, "error: %s: %d of %d images or label files cannot be used%s\n", list, bad,
+                n, bad > SHOWN_BAD ? " (the first 20 are listed)" : "");
         return -1;
     }
     return 0;
+}
+
+typedef struct label_report {
+    int shown;
+    int lines;
+} label_report;
+
+static void on_bad_label(void *ctx, const char *name, int line, const char *text, const char *why)
+{
+    label_report *r = ctx;
+    ++r->lines;
+    if (r->shown++ < SHOWN_BAD) fprintf(stderr, "error: %s:%d: \"%s\": %s\n", name, line, text, why);
+}
+
+/* -skip_bad_labels: the image is given to Darknet under DIR/images/N.EXT
+ * (a symbolic link) with the good boxes in DIR/labels/N.txt, where
+ * Darknet's label path leads; the user's files are never changed. */
+typedef struct shadow {
+    char dir[512];
+    int made;
+} shadow;
+
+static int shadow_image(shadow *sh, char **path, int i, const char *clean)
+{
+    if (!sh->made) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(sh->dir, sizeof sh->dir, "%s/sdnn-labels-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
+        if (!mkdtemp(sh->dir)) return -1;
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s/images", sh->dir);
+        if (mkdir(sub, 0700) != 0) return -1;
+        snprintf(sub, sizeof sub, "%s/labels", sh->dir);
+        if (mkdir(sub, 0700) != 0) return -1;
+        sh->made = 1;
+    }
+    const char *dot = strrchr(*path, '.');
+    const char *slash = strrchr(*path, '/');
+    if (!dot || (slash && dot < slash)) return -1;
+    char img[700], lbl[700], want[700];
+    snprintf(img, sizeof img, "%s/images/%d%s", sh->dir, i, dot);
+    snprintf(want, sizeof want, "%s/labels/%d.txt", sh->dir, i);
+    if (sdnn_label_path(img, lbl, sizeof lbl) != 0 || strcmp(lbl, want) != 0) return -1;
+    char *real = realpath(*path, NULL);
+    if (!real) return -1;
+    int rc = symlink(real, img);
+    free(real);
+    if (rc != 0) return -1;
+    FILE *f = fopen(lbl, "w");
+    if (!f) return -1;
+    int ok = fputs(clean, f) >= 0;
+    if (fclose(f) != 0 || !ok) return -1;
+    char *copy = strdup(img);
+    if (!copy) return -1;
+    free(*path);
+    *path = copy;
+    return 0;
+}
+
+static void shadow_remove(shadow *sh)
+{
+    if (!sh->made) return;
+    static const char *const subs[] = {"images", "labels"};
+    for (int k = 0; k < 2; ++k) {
+        char d[600], p[1000];
+        snprintf(d, sizeof d, "%s/%s", sh->dir, subs[k]);
+        DIR *dir = opendir(d);
+        for (struct dirent *e; dir && (e = readdir(dir));) {
+            if (e->d_name[0] == '.') continue;
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            unlink(p);
+        }
+        if (dir) closedir(dir);
+        rmdir(d);
+    }
+    rmdir(sh->dir);
+    sh->made = 0;
+}
+
+/* A label file, whole (they are small; 16 MiB at most). */
+static char *read_small(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return NULL;
+    if (!S_ISREG(sb.st_mode) || sb.st_size > (16 << 20)) {
+        errno = S_ISREG(sb.st_mode) ? EFBIG : EISDIR;
+        return NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = malloc((size_t)sb.st_size + 1);
+    size_t n = s ? fread(s, 1, (size_t)sb.st_size, f) : 0;
+    fclose(f);
+    if (!s) return NULL;
+    s[n] = '\0';
+    for (size_t i = 0; i < n; ++i)
+        if (s[i] == '\0') s[i] = ' '; /* a NUL would hide the rest from the scan */
+    return s;
+}
+
+/* Every label file of the train list, read at start: each bad box named
+ * (file, line, why); with -skip_bad_labels those boxes are dropped and
+ * counted, otherwise the run stops. */
+static int check_labels(const sdnn_train_job *job, char **paths, int n, int classes, shadow *sh)
+{
+    label_report rep = {0};
+    int files_bad = 0, dropped = 0;
+    long boxes = 0;
+    char lbl[4096];
+    for (int i = 0; i < n; ++i) {
+        sdnn_label_path(paths[i], lbl, sizeof lbl);
+        char *text = read_small(lbl);
+        if (!text) {
+            fprintf(stderr, "error: %s (the label file of %s): %s\n", lbl, paths[i], strerror(errno));
+            return -1;
+        }
+        char *clean = job->skip_bad_labels ? malloc(strlen(text) + 2) : NULL;
+        int good = 0;
+        int bad = sdnn_label_scan(lbl, text, classes, clean, &good, on_bad_label, &rep);
+        boxes += good;
+        if (bad) {
+            ++files_bad;
+            dropped += bad;
+            if (clean && shadow_image(sh, &paths[i], i, clean) != 0) {
+                fprintf(stderr, "error: -skip_bad_labels: cannot stage the good boxes of %s under "
+                        "%s: %s\n", lbl, sh->dir, strerror(errno));
+                free(clean);
+                free(text);
+                return -1;
+            }
+        }
+        free(clean);
+        free(text);
+    }
+    if (!files_bad) return 0;
+    if (job->skip_bad_labels) {
+        fprintf(stderr, "warning: -skip_bad_labels: dropped %d bad box%s in %d of %d label files; "
+                "training on the other %ld\n", dropped, dropped == 1 ? "" : "es", files_bad, n, boxes);
+        return 0;
+    }
+    fprintf(stderr, "error: %d bad box%s in %d of %d label files%s; fix them, or pass "
+            "-skip_bad_labels to train without those boxes\n", dropped, dropped == 1 ? "" : "es",
+            files_bad, n, rep.shown > SHOWN_BAD ? " (the first 20 are listed)" : "");
+    return -1;
 }
 
 typedef struct run {
@@ -300,6 +458,11 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                     R->rank, before);
             return 1;
         }
+        if (!isfinite(st.loss)) {
+            fprintf(stderr, "error: rank %d: iteration %zu: the loss is %f (not finite); training "
+                    "stopped, nothing was saved\n", R->rank, sdnn_trainer_iteration(R->t), st.loss);
+            return 1;
+        }
         if (avg_loss < 0) avg_loss = st.loss;
         avg_loss = avg_loss * .9f + st.loss * .1f;
         size_t i = sdnn_trainer_iteration(R->t);
@@ -364,21 +527,69 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
 }
 
+/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save in
+ * progress leaves no temporary file, then the signal ends the process as
+ * it would have. */
+static void on_stop_signal(int sig)
+{
+    sdnn_save_interrupted();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_signal_handlers(void)
+{
+    /* A file-size limit makes a write fail (EFBIG) instead of killing the
+     * process: the save then reports its short file and removes it. */
+    signal(SIGXFSZ, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int sdnn_train(const sdnn_train_job *job)
 {
+    install_signal_handlers();
     if (!readable("data file", job->datacfg) || !readable("cfg file", job->cfgfile)) return 1;
     if (job->weights && !readable("weights file", job->weights)) return 1;
     if (job->nreplicas < 1) return fail("-gpus must list at least one id (e.g. -gpus 0,1)");
 
     run R;
     memset(&R, 0, sizeof R);
+    shadow sh = {"", 0};
+    int lock_fd = -1;
     R.job = job;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(job->cfgfile, &R.cfg, &stripped) != SDNN_OK) return fail_status();
+    {
+        /* Under mpirun every process runs this.  A local backend would make
+         * each of them an independent run on the same files; a cfg without
+         * a [scalednn] section trains with Darknet's protocol across the
+         * processes (its central host), as mode=stock backend=mpi does. */
+        const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+        int np = ws ? atoi(ws) : 1;
+        if (np > 1 && !R.cfg.present) {
+            snprintf(R.cfg.backend, sizeof R.cfg.backend, "mpi");
+        } else if (np > 1 && strcmp(R.cfg.backend, "local") == 0) {
+            fprintf(stderr,
+                    "error: %s: [scalednn] backend=local (the default when backend= is absent), "
+                    "but this process is one of %d started by mpirun: each would train alone on "
+                    "the same files. Set backend=mpi (or auto) to train across the processes, or "
+                    "start a single process without mpirun\n",
+                    job->cfgfile, np);
+            sdnn_stripped_cfg_close(&stripped);
+            return 1;
+        }
+    }
 
     list *options = read_data_cfg((char *)job->datacfg);
     char *train_list = option_find_str(options, "train", "data/train.list");
-    char *backup = option_find_str(options, "backup", "/backup/");
+    char *backup = NULL;
+    for (node *n = options ? options->front : NULL; n && !backup; n = n->next)
+        if (strcmp(((kvp_ *)n->val)->key, "backup") == 0) backup = ((kvp_ *)n->val)->val;
     char *label_file = option_find_str(options, "labels", "data/labels.list");
     int classes = option_find_int(options, "classes", 2);
     int rc = 1;
@@ -393,12 +604,44 @@ int sdnn_train(const sdnn_train_job *job)
     plist = get_paths(train_list);
     paths = (char **)list_to_array(plist);
     R.train_count = plist->size;
+    double check_t0 = what_time_is_it_now();
     if (check_train_list(job, train_list, paths, plist->size) != 0) goto out;
+    double check_s = what_time_is_it_now() - check_t0;
     if (job->task == SDNN_TASK_CLASSIFIER && !readable("labels file", label_file)) goto out;
+    /* Darknet's default, /backup/, is a folder of the root of the file
+     * system; a cut name would be another folder. */
+    if (!backup || !*backup) {
+        fprintf(stderr, "error: %s: no backup= key: name the folder for the weights, e.g. "
+                "backup=backup/ (Darknet would write to /backup/)\n", job->datacfg);
+        goto out;
+    }
+    if (strlen(backup) >= sizeof R.backup - 64) {
+        fprintf(stderr, "error: %s: backup=%.60s...: %zu characters, at most %zu\n", job->datacfg,
+                backup, strlen(backup), sizeof R.backup - 65);
+        goto out;
+    }
     snprintf(R.backup, sizeof R.backup, "%s", backup);
     if (sdnn_mkdirs(R.backup) != SDNN_OK) {
         fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
         goto out;
+    }
+    {
+        /* One run per backup folder; it must be writable now, not at the
+         * first save after hours of training; temp files of saves whose
+         * process died are removed.  Before anything is built or opened (a
+         * trace, the CSV).  Between processes rank 0 alone writes there:
+         * mpirun tells each process its rank. */
+        const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+        int cleaned = 0;
+        if ((!wr || atoi(wr) == 0) &&
+            (sdnn_prepare_dir(R.backup, &cleaned) != SDNN_OK ||
+             sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK)) {
+            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
+            goto out;
+        }
+        if (cleaned)
+            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
+                    cleaned, cleaned == 1 ? "" : "s", R.backup);
     }
     /* Every run writes its CSV: -csv, csv=, or BACKUP/CFGBASE.csv. */
     R.base = basecfg((char *)job->cfgfile);
@@ -439,6 +682,18 @@ int sdnn_train(const sdnn_train_job *job)
     }
     if (job->max_batches > 0)
         for (int r = 0; r < job->nreplicas; ++r) nets[r]->max_batches = job->max_batches;
+    if (job->task == SDNN_TASK_DETECTOR) {
+        /* The classes a box may have are the network's (its [yolo]/[region]). */
+        int net_classes = sdnn_detector_classes(nets[0]);
+        check_t0 = what_time_is_it_now();
+        if (net_classes >= 1 && check_labels(job, paths, R.train_count, net_classes, &sh) != 0) {
+            sdnn_replicas_free(nets, job->nreplicas);
+            goto out;
+        }
+        check_s += what_time_is_it_now() - check_t0;
+    }
+    printf("scalednn: checked %d images%s in %.3f s\n", R.train_count,
+           job->task == SDNN_TASK_DETECTOR ? " and their label files" : "", check_s);
     if (sdnn_trainer_create(nets, job->nreplicas, &R.cfg, 1, &R.t) != SDNN_OK) {
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         sdnn_replicas_free(nets, job->nreplicas);
@@ -448,6 +703,61 @@ int sdnn_train(const sdnn_train_job *job)
      * writes the CSV (errors still go to stderr on every rank), and each
      * rank draws its own images (Darknet's loader uses rand()). */
     R.rank = sdnn_trainer_rank(R.t);
+    {
+        /* Degenerate runs would save an untrained (or unchanged) network
+         * over the existing final weights: say so and stop. */
+        network *n0 = sdnn_trainer_net(R.t, 0);
+        size_t it0 = sdnn_trainer_iteration(R.t);
+        int has_cost = 0;
+        for (int i = 0; i < n0->n; ++i) has_cost |= n0->layers[i].cost != NULL;
+        if (!has_cost) {
+            fprintf(stderr, "error: %s: no layer computes a loss ([cost], [softmax], [yolo], "
+                    "[region] or [detection]): the loss would be nan and nothing would train\n",
+                    job->cfgfile);
+            goto out;
+        }
+        if (n0->max_batches <= 0) {
+            fprintf(stderr, "error: %s: max_batches=%d: nothing to train (set [net] max_batches= "
+                    "or pass -max_batches N); the existing weights are kept\n", job->cfgfile,
+                    n0->max_batches);
+            goto out;
+        }
+        if (it0 >= (size_t)n0->max_batches) {
+            fprintf(stderr, "error: %s is at iteration %zu, and max_batches is %d: nothing to "
+                    "train; pass -max_batches N with N > %zu to continue (or -clear to start "
+                    "again); the existing weights are kept\n", job->weights ? job->weights : "the network",
+                    it0, n0->max_batches, it0);
+            goto out;
+        }
+        if (job->task == SDNN_TASK_CLASSIFIER) {
+            /* Darknet's loader reads labels[0 .. classes) and gives an image
+             * the label whose name is in its path; the network's output must
+             * hold one value per class. */
+            llist = get_paths(label_file);
+            labels = (char **)list_to_array(llist);
+            int outputs = n0->layers[n0->n - 1].outputs;
+            if (llist->size < classes) {
+                fprintf(stderr, "error: %s: classes=%d but labels=%s names %d\n", job->datacfg,
+                        classes, label_file, llist->size);
+                goto out;
+            }
+            if (outputs != classes) {
+                fprintf(stderr, "error: %s: classes=%d, but the network (%s) gives %d outputs "
+                        "(its last layer)\n", job->datacfg, classes, job->cfgfile, outputs);
+                goto out;
+            }
+            int bad = 0;
+            for (int i = 0; i < R.train_count; ++i)
+                if (sdnn_label_of_path(paths[i], labels, classes) < 0 && bad++ < SHOWN_BAD)
+                    fprintf(stderr, "error: %s:%d: %s: no label of %s in its path\n", train_list,
+                            i + 1, paths[i], label_file);
+            if (bad) {
+                fprintf(stderr, "error: %d of %d images have no label in their path (Darknet "
+                        "would train them with an all-zero truth)\n", bad, R.train_count);
+                goto out;
+            }
+        }
+    }
     if (R.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d: cannot silence stdout\n", R.rank);
         goto out;
@@ -467,7 +777,10 @@ int sdnn_train(const sdnn_train_job *job)
                     R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
     }
     if (R.rank == 0) {
-        if (sdnn_csv_open(&R.csv, csv, label) != SDNN_OK) {
+        /* A resumed run appends to the previous run's CSV. */
+        sdnn_status cs = job->weights && !job->clear ? sdnn_csv_open_append(&R.csv, csv, label)
+                                                     : sdnn_csv_open(&R.csv, csv, label);
+        if (cs != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());
             goto out;
         }
@@ -504,10 +817,6 @@ int sdnn_train(const sdnn_train_job *job)
             fprintf(stderr, "warning: error-feedback residuals not restored, starting from zero: %s\n",
                     sdnn_last_error());
     }
-    if (job->task == SDNN_TASK_CLASSIFIER) {
-        llist = get_paths(label_file);
-        labels = (char **)list_to_array(llist);
-    }
     R.labels = labels;
     R.classes = classes;
     rc = train_loop(&R, paths, labels, classes);
@@ -524,6 +833,8 @@ int sdnn_train(const sdnn_train_job *job)
     }
 
 out:
+    shadow_remove(&sh);
+    if (lock_fd >= 0) close(lock_fd);
     sdnn_csv_close(&R.csv);
     if (R.t) sdnn_trainer_destroy(R.t);
     free(R.base);

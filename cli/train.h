@@ -20,6 +20,7 @@ typedef struct sdnn_train_job {
     const char *csv;         /* overrides [scalednn] csv= */
     long seed;               /* < 0: time-based, like Darknet */
     int loader_threads;      /* <= 0: default */
+    int skip_bad_labels;     /* -skip_bad_labels: drop bad boxes (counted) instead of stopping */
     int map_every;           /* -map: accuracy on the valid list every N iterations; 0 = off
                               * (detector: mAP@0.5, classifier: top-1) */
     double target;           /* -target: stop once that accuracy is reached; 0 = off */

@@ -11,6 +11,7 @@
  */
 #include "config.h"
 #include "costmodel.h"
+#include "cfgcheck.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -142,10 +143,19 @@ static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
                       "unknown codec (none, fp16, bf16, int8, topk, auto)");
 }
 
+/* Decimal notation only: strtod also reads "0x10" (as 16), "inf", "nan". */
+static int decimal_text(const char *s)
+{
+    for (const char *p = s; *p; ++p)
+        if (!strchr("0123456789+-.eE", *p)) return 0;
+    return *s != '\0';
+}
+
 /* A finite number in [lo, hi] (hi_open: [lo, hi)). */
 static int parse_number(const char *text, double lo, double hi, int lo_open,
                         int hi_open, double *out)
 {
+    if (!decimal_text(text)) return 0;
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
@@ -235,7 +245,7 @@ static sdnn_status parse_bucket_mb(const line_ref *lr, sdnn_config *cfg)
     char *end = NULL;
     errno = 0;
     double v = strtod(lr->value, &end);
-    if (end == lr->value || *end != '\0' || errno == ERANGE || !isfinite(v) ||
+    if (!decimal_text(lr->value) || end == lr->value || *end != '\0' || errno == ERANGE || !isfinite(v) ||
         !(v > 0.0) || v > BUCKET_MB_MAX)
         return expected(lr, allowed);
     cfg->bucket_mb = v;
@@ -702,10 +712,17 @@ sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
                           "sdnn_config_load: path, cfg and out are required");
     char *text = NULL;
     SDNN_CHECK(read_whole_file(path, &text));
+    /* Windows line ends work: Darknet's read_cfg would keep the '\r'. */
+    sdnn_cfg_normalize_eol(text);
     char *stripped = NULL;
     sdnn_status st = sdnn_config_parse_text(path, text, cfg, &stripped);
+    /* The structure of the rest, before libdarknet sees it (cfgcheck.h). */
+    if (st == SDNN_OK) st = sdnn_cfg_check_text(path, text);
     free(text);
-    if (st != SDNN_OK) return st;
+    if (st != SDNN_OK) {
+        free(stripped);
+        return st;
+    }
     st = make_memfd(stripped, out);
     free(stripped);
     return st;

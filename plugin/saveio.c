@@ -17,6 +17,14 @@
  */
 #include "saveio.h"
 
+#include <stdint.h>
+
+#include <signal.h>
+
+#include <dirent.h>
+
+#include <sys/file.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,6 +37,15 @@
 
 /* One save at a time per process: the temporary name carries only the pid. */
 static pthread_mutex_t g_save_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The temporary file of the save in progress, for sdnn_save_interrupted. */
+static char g_tmp_path[4200];
+static volatile sig_atomic_t g_tmp_live;
+
+void sdnn_save_interrupted(void)
+{
+    if (g_tmp_live) unlink(g_tmp_path);
+}
 
 /* ---- size of a Darknet weights file ---------------------------------------
  * The header is three ints (major 0, minor 2, revision 0) and `seen` as a
@@ -226,6 +243,11 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
 
     pthread_mutex_lock(&g_save_lock);
     int created = 0;
+    if (strlen(tmp) < sizeof g_tmp_path) {
+        g_tmp_live = 0;
+        memcpy(g_tmp_path, tmp, strlen(tmp) + 1);
+        g_tmp_live = 1;
+    }
     int fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) {
         /* Saves in this process are serialised, so a file with our pid is the
@@ -279,6 +301,7 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
 out:
     if (fd >= 0) close(fd);
     if (created) unlink(tmp);
+    g_tmp_live = 0;
     pthread_mutex_unlock(&g_save_lock);
     free(tmp);
     free(dir);
@@ -381,4 +404,143 @@ sdnn_status sdnn_mkdirs(const char *dir)
     }
     free(buf);
     return st;
+}
+
+sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char *const *ours)
+{
+    struct stat sb;
+    if (!path || !*path) return SDNN_ERROR(SDNN_ERR_INVALID, "%s: empty file name", what);
+    if (stat(path, &sb) != 0) return SDNN_OK; /* a new file (or unwritable: open says) */
+    if (S_ISDIR(sb.st_mode))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: is a directory, not a file", what, path);
+    if (!S_ISREG(sb.st_mode) || sb.st_size == 0) return SDNN_OK; /* /dev/null, empty */
+    unsigned char head[64] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "%s %s: exists and cannot be read (%s); refusing to "
+                          "overwrite it", what, path, strerror(errno));
+    ssize_t n = read(fd, head, sizeof head - 1);
+    close(fd);
+    if (n < 0) n = 0;
+    for (; ours && *ours; ++ours)
+        if ((size_t)n >= strlen(*ours) && memcmp(head, *ours, strlen(*ours)) == 0) return SDNN_OK;
+    /* Darknet weights: int32 major, minor, revision (0.1.x / 0.2.x), then seen. */
+    int32_t v[3];
+    memcpy(v, head, sizeof v);
+    if (n >= 12 && v[0] == 0 && (v[1] == 1 || v[1] == 2) && v[2] >= 0 && v[2] < 100)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: refusing to overwrite a Darknet weights file "
+                          "(%lld bytes); name another file", what, path, (long long)sb.st_size);
+    char shown[40];
+    int k = 0;
+    for (ssize_t i = 0; i < n && k < 24; ++i)
+        shown[k++] = head[i] >= 0x20 && head[i] < 0x7f ? (char)head[i] : '.';
+    shown[k] = '\0';
+    return SDNN_ERROR(SDNN_ERR_INVALID, "%s %s: refusing to overwrite a file that is not one of "
+                      "ours (%lld bytes, it starts with \"%s\"); name another file or remove it",
+                      what, path, (long long)sb.st_size, shown);
+}
+
+/* The command line of this process, arguments joined by spaces. */
+static void own_cmdline(char *out, size_t len)
+{
+    out[0] = '\0';
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    if (n <= 0) {
+        out[0] = '\0';
+        return;
+    }
+    for (ssize_t i = 0; i < n; ++i)
+        if (out[i] == '\0') out[i] = ' ';
+    while (n > 0 && out[n - 1] == ' ') --n;
+    out[n] = '\0';
+}
+
+sdnn_status sdnn_lock_dir(const char *dir, int *fd_out)
+{
+    *fd_out = -1;
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/%s", dir, SDNN_LOCK_NAME) >= (int)sizeof path)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "backup folder %s: name too long", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s: cannot create the lock file %s: %s", dir,
+                          path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[600] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        close(fd);
+        if (n > 0) who[n] = '\0';
+        for (char *p = who; *p; ++p)
+            if (*p == '\n') *p = *(p + 1) ? ' ' : '\0';
+        if (e != EWOULDBLOCK)
+            return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s: cannot lock %s: %s", dir, path,
+                              strerror(e));
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "backup folder %s is in use by another run (%s): one run per backup "
+                          "folder; wait for it to end, or give this run another backup= in its "
+                          ".data file",
+                          dir, who[0] ? who : "a process that did not say who it is");
+    }
+    char cmd[512], text[600];
+    own_cmdline(cmd, sizeof cmd);
+    int len = snprintf(text, sizeof text, "pid %ld, command: %s\n", (long)getpid(), cmd);
+    if (len > (int)sizeof text - 1) len = (int)sizeof text - 1;
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+        int e = errno;
+        close(fd);
+        return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s: cannot write the lock file %s: %s", dir,
+                          path, strerror(e));
+    }
+    *fd_out = fd;
+    return SDNN_OK;
+}
+
+/* NAME.tmp.PID: the pid, or -1 when the name is not one of our temp files. */
+static long temp_pid(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return -1;
+    const char *last;
+    while ((last = strstr(t + 1, ".tmp.")) != NULL) t = last;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || *end != '\0' || errno || pid <= 0) return -1;
+    return pid;
+}
+
+sdnn_status sdnn_prepare_dir(const char *dir, int *cleaned)
+{
+    if (cleaned) *cleaned = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.scalednn-write-test.%ld", dir, (long)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s is not writable: %s (checked at start, "
+                          "before training, by creating %s)", dir, strerror(errno), path);
+    static const char probe[4096];
+    ssize_t n = write(fd, probe, sizeof probe);
+    int e = n < 0 ? errno : ENOSPC;
+    int synced = n == (ssize_t)sizeof probe && fsync(fd) == 0;
+    if (!synced && n == (ssize_t)sizeof probe) e = errno;
+    close(fd);
+    unlink(path);
+    if (!synced)
+        return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s: a 4 KiB test write failed: %s (checked "
+                          "at start, before training)", dir, strerror(e));
+    DIR *d = opendir(dir);
+    if (!d) return SDNN_OK;
+    for (struct dirent *ent; (ent = readdir(d));) {
+        long pid = temp_pid(ent->d_name);
+        if (pid < 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; /* its owner lives */
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        if (unlink(path) == 0 && cleaned) ++*cleaned;
+    }
+    closedir(d);
+    return SDNN_OK;
 }

@@ -51,6 +51,31 @@ sdnn_status sdnn_check_weights_file(const network *net, const char *path, int re
 
 /* Create a directory (and its parents) if missing, mode 0755; SDNN_ERR_IO on
  * failure (also when the path exists and is not a directory). */
+/* Before an output the user named is written (CSV, trace): SDNN_OK when
+ * `path` does not exist, is empty, or starts with one of `ours` (a
+ * NULL-terminated list of prefixes); otherwise SDNN_ERR_INVALID naming
+ * `what` (e.g. "-csv"), the file and what it looks like (a Darknet weights
+ * file, or its first bytes), so nothing foreign is overwritten. */
+sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char *const *ours);
+
+/* One run per backup folder: an exclusive flock on DIR/.scalednn.lock,
+ * held while *fd stays open (close it to release; the file stays).  The
+ * holder writes its pid and command line into the file; a second run gets
+ * SDNN_ERR_INVALID naming them. */
+#define SDNN_LOCK_NAME ".scalednn.lock"
+sdnn_status sdnn_lock_dir(const char *dir, int *fd);
+
+/* The backup folder is writable now (a file created, written, synced and
+ * removed in it), and stale temporary files of saves by processes that no
+ * longer exist (NAME.tmp.PID) are removed; *cleaned (may be NULL) gets how
+ * many. */
+sdnn_status sdnn_prepare_dir(const char *dir, int *cleaned);
+
+/* Async-signal-safe: remove the temporary file of the save in progress,
+ * if any (a SIGINT/SIGTERM handler calls it before the process ends, so no
+ * NAME.tmp.PID is left behind). */
+void sdnn_save_interrupted(void);
+
 sdnn_status sdnn_mkdirs(const char *dir);
 
 #ifdef __cplusplus

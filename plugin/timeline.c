@@ -7,6 +7,7 @@
  * so replica threads do not slow each other down.
  */
 #include "timeline.h"
+#include "saveio.h"
 #include "clock.h"
 
 #include <errno.h>
@@ -388,6 +389,9 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
                           "period %d ms)", nreplicas, o.capacity, o.period_ms);
     if (strlen(path) >= sizeof ((sdnn_timeline *)0)->path)
         return SDNN_ERROR(SDNN_ERR_INVALID, "[scalednn] timeline=%s: path too long", path);
+    /* Never over a file that is not a trace of ours (a weights file...). */
+    static const char *const ours[] = {"{\"traceEvents\":[", NULL};
+    SDNN_CHECK(sdnn_check_overwrite(path, "[scalednn] timeline=", ours));
     uint64_t cap = 2;
     while (cap < o.capacity) cap <<= 1;
 

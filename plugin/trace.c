@@ -3,17 +3,25 @@
  * stopped still leaves a readable CSV.
  */
 #include "trace.h"
+#include "saveio.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
-sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label)
+const char *const sdnn_csv_prefixes[] = {"# label: ", SDNN_CSV_HEADER, NULL};
+
+static sdnn_status csv_open(sdnn_csv *c, const char *path, const char *label, int append)
 {
+    c->f = NULL;
     snprintf(c->path, sizeof c->path, "%s", path);
-    c->f = fopen(path, "w");
+    SDNN_CHECK(sdnn_check_overwrite(path, "csv", sdnn_csv_prefixes));
+    struct stat sb;
+    int keep = append && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
+    c->f = fopen(path, keep ? "a" : "w");
     if (!c->f) return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
-    if (label && *label) fprintf(c->f, "# label: %s\n", label);
-    fprintf(c->f, SDNN_CSV_HEADER "\n");
+    if (!keep && label && *label) fprintf(c->f, "# label: %s\n", label);
+    if (!keep) fprintf(c->f, SDNN_CSV_HEADER "\n");
     if (fflush(c->f) != 0) {
         int e = errno;
         fclose(c->f);
@@ -21,6 +29,16 @@ sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label)
         return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(e));
     }
     return SDNN_OK;
+}
+
+sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label)
+{
+    return csv_open(c, path, label, 0);
+}
+
+sdnn_status sdnn_csv_open_append(sdnn_csv *c, const char *path, const char *label)
+{
+    return csv_open(c, path, label, 1);
 }
 
 sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)

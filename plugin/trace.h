@@ -39,8 +39,17 @@ typedef struct sdnn_csv_row {
     "iteration,images,loss,avg_loss,learning_rate,seconds,elapsed_s,images_per_s," \
     "bytes_exchanged,exposed_comm_s,comm_s,data_wait_s,sync_wait_s,map"
 
-/* label may be NULL (no label line). */
+/* label may be NULL (no label line).  A file that exists and is not one of
+ * ours (it starts neither with "# label: " nor with the header) is never
+ * overwritten: SDNN_ERR_INVALID naming it (sdnn_check_overwrite). */
 sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label);
+
+/* As sdnn_csv_open, but a CSV of ours that exists is kept and the new rows
+ * are appended after its rows (a resumed run). */
+sdnn_status sdnn_csv_open_append(sdnn_csv *c, const char *path, const char *label);
+
+/* The prefixes that make a file one of our CSVs, for sdnn_check_overwrite. */
+extern const char *const sdnn_csv_prefixes[];
 sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *row);
 void sdnn_csv_close(sdnn_csv *c);
 

@@ -6,6 +6,7 @@
  * reported.  Nothing inside the step allocates.
  */
 #include "trainer.h"
+#include "agree.h"
 #include "autoplan.h"
 #include "clock.h"
 #include "blas.h"
@@ -196,6 +197,9 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         sdnn_comm_opts co = SDNN_COMM_OPTS_INIT;
         if (cfg->comm_timeout_s > 0) co.timeout_s = cfg->comm_timeout_s;
         SDNN_CHECKGOTO(sdnn_comm_open_opts(backend, &co, &t->comm), st, fail);
+        /* Every process the same cfg and flags, checked before the first
+         * collective that depends on them (agree.h). */
+        SDNN_CHECKGOTO(sdnn_agree_check(t->comm, nets, n, cfg), st, fail);
     }
     t->world = n * (t->comm ? t->comm->size : 1);
     for (int r = 0; r < n; ++r) nets[r]->learning_rate *= (float)t->world;

@@ -1,0 +1,702 @@
+/*
+ * cfgcheck: see cfgcheck.h.  Lines are classified as Darknet's read_cfg
+ * classifies them after its strip() (which removes spaces, tabs and the
+ * newline only): empty, '#' or ';' comment, '[' section header, otherwise
+ * key=value.  The checker keeps a table of the sections and their keys,
+ * then walks the layers with the channel count each one gives, which is
+ * what a [yolo]/[region] head is asserted against inside libdarknet.
+ */
+#include "cfgcheck.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHOWN 120 /* longest key or value quoted in a message */
+#define DIM_MAX 65536L
+
+/* The section types Debian's libdarknet parses (string_to_layer_type),
+ * and ours. */
+static const char *const g_types[] = {
+    "net", "network", "convolutional", "conv", "deconvolutional", "deconv", "connected",
+    "conn", "maxpool", "max", "avgpool", "avg", "route", "shortcut", "upsample", "yolo",
+    "region", "detection", "softmax", "soft", "dropout", "cost", "crop", "reorg",
+    "local", "activation", "logistic", "l2norm", "batchnorm", "normalization", "lrn",
+    "rnn", "gru", "lstm", "crnn", "iseg", NULL};
+#define TYPE_NAMES                                                                        \
+    "net, convolutional, deconvolutional, connected, maxpool, avgpool, route, shortcut, " \
+    "upsample, yolo, region, detection, softmax, dropout, cost, crop, reorg, local, "     \
+    "activation, logistic, l2norm, batchnorm, normalization, rnn, gru, lstm, crnn, "     \
+    "iseg, scalednn"
+
+typedef struct kv {
+    char *key;
+    char *val;
+    int line;
+} kv;
+
+typedef struct sec {
+    char type[32]; /* without brackets, "" for an over-long name */
+    int line;
+    int kv0, nkv;  /* its keys: kvs[kv0 .. kv0+nkv) */
+} sec;
+
+typedef struct checker {
+    const char *name;
+    double max_floats; /* largest layer output allowed, batch included */
+    long batch;
+    char *buf;     /* the text, cut into lines in place */
+    kv *kvs;
+    int nkv, cap_kv;
+    sec *secs;
+    int nsec, cap_sec;
+} checker;
+
+size_t sdnn_cfg_normalize_eol(char *text)
+{
+    if (!text) return 0;
+    size_t changed = 0;
+    char *w = text;
+    for (const char *r = text; *r; ++r) {
+        if (*r == '\r' && (r[1] == '\n' || r[1] == '\0')) {
+            ++changed;
+            continue;
+        }
+        *w++ = *r;
+    }
+    *w = '\0';
+    return changed;
+}
+
+/* Darknet's strip(): drop ' ', '\t' and '\n'. */
+static void dk_strip(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; ++r)
+        if (*r != ' ' && *r != '\t' && *r != '\n') *w++ = *r;
+    *w = '\0';
+}
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap * 2 : 64;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+static int is_type(const char *t, const char *a, const char *b)
+{
+    return strcmp(t, a) == 0 || (b && strcmp(t, b) == 0);
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+static sdnn_status key_error(const checker *c, const sec *s, const kv *k, const char *what)
+{
+    return SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s] %.*s=%.*s: %s", c->name, k->line, s->type,
+                      SHOWN, k->key, SHOWN, k->val, what);
+}
+
+static sdnn_status sec_error(const checker *c, const sec *s, const char *what)
+{
+    return SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s]: %s", c->name, s->line, s->type, what);
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static const kv *find(const checker *c, const sec *s, const char *key)
+{
+    for (int i = 0; i < s->nkv; ++i)
+        if (strcmp(c->kvs[s->kv0 + i].key, key) == 0) return &c->kvs[s->kv0 + i];
+    return NULL;
+}
+
+static int parse_long(const char *v, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE) return 0;
+    *out = x;
+    return 1;
+}
+
+/* An integer key in [lo, hi]; *out keeps `def` when the key is absent. */
+static sdnn_status int_key(const checker *c, const sec *s, const char *key, long def, long lo,
+                           long hi, long *out, const kv **where)
+{
+    const kv *k = find(c, s, key);
+    *out = def;
+    if (where) *where = k;
+    if (!k) return SDNN_OK;
+    long v;
+    char what[160];
+    if (!parse_long(k->val, &v) || v < lo || v > hi) {
+        snprintf(what, sizeof what, "expected an integer >= %ld and <= %ld", lo, hi);
+        return key_error(c, s, k, what);
+    }
+    *out = v;
+    return SDNN_OK;
+}
+
+/* A comma-separated list of integers; its length in *n (0 when absent). */
+static sdnn_status int_list(const checker *c, const sec *s, const kv *k, long *vals, int max,
+                            int *n)
+{
+    *n = 0;
+    if (!k) return SDNN_OK;
+    const char *p = k->val;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno == ERANGE)
+            return key_error(c, s, k, "expected a comma-separated list of integers");
+        if (*n >= max) return key_error(c, s, k, "too many entries in the list");
+        vals[(*n)++] = v;
+        if (*end == '\0') return SDNN_OK;
+        if (*end != ',') return key_error(c, s, k, "expected a comma-separated list of integers");
+        p = end + 1;
+    }
+}
+
+/* Entries of a comma-separated list, as Darknet counts them. */
+static int count_entries(const char *v)
+{
+    int n = 1;
+    for (; *v; ++v) n += *v == ',';
+    return n;
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+static sdnn_status read_lines(checker *c)
+{
+    int lineno = 0;
+    int in_ours = 0; /* inside [scalednn]: config.c checks it */
+    char *p = c->buf;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        char *next = nl ? nl + 1 : p + strlen(p);
+        if (nl) *nl = '\0';
+        ++lineno;
+        for (const unsigned char *q = (const unsigned char *)p; *q; ++q)
+            if ((*q < 0x20 && *q != '\t') || *q == 0x7f)
+                return SDNN_ERROR(SDNN_ERR_INVALID,
+                                  "%s:%d: byte 0x%02x at column %d: a cfg is text (a binary "
+                                  "file, or a stray control character?)",
+                                  c->name, lineno, *q, (int)(q - (const unsigned char *)p) + 1);
+        dk_strip(p);
+        if (p[0] == '\0' || p[0] == '#' || p[0] == ';') {
+            p = next;
+            continue;
+        }
+        if (p[0] == '[') {
+            size_t len = strlen(p);
+            if (len < 3 || p[len - 1] != ']')
+                return SDNN_ERROR(SDNN_ERR_INVALID,
+                                  "%s:%d: %.*s: a section header is [name] (sections: %s)",
+                                  c->name, lineno, SHOWN, p, TYPE_NAMES);
+            p[len - 1] = '\0';
+            in_ours = strcmp(p + 1, "scalednn") == 0;
+            if (!in_ours) {
+                if (grow((void **)&c->secs, &c->cap_sec, c->nsec + 1, sizeof(sec)))
+                    return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", c->name);
+                sec *s = &c->secs[c->nsec++];
+                snprintf(s->type, sizeof s->type, "%s", strlen(p + 1) < sizeof s->type ? p + 1 : "");
+                s->line = lineno;
+                s->kv0 = c->nkv;
+                s->nkv = 0;
+                int known = 0;
+                for (int t = 0; g_types[t]; ++t) known |= strcmp(p + 1, g_types[t]) == 0;
+                if (!known)
+                    return SDNN_ERROR(SDNN_ERR_INVALID,
+                                      "%s:%d: [%.*s]: unknown section type (sections: %s)",
+                                      c->name, lineno, SHOWN, p + 1, TYPE_NAMES);
+            }
+            p = next;
+            continue;
+        }
+        if (in_ours) {
+            p = next;
+            continue;
+        }
+        char *eq = strchr(p, '=');
+        if (c->nsec == 0)
+            return SDNN_ERROR(SDNN_ERR_INVALID,
+                              "%s:%d: %.*s: a key before the first section (a cfg starts "
+                              "with [net])",
+                              c->name, lineno, SHOWN, p);
+        sec *s = &c->secs[c->nsec - 1];
+        if (!eq || eq == p || eq[1] == '\0')
+            return SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s] %.*s: expected key=value", c->name,
+                              lineno, s->type, SHOWN, p);
+        *eq = '\0';
+        /* A repeated key is not an error: Debian's own cfgs (yolo9000,
+         * yolov3-openimages) repeat batch=; Darknet uses the first. */
+        if (grow((void **)&c->kvs, &c->cap_kv, c->nkv + 1, sizeof(kv)))
+            return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", c->name);
+        c->kvs[c->nkv++] = (kv){p, eq + 1, lineno};
+        s->nkv++;
+        p = next;
+    }
+    return SDNN_OK;
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static sdnn_status check_net(checker *c, const sec *s, long *channels, long *width,
+                             long *height)
+{
+    long batch, subdiv, w, h, ch, inputs, mb;
+    const kv *kb, *ks, *kw, *kh, *kc, *ki;
+    SDNN_CHECK(int_key(c, s, "batch", 1, 1, INT_MAX, &batch, &kb));
+    SDNN_CHECK(int_key(c, s, "subdivisions", 1, 1, INT_MAX, &subdiv, &ks));
+    SDNN_CHECK(int_key(c, s, "width", 0, 1, DIM_MAX, &w, &kw));
+    SDNN_CHECK(int_key(c, s, "height", 0, 1, DIM_MAX, &h, &kh));
+    SDNN_CHECK(int_key(c, s, "channels", 0, 1, 4096, &ch, &kc));
+    SDNN_CHECK(int_key(c, s, "inputs", 0, 1, INT_MAX, &inputs, &ki));
+    SDNN_CHECK(int_key(c, s, "max_batches", 0, 0, INT_MAX, &mb, NULL));
+    SDNN_CHECK(int_key(c, s, "time_steps", 1, 1, 1000000, &mb, NULL));
+    if (batch / subdiv < 1) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "batch=%ld / subdivisions=%ld leaves 0 images per subdivision "
+                 "(subdivisions must be <= batch)",
+                 batch, subdiv);
+        return key_error(c, s, ks ? ks : kb, what);
+    }
+    if (!ki && !(kw && kh && kc))
+        return sec_error(c, s,
+                         "width, height and channels (each >= 1) are required, or inputs= "
+                         "for a network without images");
+    if (kw && kh && kc && (double)w * (double)h * (double)ch * (double)batch > (double)INT_MAX)
+        return key_error(c, s, kw, "width x height x channels x batch exceeds 2^31 floats");
+    /* Darknet's defaults: an absent width, height or channels is 0 (a
+     * network fed by inputs= alone has no image). */
+    *channels = kc ? ch : 0;
+    c->batch = batch / subdiv;
+    *width = kw ? w : 0;
+    *height = kh ? h : 0;
+    /* policy=steps: Darknet aborts without steps= and scales=, and reads
+     * past the end of scales= when it has fewer entries than steps=. */
+    const kv *kp = find(c, s, "policy");
+    if (kp && strcmp(kp->val, "steps") == 0) {
+        const kv *kst = find(c, s, "steps"), *ksc = find(c, s, "scales");
+        if (!kst || !ksc)
+            return key_error(c, s, kp, "needs steps= and scales= (e.g. steps=400,450 scales=.1,.1)");
+        if (count_entries(kst->val) != count_entries(ksc->val)) {
+            char what[160];
+            snprintf(what, sizeof what, "%d steps but %d scales; give one scale per step",
+                     count_entries(kst->val), count_entries(ksc->val));
+            return key_error(c, s, ksc, what);
+        }
+    }
+    return SDNN_OK;
+}
+
+/* Layers whose output has their input's channel count. */
+static int keeps_channels(const char *t)
+{
+    static const char *const same[] = {"maxpool", "max", "avgpool", "avg", "shortcut",
+                                       "upsample", "dropout", "activation", "logistic",
+                                       "l2norm", "batchnorm", "normalization", "lrn",
+                                       "softmax", "soft", "cost", "yolo", "region", NULL};
+    for (int i = 0; same[i]; ++i)
+        if (strcmp(t, same[i]) == 0) return 1;
+    return 0;
+}
+
+/* Layers whose parse needs an image (w, h, c > 0) from the layer before. */
+static int needs_image(const char *t)
+{
+    static const char *const img[] = {"convolutional", "conv", "deconvolutional", "deconv",
+                                      "local", "maxpool", "max", "avgpool", "avg", "reorg",
+                                      "upsample", "crop", "yolo", "region", NULL};
+    for (int i = 0; img[i]; ++i)
+        if (strcmp(t, img[i]) == 0) return 1;
+    return 0;
+}
+
+static sdnn_status shrink_error(const checker *c, const sec *s, const kv *k, long w, long h)
+{
+    char what[200];
+    snprintf(what, sizeof what, "on its %ldx%ld input the output would be empty (less than "
+             "1x1); use a smaller size/stride, or padding", w, h);
+    return k ? key_error(c, s, k, what) : sec_error(c, s, what);
+}
+
+/* A route/shortcut index relative to layer `at` (negative: from the end). */
+static sdnn_status layer_ref(const checker *c, const sec *s, const kv *k, long v, int at,
+                             int *idx)
+{
+    long i = v < 0 ? at + v : v;
+    if (i < 0 || i >= at) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "layer %ld does not exist before this one (layer %d; use -1 .. -%d or 0 .. %d)",
+                 v, at, at, at - 1);
+        return key_error(c, s, k, what);
+    }
+    *idx = (int)i;
+    return SDNN_OK;
+}
+
+static sdnn_status check_head(const checker *c, const sec *s, int at, long in_ch,
+                              const sec *producer)
+{
+    int yolo = strcmp(s->type, "yolo") == 0;
+    long classes, num, coords;
+    const kv *kcl, *knum;
+    SDNN_CHECK(int_key(c, s, "classes", 20, 1, 100000, &classes, &kcl));
+    SDNN_CHECK(int_key(c, s, "num", 1, 1, 10000, &num, &knum));
+    SDNN_CHECK(int_key(c, s, "coords", 4, 1, 100, &coords, NULL));
+    long used = num;
+    char what[320];
+    if (yolo) {
+        long mask[1024];
+        int nmask = 0;
+        const kv *km = find(c, s, "mask");
+        SDNN_CHECK(int_list(c, s, km, mask, 1024, &nmask));
+        for (int i = 0; i < nmask; ++i)
+            if (mask[i] < 0 || mask[i] >= num) {
+                snprintf(what, sizeof what,
+                         "mask entry %ld names no anchor (num=%ld: entries 0 .. %ld)", mask[i],
+                         num, num - 1);
+                return key_error(c, s, km, what);
+            }
+        if (km) used = nmask;
+        coords = 4;
+    }
+    const kv *ka = find(c, s, "anchors");
+    if (ka && count_entries(ka->val) > 2 * num) {
+        snprintf(what, sizeof what,
+                 "%d values, but num=%ld anchors hold at most %ld (a width and a height each)",
+                 count_entries(ka->val), num, 2 * num);
+        return key_error(c, s, ka, what);
+    }
+    long want = used * (classes + coords + 1);
+    if (in_ch > 0 && producer && in_ch != want) {
+        snprintf(what, sizeof what,
+                 "%ld %s x (%ld classes + %ld) = %ld channels expected, but the [%s] at line %d "
+                 "before it gives %ld (layer %d; set its filters=%ld, or fix %s)",
+                 used, yolo ? "masks" : "anchors", classes, coords + 1, want, producer->type,
+                 producer->line, in_ch, at - 1, want, yolo ? "mask/classes" : "num/classes");
+        if (kcl || knum) return key_error(c, s, kcl ? kcl : knum, what);
+        return sec_error(c, s, what);
+    }
+    return SDNN_OK;
+}
+
+static sdnn_status check_layers(checker *c)
+{
+    const sec *net = NULL;
+    int first = c->nsec > 0 ? 0 : -1;
+    if (first < 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "%s: no sections: the file is empty or only comments (a cfg starts "
+                          "with [net], then its layers)",
+                          c->name);
+    net = &c->secs[first];
+    if (!is_type(net->type, "net", "network"))
+        return sec_error(c, net, "the first section must be [net] (or [network])");
+    long in_ch = 0, in_w = -1, in_h = -1;
+    SDNN_CHECK(check_net(c, net, &in_ch, &in_w, &in_h));
+    int nlayers = c->nsec - first - 1;
+    if (nlayers == 0)
+        return sec_error(c, net, "no layers follow [net]: there is nothing to train or run");
+    long *chan = calloc((size_t)nlayers, sizeof *chan);
+    long *W = calloc((size_t)nlayers, sizeof *W), *H = calloc((size_t)nlayers, sizeof *H);
+    int *from = calloc((size_t)nlayers, sizeof *from); /* section giving the channels */
+    if (!chan || !from || !W || !H) {
+        free(chan);
+        free(W);
+        free(H);
+        free(from);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", c->name);
+    }
+    sdnn_status st = SDNN_OK;
+    for (int L = 0; L < nlayers && st == SDNN_OK; ++L) {
+        const sec *s = &c->secs[first + 1 + L];
+        const char *t = s->type;
+        long prev = L ? chan[L - 1] : in_ch;
+        long pw = L ? W[L - 1] : in_w, ph = L ? H[L - 1] : in_h;
+        int prev_from = L ? from[L - 1] : first;
+        const sec *producer = &c->secs[prev_from];
+        long v;
+        chan[L] = -1;
+        W[L] = pw;
+        H[L] = ph;
+        from[L] = first + 1 + L;
+        /* Files a layer reads (a class map, a hierarchy): Darknet exit()s
+         * inside parse_network_cfg when one cannot be opened. */
+        static const char *const files[] = {"map", "tree", NULL};
+        for (int f = 0; files[f] && st == SDNN_OK; ++f) {
+            const kv *k = find(c, s, files[f]);
+            if (k && access(k->val, R_OK) != 0) {
+                char what[200];
+                snprintf(what, sizeof what, "cannot read the file: %s", strerror(errno));
+                st = key_error(c, s, k, what);
+            }
+        }
+        if (st != SDNN_OK) break;
+        if (L == 0 && is_type(t, "dropout", NULL)) {
+            /* Darknet's parser points a dropout's output at the layer
+             * before it: layers[-1] for the first layer. */
+            st = sec_error(c, s, "a [dropout] works in place on the output of the layer before "
+                           "it, so it cannot be the first layer");
+            break;
+        }
+        if (needs_image(t) && (pw == 0 || ph == 0 || prev == 0)) {
+            char what[200];
+            snprintf(what, sizeof what, "its input, the output of the layer before it, is "
+                     "%ldx%ldx%ld: this layer needs an image of at least 1x1x1", pw, ph, prev);
+            st = sec_error(c, s, what);
+            break;
+        }
+        if (is_type(t, "net", "network")) {
+            st = SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s]: a second [net] section (the first "
+                            "is at line %d); only the first section may be [net]",
+                            c->name, s->line, t, net->line);
+        } else if (is_type(t, "convolutional", "conv") || is_type(t, "deconvolutional", "deconv") ||
+                   is_type(t, "local", NULL)) {
+            long size, stride, groups;
+            if ((st = int_key(c, s, "filters", 1, 1, 1 << 20, &v, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "size", 1, 1, 4096, &size, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "stride", 1, 1, 4096, &stride, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, NULL)) != SDNN_OK) break;
+            chan[L] = v;
+            if (groups > 1 && ((prev > 0 && prev % groups) || v % groups)) {
+                char what[200];
+                snprintf(what, sizeof what, "groups=%ld must divide the input channels (%ld) and "
+                         "filters=%ld", groups, prev, v);
+                st = key_error(c, s, find(c, s, "groups"), what);
+                break;
+            }
+            long pad, padding;
+            if ((st = int_key(c, s, "pad", 0, 0, 1, &pad, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "padding", 0, 0, 4096, &padding, NULL)) != SDNN_OK) break;
+            if (pad) padding = size / 2;
+            int deconv = is_type(t, "deconvolutional", "deconv");
+            if (deconv) {
+                W[L] = pw < 0 ? -1 : (pw - 1) * stride + size - 2 * padding;
+                H[L] = ph < 0 ? -1 : (ph - 1) * stride + size - 2 * padding;
+            } else {
+                W[L] = pw < 0 ? -1 : (pw + 2 * padding - size) / stride + 1;
+                H[L] = ph < 0 ? -1 : (ph + 2 * padding - size) / stride + 1;
+            }
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) ||
+                (pw >= 0 && !deconv && pw + 2 * padding < size) ||
+                (ph >= 0 && !deconv && ph + 2 * padding < size)) {
+                st = shrink_error(c, s, find(c, s, "size"), pw, ph);
+                break;
+            }
+        } else if (is_type(t, "connected", "conn")) {
+            if ((st = int_key(c, s, "output", 1, 1, INT_MAX, &v, NULL)) != SDNN_OK) break;
+            chan[L] = v;
+            W[L] = H[L] = 1;
+        } else if (is_type(t, "maxpool", "max")) {
+            long size, stride;
+            if ((st = int_key(c, s, "stride", 1, 1, 4096, &stride, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "size", stride, 1, 4096, &size, NULL)) != SDNN_OK) break;
+            long padding;
+            if ((st = int_key(c, s, "padding", size - 1, 0, 4096, &padding, NULL)) != SDNN_OK) break;
+            W[L] = pw < 0 ? -1 : (pw + padding - size) / stride + 1;
+            H[L] = ph < 0 ? -1 : (ph + padding - size) / stride + 1;
+            if ((pw >= 0 && (pw + padding < size || W[L] < 1)) ||
+                (ph >= 0 && (ph + padding < size || H[L] < 1))) {
+                st = shrink_error(c, s, find(c, s, "size"), pw, ph);
+                break;
+            }
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else if (is_type(t, "upsample", NULL)) {
+            if ((st = int_key(c, s, "stride", 2, -4096, 4096, &v, NULL)) != SDNN_OK) break;
+            if (v == 0) {
+                st = key_error(c, s, find(c, s, "stride"),
+                               "expected a non-zero integer (negative: downsample)");
+                break;
+            }
+            W[L] = pw < 0 ? -1 : (v > 0 ? pw * v : pw / -v);
+            H[L] = ph < 0 ? -1 : (v > 0 ? ph * v : ph / -v);
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1)) {
+                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
+                break;
+            }
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else if (is_type(t, "route", NULL)) {
+            const kv *k = find(c, s, "layers");
+            if (!k) {
+                st = sec_error(c, s, "layers= is required (e.g. layers = -1, 8)");
+                break;
+            }
+            long refs[64];
+            int n = 0;
+            if ((st = int_list(c, s, k, refs, 64, &n)) != SDNN_OK) break;
+            long sum = 0;
+            int first_idx = -1;
+            for (int j = 0; j < n && st == SDNN_OK; ++j) {
+                int idx = 0;
+                st = layer_ref(c, s, k, refs[j], L, &idx);
+                if (st != SDNN_OK) break;
+                sum = (sum < 0 || chan[idx] < 0) ? -1 : sum + chan[idx];
+                if (first_idx < 0) {
+                    first_idx = idx;
+                    W[L] = W[idx];
+                    H[L] = H[idx];
+                } else if (W[idx] >= 0 && W[first_idx] >= 0 &&
+                           (W[idx] != W[first_idx] || H[idx] != H[first_idx])) {
+                    char what[200];
+                    snprintf(what, sizeof what, "layer %d is %ldx%ld but layer %d is %ldx%ld: "
+                             "routed layers must have the same width and height",
+                             first_idx, W[first_idx], H[first_idx], idx, W[idx], H[idx]);
+                    st = key_error(c, s, k, what);
+                }
+            }
+            chan[L] = sum;
+        } else if (is_type(t, "shortcut", NULL)) {
+            const kv *k = find(c, s, "from");
+            if (!k) {
+                st = sec_error(c, s, "from= is required (e.g. from = -3)");
+                break;
+            }
+            int idx = 0;
+            if (!parse_long(k->val, &v)) {
+                st = key_error(c, s, k, "expected a layer index (e.g. -3)");
+                break;
+            }
+            if ((st = layer_ref(c, s, k, v, L, &idx)) != SDNN_OK) break;
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else if (is_type(t, "yolo", NULL) || is_type(t, "region", NULL)) {
+            /* Checked where the channels are known: from a layer that
+             * states them (a convolution, a route of known layers, [net]). */
+            st = check_head(c, s, L, prev, producer);
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else if (is_type(t, "reorg", NULL)) {
+            long stride;
+            if ((st = int_key(c, s, "stride", 1, 1, 64, &stride, NULL)) != SDNN_OK) break;
+            long rev;
+            if ((st = int_key(c, s, "reverse", 0, 0, 1, &rev, NULL)) != SDNN_OK) break;
+            chan[L] = prev < 0 ? -1 : (rev ? prev / (stride * stride) : prev * stride * stride);
+            W[L] = pw < 0 ? -1 : (rev ? pw * stride : pw / stride);
+            H[L] = ph < 0 ? -1 : (rev ? ph * stride : ph / stride);
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) || chan[L] == 0) {
+                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
+                break;
+            }
+        } else if (is_type(t, "detection", NULL)) {
+            /* Darknet asserts side^2 x ((1 + coords) x num + classes) == inputs. */
+            long side, classes, coords, num;
+            if ((st = int_key(c, s, "side", 7, 1, 4096, &side, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "classes", 20, 1, 100000, &classes, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "coords", 1, 1, 100, &coords, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "num", 1, 1, 10000, &num, NULL)) != SDNN_OK) break;
+            double want = (double)side * side * ((1 + coords) * num + classes);
+            if (pw >= 0 && ph >= 0 && prev >= 0 && want != (double)pw * ph * prev) {
+                char what[240];
+                snprintf(what, sizeof what, "side^2 x ((1 + coords) x num + classes) = %.0f values "
+                         "expected, but the layer before it gives %ldx%ldx%ld = %ld",
+                         want, pw, ph, prev, pw * ph * prev);
+                st = sec_error(c, s, what);
+                break;
+            }
+        } else if (is_type(t, "softmax", "soft")) {
+            if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &v, NULL)) != SDNN_OK) break;
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else if (is_type(t, "avgpool", "avg")) {
+            chan[L] = prev;
+            from[L] = prev_from;
+            W[L] = H[L] = 1;
+        } else if (keeps_channels(t)) {
+            chan[L] = prev;
+            from[L] = prev_from;
+        } else {
+            W[L] = H[L] = -1; /* not followed */
+        }
+        /* These give a vector, not an image: Darknet leaves their output
+         * width and height 0, and a layer that needs an image aborts. */
+        static const char *const flat[] = {"softmax", "soft", "cost", "detection", "rnn", "gru",
+                                           "lstm", NULL};
+        for (int f = 0; flat[f]; ++f)
+            if (strcmp(t, flat[f]) == 0) W[L] = H[L] = 0;
+        if (st == SDNN_OK && W[L] > 0 && H[L] > 0 && chan[L] > 0 &&
+            (double)W[L] * (double)H[L] * (double)chan[L] * (double)c->batch > c->max_floats) {
+            char what[240];
+            snprintf(what, sizeof what, "its output, %ldx%ldx%ld for a batch of %ld, exceeds %.0f "
+                     "values (Darknet counts them in an int)", W[L], H[L], chan[L], c->batch,
+                     c->max_floats);
+            st = sec_error(c, s, what);
+        }
+    }
+    free(W);
+    free(H);
+    free(chan);
+    free(from);
+    return st;
+}
+
+sdnn_status sdnn_cfg_check_text(const char *name, const char *text)
+{
+    return sdnn_cfg_check_text_max(name, text, (double)INT_MAX);
+}
+
+sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double max_floats)
+{
+    if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_check_text: no text");
+    checker c = {.name = name, .max_floats = max_floats, .batch = 1};
+    c.buf = strdup(text);
+    if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
+    sdnn_status st = read_lines(&c);
+    if (st == SDNN_OK) st = check_layers(&c);
+    free(c.buf);
+    free(c.kvs);
+    free(c.secs);
+    return st;
+}
+
+sdnn_status sdnn_cfg_check_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open cfg: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (cap - len < 2) {
+            char *g = realloc(buf, cap * 2);
+            if (!g) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = g;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        if (n == 0) break;
+        len += n;
+    }
+    fclose(f);
+    if (!buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to read the cfg", path);
+    buf[len] = '\0';
+    if (memchr(buf, '\0', len)) {
+        free(buf);
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s: contains a NUL byte; a cfg must be text", path);
+    }
+    sdnn_cfg_normalize_eol(buf);
+    sdnn_status st = sdnn_cfg_check_text(path, buf);
+    free(buf);
+    return st;
+}
