@@ -8,6 +8,7 @@
  */
 #ifndef SCALEDNN_H
 #define SCALEDNN_H
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,13 @@ const char *sdnn_last_error(void);
 
 /* Forget the last message (tests use it between cases). */
 void sdnn_clear_error(void);
+
+/* For a thread whose failures another thread reports later (the simulated
+ * device's stream workers): from now on its failures, and its own
+ * sdnn_last_error(), use buf (len bytes, emptied now) instead of the
+ * process-wide message, so a late failure there never overwrites the
+ * message of the call that is being reported.  buf == NULL ends it. */
+void sdnn_error_capture(char *buf, size_t len);
 
 /* Record a failure; use through SDNN_ERROR so the message carries file:line. */
 sdnn_status sdnn_set_error(sdnn_status s, const char *file, int line,

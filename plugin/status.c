@@ -13,6 +13,15 @@
 
 static pthread_mutex_t g_err_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_err_msg[2048];
+static _Thread_local char *t_capture;
+static _Thread_local size_t t_capture_len;
+
+void sdnn_error_capture(char *buf, size_t len)
+{
+    t_capture = buf && len ? buf : NULL;
+    t_capture_len = t_capture ? len : 0;
+    if (t_capture) t_capture[0] = '\0';
+}
 
 const char *sdnn_strerror(sdnn_status s)
 {
@@ -35,6 +44,7 @@ const char *sdnn_last_error(void)
 {
     /* The buffer is only rewritten on failure paths; callers read it after
      * the failing threads have stopped. */
+    if (t_capture) return t_capture;
     return g_err_msg;
 }
 
@@ -55,6 +65,10 @@ sdnn_status sdnn_set_error(sdnn_status s, const char *file, int line,
     va_end(ap);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
+    if (t_capture) {
+        snprintf(t_capture, t_capture_len, "%s (%s:%d)", body, base, line);
+        return s;
+    }
     pthread_mutex_lock(&g_err_lock);
     snprintf(g_err_msg, sizeof g_err_msg, "%s (%s:%d)", body, base, line);
     pthread_mutex_unlock(&g_err_lock);

@@ -343,6 +343,11 @@ static const char *op_call(const sim_op *op)
 static void *stream_main(void *arg)
 {
     sim_stream *s = arg;
+    /* An operation's failure is reported by the next sync, on another
+     * thread: it must not overwrite the message of whatever call fails
+     * there meanwhile. */
+    char msg[1024];
+    sdnn_error_capture(msg, sizeof msg);
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
@@ -374,7 +379,7 @@ static void *stream_main(void *arg)
                     pthread_mutex_lock(&s->mu);
                     s->err = st;
                     s->errcall = op->call;
-                    snprintf(s->errmsg, sizeof s->errmsg, "%s", sdnn_last_error());
+                    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
                     pthread_mutex_unlock(&s->mu);
                 }
             }
