@@ -615,6 +615,15 @@ static sdnn_status check_layers(checker *c)
             if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &v, NULL)) != SDNN_OK) break;
             chan[L] = prev;
             from[L] = prev_from;
+        } else if (is_type(t, "crop", NULL)) {
+            /* Darknet's crop gives crop_width x crop_height (default 1x1). */
+            long cw, ch;
+            if ((st = int_key(c, s, "crop_width", 1, 1, DIM_MAX, &cw, NULL)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "crop_height", 1, 1, DIM_MAX, &ch, NULL)) != SDNN_OK) break;
+            W[L] = cw;
+            H[L] = ch;
+            chan[L] = prev;
+            from[L] = prev_from;
         } else if (is_type(t, "avgpool", "avg")) {
             chan[L] = prev;
             from[L] = prev_from;

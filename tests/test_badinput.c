@@ -344,6 +344,10 @@ static void test_cfg_fuzzer_findings(void **state)
                 "x.cfg:7: [convolutional] groups=2: groups=2 must divide the input channels (3)", NULL);
     check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[softmax]\ngroups=0\n",
                 "x.cfg:6: [softmax] groups=0: expected an integer >= 1", NULL);
+    /* A [crop] (1x1 unless crop_width/crop_height say otherwise), then a
+     * reorg that would make it empty: abort. */
+    check_fails("[net]\nwidth=8\nheight=8\nchannels=3\n[crop]\n[reorg]\nstride=2\n",
+                "x.cfg:7: [reorg] stride=2: on its 1x1 input the output would be empty", NULL);
     /* A [dropout] first: Darknet reads layers[-1], SEGV. */
     check_fails("[net]\nwidth=8\nheight=8\ninputs=8\n[dropout]\n",
                 "x.cfg:5: [dropout]: a [dropout] works in place on the output of the layer before it", NULL);
