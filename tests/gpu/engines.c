@@ -29,7 +29,7 @@
  */
 #include "config.h"
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 #include "trainer.h"

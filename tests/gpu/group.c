@@ -28,7 +28,7 @@
  */
 #include "comm.h"
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 
