@@ -493,7 +493,7 @@ static sdnn_status save(sdnn_trainer *t, const char *path)
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
         SDNN_CHECK(average_bn_world(t));
     } else if (t->world > 1) {
-        /* Darknet's train_detector calls sync_nets(nets, ngpus, 0) before
+        /* Darknet's train_detector calls sync_nets(nets, n, 0) before
          * every save: weights averaged, seen unchanged. */
         size_t bytes;
         SDNN_CHECK(sdnn_stock_sync_world(t->nets, t->n, t->comm, 0, &bytes));
