@@ -29,6 +29,7 @@
 #include "collective.h"
 #include "comm.h"
 #include "saveio.h"
+#include "splitmix.h"
 #include "scalednn.h"
 
 #include <errno.h>
@@ -357,12 +358,7 @@ static int bc_parse(bc_opts *o, int argc, char **argv)
 
 /* ---- inputs ------------------------------------------------------------- */
 
-static uint64_t bc_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t bc_mix(uint64_t z) { return sdnn_splitmix64_mix(z); }
 
 /* Global rank `rank`'s input: splitmix64 from a per-rank state, each value
  * an odd multiple of 2^-24 in (-1, 1): never an integer, never 0, exact in
@@ -370,7 +366,7 @@ static uint64_t bc_mix(uint64_t z)
  * (2^23 of them), which exercises topk's tie rule on large buffers. */
 static void bc_fill_range(float *x, size_t lo, size_t n, int rank)
 {
-    const uint64_t golden = 0x9e3779b97f4a7c15ull;
+    const uint64_t golden = SDNN_SPLITMIX_GOLDEN;
     uint64_t state = bc_mix(BC_INPUT_SEED ^ ((uint64_t)(rank + 1) * 0xd1b54a32d192ed03ull));
     state += golden * (uint64_t)lo;     /* element i is bc_mix(state0 + (i+1) golden) */
     for (size_t i = 0; i < n; ++i) {

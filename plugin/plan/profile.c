@@ -16,6 +16,7 @@
 #include "hooks.h"
 #include "replicas.h"
 #include "saveio.h"
+#include "splitmix.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,13 +37,7 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return sdnn_splitmix64_next(s); }
 
 static void fill_random(float *x, size_t n, uint64_t *seed)
 {
