@@ -311,7 +311,7 @@ typedef struct bad_case {
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
     "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
     "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
-    "comm_timeout_s, fix_1x1_delta"
+    "comm_timeout_s, fix_1x1_delta, engine"
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -602,6 +602,21 @@ static void test_backend_keys(void **state)
 
 /* ---- the 1x1 delta fix ----------------------------------------------------- */
 
+static void test_engine_key(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    free(parse_ok("[scalednn]\n", &cfg));
+    assert_string_equal(cfg.engine, "cpu");
+    free(parse_ok("[scalednn]\nengine=gpu\n", &cfg));
+    assert_string_equal(cfg.engine, "gpu");
+    free(parse_ok("[scalednn]\nengine=auto\n", &cfg));
+    assert_string_equal(cfg.engine, "auto");
+    parse_fails("[scalednn]\nengine=tpu\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] engine=tpu");
+    assert_msg_has("unknown engine (cpu, gpu, auto)");
+}
+
 static void test_fix_1x1_delta_key(void **state)
 {
     (void)state;
@@ -786,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_long_unknown_key_is_shortened),
         cmocka_unit_test(test_backend_keys),
         cmocka_unit_test(test_fix_1x1_delta_key),
+        cmocka_unit_test(test_engine_key),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),

@@ -19,7 +19,7 @@
  */
 #include "comm.h"
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 
 #include <time.h>

@@ -1,6 +1,6 @@
 /*
  * gpu_comm: the comm backends on devices (comm_gpu.cu), declared apart
- * from engine.h so that code without darknet.h can use them.
+ * from gpu.h so that code without darknet.h can use them.
  *
  *   "nccl"    buffers are device pointers, in[r] on the r-th device of the
  *             process.  sdnn_comm_open("nccl") (the registry) opens one

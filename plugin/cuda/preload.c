@@ -16,7 +16,7 @@
 #ifdef GPU
 #error "never compile the engine with -DGPU: Debian's libdarknet is a CPU build (layer layout)"
 #endif
-#include "engine.h"
+#include "gpu.h"
 
 #include "dev.h"
 

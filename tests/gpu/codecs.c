@@ -12,7 +12,7 @@
  */
 #include "comm.h"
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 
 #include <float.h>

@@ -11,7 +11,7 @@
  */
 #include "comm.h"
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 
 static sdnn_dctx *ctx;

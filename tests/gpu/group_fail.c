@@ -1,6 +1,6 @@
 /*
  * group_fail: the device trainer's failed state and its feed contract
- * (engine.h, plugin/cuda/group.c).  Needs a device (a real one or the
+ * (gpu.h, plugin/cuda/group.c).  Needs a device (a real one or the
  * simulated runtime, make GPU=sim).
  *
  *   caller errors      a feed beyond `preload` fed steps, a feed of the
@@ -24,7 +24,7 @@
  *                      failed and refuses the rest, destroy returns
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

@@ -35,7 +35,7 @@
  * magnitudes of its terms, not to itself.
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "ops.h"
 #include "replicas.h"

@@ -1,6 +1,6 @@
 /*
  * memory: what a device network holds and when the workspace grows
- * (engine.h sdnn_gpu_net_memory, dev.h sdnn_dctx_workspace).  Needs a
+ * (gpu.h sdnn_gpu_net_memory, dev.h sdnn_dctx_workspace).  Needs a
  * device (a real one or the simulated runtime, make GPU=sim).
  *
  *   group nets         the nets of a group of 2, created and stepped, hold
@@ -17,7 +17,7 @@
  *                      context goes; asking for less returns the current one
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

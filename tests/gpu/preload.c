@@ -1,6 +1,6 @@
 /*
  * preload: the preload ring of one device (plugin/cuda/preload.c) against
- * its contract in engine.h.  Needs a device (a real one or the simulated
+ * its contract in gpu.h.  Needs a device (a real one or the simulated
  * runtime, make GPU=sim).
  *
  *   a popped slot is never a push's target   K = 2 and K = 1: with every
@@ -17,7 +17,7 @@
  *                      popped: SDNN_ERR_INVALID, and the ring goes on
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 
 enum { ROWS = 3, IN = 5, TR = 2 };

@@ -9,7 +9,7 @@
  * every layer of the given cfgs (default: the shipped ones and Debian's
  * yolov3-tiny, yolov2-tiny and cifar) must be a layer the engine runs.
  */
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

@@ -138,6 +138,7 @@ run codecs 240
 run comm 120
 run layers 300
 run train 240
+run engines 240
 run vrep 180
 run group 120
 run preload 60

@@ -18,7 +18,7 @@
  *                    equals sdnn_gpu_net_train bit for bit
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

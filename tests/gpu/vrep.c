@@ -15,7 +15,7 @@
  *   stock mode                    runs; after a sync the replicas are equal
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

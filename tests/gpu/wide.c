@@ -12,7 +12,7 @@
  *   the same without batch norm (the bias-gradient reduction)
  */
 #include "dev.h"
-#include "engine.h"
+#include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
 

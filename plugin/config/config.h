@@ -44,12 +44,14 @@ typedef struct sdnn_config {
     int fix_1x1_delta;  /* fix_1x1_delta=0|1: a 1x1 convolution's backward adds to
                          * its input's delta (1, the default) or overwrites it as
                          * Debian's libdarknet does (0); see hooks.h */
+    char engine[16];    /* engine=cpu|gpu|auto (names: engine.c's registry);
+                         * auto: gpu when it can run the replicas, else cpu */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets. */
 #define SDNN_CONFIG_INIT                                            \
     { 0, SDNN_MODE_SCALEDNN, "local", 0.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25, 60.0, 1 }
+      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25, 60.0, 1, "cpu" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

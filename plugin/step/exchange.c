@@ -6,6 +6,7 @@
  * order their gradients became ready.
  */
 #include "exchange.h"
+#include "layout.h"
 #include "clock.h"
 #include "collective.h"
 #include "replicas.h"
@@ -111,17 +112,13 @@ static void *comm_main(void *arg)
             } else if (bk->codec) {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
                 uint64_t stream = sdnn_stream_mix(ex->seed, (uint64_t)ex->iteration, (uint64_t)k);
-                st = ex->comm->ops->allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
+                st = sdnn_comm_allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
                                                          stream, in, ex->nrep, bk->outs,
                                                          bk->count, &wire);
             } else {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
-                st = ex->comm->ops->allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count);
-                /* What this process sends, as a ring would: across processes
-                 * one ring rank per process (the replicas are averaged in
-                 * memory first), inside one process one per replica. */
-                size_t P = (size_t)ex->comm->size, bytes = bk->count * sizeof(float);
-                wire = P > 1 ? 2u * (P - 1) * bytes / P : 2u * (size_t)(ex->world - 1) * bytes;
+                /* wire: what a ring sends (sdnn_comm_allreduce_mean). */
+                st = sdnn_comm_allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count, &wire);
             }
         }
         double t1 = sdnn_now_s();
@@ -271,70 +268,44 @@ static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
     return SDNN_OK;
 }
 
-/* Put layer i at the end of bucket k. */
-static void assign(sdnn_exchange *ex, int k, int i, size_t n)
-{
-    slot *s = &ex->slots[i];
-    if (ex->b[k].nlayers == 0) {
-        ex->b[k].hi = i;
-        ex->b[k].count = 0;
-    }
-    s->bucket = k;
-    s->offset = ex->b[k].count;
-    ex->b[k].count += n;
-    ex->b[k].lo = i;
-    ex->b[k].nlayers++;
-}
-
-/* Buckets from an explicit plan: checked to cover every exchanged layer
- * once, in exchange order, none empty. */
-static sdnn_status plan_buckets(sdnn_exchange *ex)
-{
-    const sdnn_bucket_spec *sp = ex->opts.plan;
-    int above = ex->nlayers;
-    for (int k = 0; k < ex->opts.nplan; ++k) {
-        if (sp[k].lo < 0 || sp[k].hi < sp[k].lo || sp[k].hi >= above)
-            return SDNN_ERROR(SDNN_ERR_INVALID, "plan bucket %d: layers %d..%d are not below "
-                              "the previous bucket's (%d)", k, sp[k].hi, sp[k].lo, above);
-        for (int i = sp[k].hi + 1; i < above; ++i)
-            if (slot_floats(&ex->slots[i]))
-                return SDNN_ERROR(SDNN_ERR_INVALID, "plan leaves layer %d out", i);
-        for (int i = sp[k].hi; i >= sp[k].lo; --i) {
-            size_t n = slot_floats(&ex->slots[i]);
-            if (n) assign(ex, k, i, n);
-        }
-        if (ex->b[k].nlayers == 0)
-            return SDNN_ERROR(SDNN_ERR_INVALID, "plan bucket %d (layers %d..%d) exchanges nothing",
-                              k, sp[k].hi, sp[k].lo);
-        above = sp[k].lo;
-    }
-    for (int i = above - 1; i >= 0; --i)
-        if (slot_floats(&ex->slots[i]))
-            return SDNN_ERROR(SDNN_ERR_INVALID, "plan leaves layer %d out", i);
-    ex->nb = ex->opts.nplan;
-    return SDNN_OK;
-}
-
 static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
 {
-    size_t target = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
-    if (target < 1) target = 1;
     int cap = ex->nlayers + 1;
     if (ex->opts.plan && ex->opts.nplan > cap) cap = ex->opts.nplan;
     ex->b = calloc((size_t)cap, sizeof *ex->b);
-    if (!ex->b) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
-    if (ex->opts.plan) {
-        SDNN_CHECK(plan_buckets(ex));
-    } else {
-        int k = -1;
-        for (int i = ex->nlayers - 1; i >= 0; --i) {
-            size_t n = slot_floats(&ex->slots[i]);
-            if (n == 0) continue;
-            if (k < 0 || ex->b[k].count >= target) ++k;
-            assign(ex, k, i, n);
-        }
-        ex->nb = k + 1;
+    size_t *counts = calloc((size_t)ex->nlayers + 1, sizeof *counts);
+    sdnn_layout_range *ranges = ex->opts.plan
+        ? calloc((size_t)ex->opts.nplan + 1, sizeof *ranges) : NULL;
+    if (!ex->b || !counts || (ex->opts.plan && !ranges)) {
+        free(counts);
+        free(ranges);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
     }
+    for (int i = 0; i < ex->nlayers; ++i) counts[i] = slot_floats(&ex->slots[i]);
+    for (int k = 0; ranges && k < ex->opts.nplan; ++k) {
+        ranges[k].lo = ex->opts.plan[k].lo;
+        ranges[k].hi = ex->opts.plan[k].hi;
+    }
+    /* The one partition (layout.c) every engine, the planner and the cost
+     * model use. */
+    sdnn_layout lay;
+    sdnn_status ls = ranges ? sdnn_layout_plan(counts, ex->nlayers, ranges, ex->opts.nplan, &lay)
+                            : sdnn_layout_fixed(counts, ex->nlayers, bucket_mb, &lay);
+    free(counts);
+    free(ranges);
+    SDNN_CHECK(ls);
+    ex->nb = lay.nbuckets;
+    for (int k = 0; k < lay.nbuckets; ++k) {
+        ex->b[k].lo = lay.bucket[k].lo;
+        ex->b[k].hi = lay.bucket[k].hi;
+        ex->b[k].count = lay.bucket[k].count;
+        ex->b[k].nlayers = lay.bucket[k].nlayers;
+    }
+    for (int i = 0; i < ex->nlayers; ++i) {
+        ex->slots[i].bucket = lay.layer[i].bucket;
+        ex->slots[i].offset = lay.layer[i].offset;
+    }
+    sdnn_layout_free(&lay);
     ex->total = 0;
     for (int k = 0; k < ex->nb; ++k) {
         bucket *bk = &ex->b[k];
@@ -397,9 +368,9 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
     int overlap = opts->overlap;
     if (!(bucket_mb > 0) && !opts->plan)
         return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0 (or an explicit plan)");
-    if (opts->codec && opts->codec != &sdnn_codec_none && !comm->ops->allreduce_mean_coded)
+    if (opts->codec && opts->codec != &sdnn_codec_none && !sdnn_comm_has_coded(comm))
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s has no compressed allreduce",
-                          comm->ops->name);
+                          sdnn_comm_name(comm));
     sdnn_exchange *ex = calloc(1, sizeof *ex);
     if (!ex) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
     pthread_mutex_init(&ex->mu, NULL);

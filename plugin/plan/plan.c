@@ -4,6 +4,7 @@
  * programme is exact).
  */
 #include "plan.h"
+#include "layout.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -234,24 +235,29 @@ sdnn_status sdnn_plan_fixed(const sdnn_cost_profile *p, const sdnn_cm_env *env,
         return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb=%g: expected a number > 0", bucket_mb);
     if (codec < 0 || codec >= env->ncodecs)
         return SDNN_ERROR(SDNN_ERR_INVALID, "plan: codec %d of %d", codec, env->ncodecs);
-    /* exchange.c counts floats against a target in floats. */
-    size_t target = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
-    if (target < 1) target = 1;
+    /* The partition of layout.c, the one the exchange uses. */
+    size_t *counts = calloc((size_t)p->n + 1, sizeof *counts);
     sdnn_cm_bucket *b = calloc((size_t)p->n + 1, sizeof *b);
-    if (!b) return SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory for buckets");
-    int k = -1;
-    size_t count = 0;
-    for (int i = p->n - 1; i >= 0; --i) {
-        size_t floats = (size_t)(p->layer[i].bytes / sizeof(float));
-        if (!(p->layer[i].bytes > 0)) continue;
-        if (k < 0 || count >= target) {
-            ++k;
-            b[k].hi = i;
-            count = 0;
-        }
-        b[k].lo = i;
-        count += floats;
+    if (!counts || !b) {
+        free(counts);
+        free(b);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory for buckets");
     }
+    for (int i = 0; i < p->n; ++i)
+        counts[i] = p->layer[i].bytes > 0 ? (size_t)(p->layer[i].bytes / sizeof(float)) : 0;
+    sdnn_layout lay;
+    sdnn_status ls = sdnn_layout_fixed(counts, p->n, bucket_mb, &lay);
+    free(counts);
+    if (ls != SDNN_OK) {
+        free(b);
+        return ls;
+    }
+    for (int k = 0; k < lay.nbuckets; ++k) {
+        b[k].hi = lay.bucket[k].hi;
+        b[k].lo = lay.bucket[k].lo;
+    }
+    int k = lay.nbuckets - 1;
+    sdnn_layout_free(&lay);
     int nb = k + 1;
     sdnn_cm_bucket_bytes(p, b, nb);
     for (k = 0; k < nb; ++k)

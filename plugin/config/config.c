@@ -13,6 +13,8 @@
 #include "costmodel.h"
 #include "cfgcheck.h"
 
+#include "engine.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -28,7 +30,7 @@
     "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
     "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
     "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
-    "comm_timeout_s, fix_1x1_delta"
+    "comm_timeout_s, fix_1x1_delta, engine"
 #define BUCKET_MB_MAX 4096.0
 #define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
@@ -382,6 +384,19 @@ static sdnn_status parse_fix_1x1_delta(const line_ref *lr, sdnn_config *cfg)
     return SDNN_OK;
 }
 
+/* engine=: a name from the engine registry (engine.c) or auto; what auto
+ * becomes is decided when the trainer starts (it needs -gpus). */
+static sdnn_status parse_engine(const line_ref *lr, sdnn_config *cfg)
+{
+    if (strcmp(lr->value, "auto") != 0 && !sdnn_engine_find(lr->value)) {
+        char what[192];
+        snprintf(what, sizeof what, "unknown engine (%s, auto)", sdnn_engine_names());
+        return line_error(lr, SDNN_ERR_INVALID, what);
+    }
+    snprintf(cfg->engine, sizeof cfg->engine, "%s", lr->value);
+    return SDNN_OK;
+}
+
 static const key_spec g_keys[] = {
     { "mode", parse_mode, "scalednn or stock" },
     { "backend", parse_backend, "a backend (available: " BACKENDS_HERE ")" },
@@ -406,12 +421,13 @@ static const key_spec g_keys[] = {
     { "replan_drift", parse_replan_drift, "a fraction > 0" },
     { "comm_timeout_s", parse_comm_timeout, "a number of seconds > 0" },
     { "fix_1x1_delta", parse_fix_1x1_delta, "0 or 1" },
+    { "engine", parse_engine, "an engine (cpu, gpu) or auto" },
 };
 enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
        K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
        K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE, K_COMPRESS_ALLOW,
        K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, K_COMM_TIMEOUT,
-       K_FIX_1X1_DELTA };
+       K_FIX_1X1_DELTA, K_ENGINE };
 #define N_KEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* ---- the line loop ------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include "blas.h"
 #include "comm.h"
 #include "config.h"
+#include "engine.h"
 #include "hooks.h"
 #include "loader.h"
 #include "replicas.h"
@@ -20,6 +21,7 @@
 #include "timeline.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -46,7 +48,8 @@ struct sdnn_trainer {
     sdnn_exchange_opts xo; /* what the exchange was made with (plans replace buckets) */
     sdnn_autoplan *ap;     /* bucket_mb=auto, NULL otherwise */
     sdnn_timeline *tl;     /* timeline=, NULL without */
-    int hooked;            /* hooks installed on the replicas */
+    int hooked;            /* the replicas' layers call back into the step */
+    sdnn_engine *eng;      /* what trains the replicas (engine.h) */
     worker *w;
     int nthreads;
 
@@ -81,7 +84,8 @@ static void run_replica(worker *w)
                                NULL);
     }
     double t1 = tl ? sdnn_now_s() : 0;
-    w->loss = train_network(net, w->slice);
+    sdnn_status ts = t->eng->ops->train(t->eng, w->r, w->slice, &w->loss);
+    if (ts != SDNN_OK && t->ex) sdnn_exchange_abort(t->ex, ts);
     if (tl)
         sdnn_timeline_span(tl, track, SDNN_TL_TRAIN, t1, sdnn_now_s(), t->iteration, 0, 0, NULL);
 }
@@ -91,6 +95,7 @@ static void *worker_main(void *arg)
     worker *w = arg;
     sdnn_trainer *t = w->t;
     sdnn_hooks_set_context(t->hooked ? &w->ctx : NULL);
+    t->eng->ops->bind_thread(t->eng, w->r);
     unsigned long seen_gen = 0;
     pthread_mutex_lock(&t->mu);
     for (;;) {
@@ -103,6 +108,7 @@ static void *worker_main(void *arg)
         if (++t->finished == t->n) pthread_cond_signal(&t->done);
     }
     pthread_mutex_unlock(&t->mu);
+    t->eng->ops->bind_thread(t->eng, -1);
     sdnn_hooks_set_context(NULL);
     return NULL;
 }
@@ -119,8 +125,8 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     sdnn_autoplan_destroy(t->ap);
     sdnn_comm_close(t->comm);
     (void)sdnn_timeline_close(t->tl);   /* a failure leaves its message */
+    sdnn_engine_destroy(t->eng);
     for (int r = 0; r < t->n; ++r) {
-        sdnn_hooks_uninstall(t->nets[r]);
         if (t->world > 0) t->nets[r]->learning_rate /= (float)t->world;
     }
     if (t->own) sdnn_replicas_free(t->nets, t->n);
@@ -142,14 +148,14 @@ static sdnn_status broadcast_world(sdnn_trainer *t)
         sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
         int k = sdnn_layer_params(&net->layers[i], p);
         for (int j = 0; j < k; ++j) {
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].val, p[j].n));
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].upd, p[j].n));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, p[j].val, p[j].n));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, p[j].upd, p[j].n));
         }
         float *mean, *var;
         size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
         if (nbn) {
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, mean, nbn));
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, var, nbn));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, mean, nbn));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, var, nbn));
         }
     }
     return sdnn_replicas_broadcast(t->nets, t->n);
@@ -166,8 +172,8 @@ static sdnn_status average_bn_world(sdnn_trainer *t)
         size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
         if (!nbn) continue;
         const float *m = mean, *v = var;
-        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &m, 1, mean, nbn));
-        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &v, 1, var, nbn));
+        SDNN_CHECK(sdnn_comm_allreduce_mean(t->comm, &m, 1, mean, nbn, NULL));
+        SDNN_CHECK(sdnn_comm_allreduce_mean(t->comm, &v, 1, var, nbn, NULL));
         for (int r = 1; r < t->n; ++r) {
             memcpy(t->nets[r]->layers[i].rolling_mean, mean, nbn * sizeof(float));
             memcpy(t->nets[r]->layers[i].rolling_variance, var, nbn * sizeof(float));
@@ -218,7 +224,7 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
             snprintf(tlpath, sizeof tlpath, "%s", cfg->timeline);
         if (t->comm && t->comm->size > 1) {
             to.rank = t->comm->rank;
-            SDNN_CHECKGOTO(t->comm->ops->barrier(t->comm), st, fail);
+            SDNN_CHECKGOTO(sdnn_comm_barrier(t->comm), st, fail);
         }
         SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, &to, &t->tl), st, fail);
     }
@@ -255,12 +261,18 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     }
     /* scalednn mode needs the hooks; stock mode for a timeline or for the
      * 1x1 delta fix on a network that has the pattern. */
-    if (t->ex || t->tl || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0)) {
-        t->hooked = 1;
-        for (int r = 0; r < n; ++r)
-            SDNN_CHECKGOTO(sdnn_hooks_install(nets[r], t->tl != NULL || t->ap != NULL,
-                                              cfg->fix_1x1_delta),
-                           st, fail);
+    {
+        const sdnn_engine_ops *eops = NULL;
+        char why[320];
+        SDNN_CHECKGOTO(sdnn_engine_resolve(cfg->engine, n, &eops, why, sizeof why), st, fail);
+        if (strcmp(cfg->engine, "auto") == 0 && sdnn_trainer_rank(t) == 0)
+            fprintf(stderr, "scalednn: %s\n", why);
+        sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
+        eo.fix_1x1_delta = cfg->fix_1x1_delta;
+        eo.hook_forward = t->tl != NULL || t->ap != NULL;
+        eo.hooks = t->ex != NULL || t->tl != NULL;
+        SDNN_CHECKGOTO(sdnn_engine_create(eops, nets, n, &eo, &t->eng), st, fail);
+        t->hooked = eo.hooks || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
@@ -388,7 +400,14 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         run_workers(t);
         if (sdnn_stock_due(t->nets, t->world, t->cfg.interval)) {
             double s0 = sdnn_now_s();
-            status = sdnn_stock_sync_world(t->nets, t->n, t->comm, t->cfg.interval, &st->bytes);
+            /* Darknet's host averaging: the engine's copies come to the
+             * host networks and go back averaged. */
+            status = t->eng->ops->pull(t->eng, SDNN_ENGINE_PARAMS | SDNN_ENGINE_BNSTATS);
+            if (status == SDNN_OK)
+                status = sdnn_stock_sync_world(t->nets, t->n, t->comm, t->cfg.interval,
+                                               &st->bytes);
+            if (status == SDNN_OK)
+                status = t->eng->ops->push(t->eng, SDNN_ENGINE_PARAMS | SDNN_ENGINE_BNSTATS);
             double s1 = sdnn_now_s();
             st->exposed_s = st->comm_s = s1 - s0;
             st->synced = 1;
@@ -430,7 +449,7 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     if (status == SDNN_OK && t->comm && t->comm->size > 1) {
         /* The world's loss, as one process with every replica reports it. */
         const float *in = &st->loss;
-        status = t->comm->ops->allreduce_mean(t->comm, &in, 1, &st->loss, 1);
+        status = sdnn_comm_allreduce_mean(t->comm, &in, 1, &st->loss, 1, NULL);
         if (status != SDNN_OK) t->failed = status;
     }
     return status;
@@ -441,7 +460,7 @@ sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h)
     for (int r = 0; r < t->n; ++r)
         if (resize_network(t->nets[r], w, h) != 0)
             return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot resize replica %d to %dx%d", r, w, h);
-    return SDNN_OK;
+    return t->eng->ops->resize(t->eng, w, h);
 }
 
 static sdnn_status nonfinite_stat(network *net, int i, const char *what, size_t e)
@@ -489,15 +508,17 @@ static sdnn_status save(sdnn_trainer *t, const char *path)
     if (t->failed != SDNN_OK)
         return SDNN_ERROR(SDNN_ERR_ABORTED, "not saving %s: the trainer stopped after a failed "
                           "step (%s)", path, sdnn_strerror(t->failed));
+    SDNN_CHECK(t->eng->ops->pull(t->eng, SDNN_ENGINE_ALL));
     for (int r = 0; r < t->n; ++r) SDNN_CHECK(check_finite(t->nets[r]));
     if (t->cfg.mode == SDNN_MODE_SCALEDNN) {
         SDNN_CHECK(average_bn_world(t));
     } else if (t->world > 1) {
-        /* Darknet's train_detector calls sync_nets(nets, ngpus, 0) before
+        /* Darknet's train_detector calls sync_nets(nets, n, 0) before
          * every save: weights averaged, seen unchanged. */
         size_t bytes;
         SDNN_CHECK(sdnn_stock_sync_world(t->nets, t->n, t->comm, 0, &bytes));
     }
+    SDNN_CHECK(t->eng->ops->push(t->eng, SDNN_ENGINE_PARAMS | SDNN_ENGINE_BNSTATS));
     SDNN_CHECK(check_finite(t->nets[0]));   /* an average can still overflow */
     /* Between processes every rank averages (above, collectively) and only
      * rank 0 writes: the weights are the same everywhere.  The .ef file
@@ -515,9 +536,13 @@ static sdnn_status save(sdnn_trainer *t, const char *path)
 
 void sdnn_trainer_average_bn(sdnn_trainer *t)
 {
-    if (t->cfg.mode == SDNN_MODE_SCALEDNN && t->failed == SDNN_OK &&
-        average_bn_world(t) != SDNN_OK)
-        t->failed = SDNN_ERR_COMM;
+    if (t->cfg.mode != SDNN_MODE_SCALEDNN || t->failed != SDNN_OK) return;
+    if (t->eng->ops->pull(t->eng, SDNN_ENGINE_BNSTATS) != SDNN_OK) {
+        t->failed = SDNN_ERR_ABORTED;
+        return;
+    }
+    if (average_bn_world(t) != SDNN_OK) t->failed = SDNN_ERR_COMM;
+    else if (t->eng->ops->push(t->eng, SDNN_ENGINE_BNSTATS) != SDNN_OK) t->failed = SDNN_ERR_ABORTED;
 }
 
 int sdnn_trainer_rank(const sdnn_trainer *t) { return t->comm ? t->comm->rank : 0; }
@@ -540,7 +565,7 @@ sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v)
 {
     if (!t->comm || t->comm->size < 2) return SDNN_OK;
     float f = (float)*v;   /* exact for |v| < 2^24: sizes and flags */
-    SDNN_CHECK(t->comm->ops->broadcast(t->comm, &f, 1));
+    SDNN_CHECK(sdnn_comm_broadcast(t->comm, &f, 1));
     *v = (int)f;
     return SDNN_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * engine: the GPU engine's public C API (make GPU=1).
+ * gpu: the GPU engine's device API (make GPU=1): device network, group, preload.
  *
  * A device mirror of a CPU `network` built by Debian's libdarknet: the
  * engine reads the CPU network's layers (this header includes darknet.h
@@ -26,8 +26,8 @@
  * sdnn_gpu_group_step; before a save sdnn_gpu_group_pull, average the
  * batch-norm statistics (sdnn_replicas_average_bn) and save replica 0.
  */
-#ifndef SDNN_CUDA_ENGINE_H
-#define SDNN_CUDA_ENGINE_H
+#ifndef SDNN_CUDA_GPU_H
+#define SDNN_CUDA_GPU_H
 
 #include "comm.h"
 #include "gpu_comm.h"

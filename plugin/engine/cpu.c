@@ -1,0 +1,231 @@
+/*
+ * cpu: the host engine (see engine.h): libdarknet's train_network on the
+ * host replicas with scalednn's layer hooks (hooks.c, the 1x1 delta fix
+ * included).  Buffers are host memory; pull and push have nothing to move.
+ */
+#include "engine.h"
+#include "hooks.h"
+#include "replicas.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_engine {
+    int hooked;
+    sdnn_engine_callbacks cb;
+} cpu_engine;
+
+static int cpu_available(int ndev, char *why, size_t len)
+{
+    (void)ndev; (void)why; (void)len;
+    return 1;
+}
+
+static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
+{
+    cpu_engine *c = calloc(1, sizeof *c);
+    if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cpu engine");
+    e->impl = c;
+    int need = o->hooks || (o->fix_1x1_delta && sdnn_fix_1x1_count(e->nets[0]) > 0);
+    if (need) {
+        for (int r = 0; r < e->n; ++r) {
+            sdnn_status st = sdnn_hooks_install(e->nets[r], o->hook_forward, o->fix_1x1_delta);
+            if (st != SDNN_OK) {
+                for (int q = 0; q <= r; ++q) sdnn_hooks_uninstall(e->nets[q]);
+                free(c);
+                e->impl = NULL;
+                return st;
+            }
+        }
+        c->hooked = 1;
+    }
+    return SDNN_OK;
+}
+
+static void cpu_destroy(sdnn_engine *e)
+{
+    cpu_engine *c = e->impl;
+    if (!c) return;
+    if (c->hooked)
+        for (int r = 0; r < e->n; ++r) sdnn_hooks_uninstall(e->nets[r]);
+    free(c);
+    e->impl = NULL;
+}
+
+static sdnn_engine_mem cpu_mem(const sdnn_engine *e)
+{
+    (void)e;
+    return SDNN_ENGINE_MEM_HOST;
+}
+
+static sdnn_status cpu_buf_alloc(sdnn_engine *e, int r, size_t floats, float **out)
+{
+    (void)e; (void)r;
+    *out = calloc(floats ? floats : 1, sizeof(float));
+    return *out ? SDNN_OK : SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a %zu-float buffer", floats);
+}
+
+static void cpu_buf_free(sdnn_engine *e, int r, float *p)
+{
+    (void)e; (void)r;
+    free(p);
+}
+
+static void cpu_set_callbacks(sdnn_engine *e, const sdnn_engine_callbacks *cb)
+{
+    cpu_engine *c = e->impl;
+    if (cb) c->cb = *cb;
+    else memset(&c->cb, 0, sizeof c->cb);
+}
+
+static void cpu_bind_thread(sdnn_engine *e, int r)
+{
+    (void)e; (void)r;   /* the hooks find the replica through the caller's context */
+}
+
+static sdnn_status cpu_train(sdnn_engine *e, int r, data slice, float *loss)
+{
+    float l = train_network(e->nets[r], slice);
+    if (loss) *loss = l;
+    return SDNN_OK;
+}
+
+static int params(sdnn_engine *e, int r, int layer, sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER])
+{
+    int np = sdnn_layer_params(&e->nets[r]->layers[layer], p);
+    return np < 0 ? 0 : np;
+}
+
+static void cpu_snapshot(sdnn_engine *e, int r, int layer, float *dst)
+{
+    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+    int np = params(e, r, layer, p);
+    for (int j = 0; j < np; ++j) {
+        memcpy(dst, p[j].upd, p[j].n * sizeof(float));
+        dst += p[j].n;
+    }
+}
+
+static long first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
+}
+
+static int cpu_pack(sdnn_engine *e, int r, int layer, const float *snap, float *dst,
+                    sdnn_engine_bad *bad)
+{
+    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+    int np = params(e, r, layer, p);
+    for (int j = 0; j < np; ++j) {
+        const float *u = p[j].upd;
+        int nonfinite = 0;
+        for (size_t k = 0; k < p[j].n; ++k) {
+            float g = u[k] - snap[k];
+            nonfinite |= !isfinite(g);
+            dst[k] = g;
+        }
+        if (nonfinite) {
+            if (bad) {
+                bad->what = p[j].what;
+                bad->at = first_nonfinite(dst, p[j].n);
+            }
+            return -1;
+        }
+        dst += p[j].n;
+        snap += p[j].n;
+    }
+    return 0;
+}
+
+static int cpu_check(sdnn_engine *e, int r, int layer, sdnn_engine_bad *bad)
+{
+    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+    int np = params(e, r, layer, p);
+    for (int j = 0; j < np; ++j) {
+        long at = first_nonfinite(p[j].upd, p[j].n);
+        if (at >= 0) {
+            if (bad) {
+                bad->what = p[j].what;
+                bad->at = at;
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void cpu_ef_step(sdnn_engine *e, int r, const sdnn_codec_ops *codec,
+                        const sdnn_codec_params *p, float *grad, float *resid, float *vel,
+                        float momentum, size_t n, void *scratch, uint64_t stream)
+{
+    (void)e; (void)r;
+    sdnn_codec_ef_step(codec, p, grad, resid, vel, momentum, n, scratch, stream);
+}
+
+static void cpu_apply(sdnn_engine *e, int r, int layer, const float *snap, const float *mean)
+{
+    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+    int np = params(e, r, layer, p);
+    for (int j = 0; j < np; ++j) {
+        float *u = p[j].upd;
+        for (size_t k = 0; k < p[j].n; ++k) u[k] = snap[k] + mean[k];
+        mean += p[j].n;
+        snap += p[j].n;
+    }
+}
+
+static void cpu_ready(sdnn_engine *e, int r, int bucket)
+{
+    (void)e; (void)r; (void)bucket;   /* the scheduler's ready count is the signal */
+}
+
+static sdnn_status cpu_ready_wait(sdnn_engine *e, int r, int bucket)
+{
+    (void)e; (void)r; (void)bucket;
+    return SDNN_OK;
+}
+
+static sdnn_status cpu_sync(sdnn_engine *e, int r)
+{
+    (void)e; (void)r;
+    return SDNN_OK;
+}
+
+static sdnn_status cpu_move(sdnn_engine *e, unsigned what)
+{
+    (void)e; (void)what;   /* the host networks are the engine's own */
+    return SDNN_OK;
+}
+
+static sdnn_status cpu_resize(sdnn_engine *e, int w, int h)
+{
+    (void)e; (void)w; (void)h;   /* resize_network on the host replicas is all */
+    return SDNN_OK;
+}
+
+const sdnn_engine_ops sdnn_engine_cpu = {
+    .name = "cpu",
+    .available = cpu_available,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .mem = cpu_mem,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .set_callbacks = cpu_set_callbacks,
+    .bind_thread = cpu_bind_thread,
+    .train = cpu_train,
+    .snapshot = cpu_snapshot,
+    .pack = cpu_pack,
+    .check = cpu_check,
+    .ef_step = cpu_ef_step,
+    .apply = cpu_apply,
+    .ready = cpu_ready,
+    .ready_wait = cpu_ready_wait,
+    .sync = cpu_sync,
+    .pull = cpu_move,
+    .push = cpu_move,
+    .resize = cpu_resize,
+};

@@ -1,0 +1,104 @@
+/*
+ * engine: the registry of engines (the only list of their names) and the
+ * choice of engine=cpu|gpu|auto (see engine.h).
+ */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sdnn_engine_ops *const registry[] = {
+    &sdnn_engine_cpu,
+    &sdnn_engine_gpu,
+    NULL,
+};
+
+static char names[128];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void list_names(void)
+{
+    size_t used = 0;
+    for (int i = 0; registry[i]; ++i) {
+        int w = snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                         registry[i]->name);
+        if (w < 0 || (size_t)w >= sizeof names - used) break;
+        used += (size_t)w;
+    }
+}
+
+const sdnn_engine_ops *const *sdnn_engine_list(void) { return registry; }
+
+const char *sdnn_engine_names(void)
+{
+    pthread_once(&names_once, list_names);
+    return names;
+}
+
+const sdnn_engine_ops *sdnn_engine_find(const char *name)
+{
+    if (!name) return NULL;
+    for (int i = 0; registry[i]; ++i)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+    return NULL;
+}
+
+sdnn_status sdnn_engine_resolve(const char *name, int ndev, const sdnn_engine_ops **out,
+                                char *why, size_t len)
+{
+    *out = NULL;
+    if (why && len) why[0] = '\0';
+    char reason[256] = "";
+    if (name && strcmp(name, "auto") == 0) {
+        const sdnn_engine_ops *gpu = sdnn_engine_find("gpu");
+        const sdnn_engine_ops *cpu = sdnn_engine_find("cpu");
+        if (gpu && gpu->available(ndev, reason, sizeof reason)) {
+            *out = gpu;
+            if (why) snprintf(why, len, "engine=auto: gpu (%d device%s)", ndev, ndev == 1 ? "" : "s");
+        } else {
+            *out = cpu;
+            if (why) snprintf(why, len, "engine=auto: cpu (gpu: %s)", reason[0] ? reason : "unavailable");
+        }
+        return SDNN_OK;
+    }
+    const sdnn_engine_ops *e = sdnn_engine_find(name);
+    if (!e)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "unknown engine '%s' (allowed: %s, auto)",
+                          name ? name : "(null)", sdnn_engine_names());
+    if (!e->available(ndev, reason, sizeof reason))
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "engine %s cannot run %d replica%s here: %s",
+                          e->name, ndev, ndev == 1 ? "" : "s", reason[0] ? reason : "unavailable");
+    *out = e;
+    if (why) snprintf(why, len, "engine=%s", e->name);
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,
+                               const sdnn_engine_opts *o, sdnn_engine **out)
+{
+    *out = NULL;
+    if (!ops || !nets || n < 1)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "an engine needs an engine and replicas");
+    sdnn_engine *e = calloc(1, sizeof *e);
+    if (!e) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the %s engine", ops->name);
+    e->ops = ops;
+    e->nets = nets;
+    e->n = n;
+    sdnn_engine_opts def = SDNN_ENGINE_OPTS_INIT;
+    sdnn_status st = ops->create(e, o ? o : &def);
+    if (st != SDNN_OK) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    return SDNN_OK;
+}
+
+void sdnn_engine_destroy(sdnn_engine *e)
+{
+    if (!e) return;
+    e->ops->destroy(e);
+    free(e);
+}

@@ -1,0 +1,214 @@
+/*
+ * engine: the table of operations that touch parameters, gradients and
+ * activations of N local replicas of one model.
+ *
+ * Everything above the table (the trainer, the scheduler, the exchange,
+ * stock mode, saves) drives an engine through sdnn_engine_ops and never
+ * knows which one it holds.  An engine is found by name in the registry
+ * (engine.c: the only list of engine names):
+ *
+ *   cpu   libdarknet's train_network on the host networks with scalednn's
+ *         layer hooks (hooks.c, the 1x1 delta fix included): today's path,
+ *         bit for bit.  Buffers are host memory.
+ *   gpu   the device engine of plugin/cuda (one virtual device per replica);
+ *         buffers are device memory, the host networks are the model's
+ *         owner and are brought up to date with pull().
+ *
+ * Replicas and threads.  The caller runs replica r's train() in a thread of
+ * its own (one per replica, the same thread every step); the engine calls
+ * the scheduler's callbacks from that thread.  Every per-replica operation
+ * (snapshot, pack, ef_step, apply, update) of replica r is called from
+ * replica r's thread or while no train() runs.
+ *
+ * Memory.  Bucket buffers (snapshots, packed gradients, means, residuals)
+ * are allocated by the engine with buf_alloc and live where mem() says, so
+ * the comm backend is handed pointers it can use (host: any backend;
+ * device: the device transports).  Parameters are addressed by layer: the
+ * engine knows where each layer's tensors are; the caller gives the
+ * layer's slice of a bucket buffer (the bucket layout, layout.h, says
+ * where the slice is).
+ *
+ * One step of the scalednn mode, for replica r (see docs/ARCHITECTURE.md):
+ *   snapshot(r, b, snap)        every bucket: the update buffers, which
+ *                               hold momentum x the previous update
+ *   train(r, slice, &loss)      forward/backward of every subdivision;
+ *                               after each exchanged layer's last backward
+ *                               the engine calls cb.backward_done(r, layer)
+ *                               (which packs, through pack()); before each
+ *                               layer's update cb.before_update(r, layer)
+ *                               (which waits for the bucket and applies the
+ *                               mean, through apply()); then Darknet's
+ *                               update of that layer.
+ *   ready(r, b)                 the scheduler marks bucket b complete on r:
+ *                               cpu: nothing to do (the ready count is the
+ *                               signal); gpu: record an event on r's compute
+ *                               stream after the bucket's last backward.
+ *   ready_wait(r, b)            called by the comm side before bucket b's
+ *                               exchange: cpu nothing, gpu the comm stream
+ *                               waits on the event (no host wait).
+ *
+ * Errors: sdnn_status with SDNN_ERROR's message; nothing exits.
+ */
+#ifndef SDNN_ENGINE_H
+#define SDNN_ENGINE_H
+
+#include "codec.h"
+#include "layout.h"
+#include "scalednn.h"
+#include <darknet.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sdnn_engine sdnn_engine;
+
+/* Where an engine's bucket buffers live. */
+typedef enum sdnn_engine_mem {
+    SDNN_ENGINE_MEM_HOST = 0,
+    SDNN_ENGINE_MEM_DEVICE = 1
+} sdnn_engine_mem;
+
+/* What pull/push move between the engine and the host networks
+ * (bit flags). */
+enum {
+    SDNN_ENGINE_PARAMS  = 1,   /* weights, biases, scales */
+    SDNN_ENGINE_UPDATES = 2,   /* update (momentum) buffers */
+    SDNN_ENGINE_BNSTATS = 4,   /* rolling mean / variance */
+    SDNN_ENGINE_ALL     = 7
+};
+
+/* The scheduler's side, called by the engine from replica r's thread while
+ * train() runs.  Any may be NULL (stock mode, one replica without checks). */
+typedef struct sdnn_engine_callbacks {
+    void *user;
+    /* Layer `layer` finished its last-subdivision backward on replica r. */
+    void (*backward_done)(void *user, int r, int layer);
+    /* Layer `layer` of replica r is about to run Darknet's update: return 0
+     * to update, -1 when the step was aborted (the engine then skips the
+     * update of this and every later layer of the step). */
+    int (*before_update)(void *user, int r, int layer);
+    /* The input of `layer` on replica r is not finite (a forward check). */
+    void (*nonfinite_input)(void *user, int r, int layer);
+} sdnn_engine_callbacks;
+
+/* What an engine is created with. */
+typedef struct sdnn_engine_opts {
+    int fix_1x1_delta;      /* hooks.c's fix (cpu), the same result (gpu) */
+    int hook_forward;       /* time each layer's forward (timeline, profile) */
+    int hooks;              /* 1: call the callbacks (scalednn mode, a
+                             * timeline or a profile); 0: plain Darknet */
+    const int *devices;     /* gpu: device of each replica; NULL: 0..n-1 */
+} sdnn_engine_opts;
+
+#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .hook_forward = 0, .hooks = 0, .devices = NULL }
+
+/* Where a non-finite value was found by pack(). */
+typedef struct sdnn_engine_bad {
+    const char *what;       /* "weights", "biases", "scales" */
+    long at;                /* element of that tensor */
+} sdnn_engine_bad;
+
+typedef struct sdnn_engine_ops {
+    const char *name;
+    /* 1 when this build and machine can run the engine for `ndev` replicas
+     * (gpu: a GPU runtime with at least ndev devices); else 0 and, when
+     * why != NULL, the reason. */
+    int (*available)(int ndev, char *why, size_t len);
+
+    /* Take the parsed replicas (not owned; they must outlive the engine;
+     * replica 0's parameters already broadcast) and make the engine's
+     * copies.  e->nets and e->n are set before create is called. */
+    sdnn_status (*create)(sdnn_engine *e, const sdnn_engine_opts *o);
+    void (*destroy)(sdnn_engine *e);
+
+    sdnn_engine_mem (*mem)(const sdnn_engine *e);
+    /* Buffers for replica r's side of the exchange (device buffers on r's
+     * device); zero-filled. */
+    sdnn_status (*buf_alloc)(sdnn_engine *e, int r, size_t floats, float **out);
+    void (*buf_free)(sdnn_engine *e, int r, float *p);
+
+    /* The scheduler's callbacks for every later train(). */
+    void (*set_callbacks)(sdnn_engine *e, const sdnn_engine_callbacks *cb);
+    /* Per-replica context of the calling thread: call once in replica r's
+     * thread before its first train() and with r = -1 before it ends. */
+    void (*bind_thread)(sdnn_engine *e, int r);
+    /* One slice (a batch of every subdivision) on replica r: forward,
+     * backward, the callbacks, Darknet's update; *loss as train_network
+     * returns it.  Runs in replica r's thread. */
+    sdnn_status (*train)(sdnn_engine *e, int r, data slice, float *loss);
+
+    /* Copy layer `layer`'s update buffers of replica r into dst (its slice
+     * of a bucket's snapshot). */
+    void (*snapshot)(sdnn_engine *e, int r, int layer, float *dst);
+    /* dst = the layer's updates - snap (the fresh gradient of the step).
+     * Returns 0, or -1 with *bad set when a value is not finite (dst is
+     * then partly written). */
+    int (*pack)(sdnn_engine *e, int r, int layer, const float *snap, float *dst,
+                sdnn_engine_bad *bad);
+    /* The only finite check a world of one needs: 0, or -1 with *bad set
+     * when the layer's update buffers hold a non-finite value. */
+    int (*check)(sdnn_engine *e, int r, int layer, sdnn_engine_bad *bad);
+    /* Error feedback of a complete bucket on replica r: see
+     * sdnn_codec_ef_step (same arguments, engine memory). */
+    void (*ef_step)(sdnn_engine *e, int r, const sdnn_codec_ops *codec,
+                    const sdnn_codec_params *p, float *grad, float *resid, float *vel,
+                    float momentum, size_t n, void *scratch, uint64_t stream);
+    /* The layer's updates = snap + mean (the averaged gradient). */
+    void (*apply)(sdnn_engine *e, int r, int layer, const float *snap, const float *mean);
+
+    /* Bucket signal (see the top of this file). */
+    void (*ready)(sdnn_engine *e, int r, int bucket);
+    sdnn_status (*ready_wait)(sdnn_engine *e, int r, int bucket);
+    /* Wait until every operation queued for replica r is done (host: no-op). */
+    sdnn_status (*sync)(sdnn_engine *e, int r);
+
+    /* Host networks <- engine (pull) and engine <- host networks (push),
+     * for the `what` flags, every replica: saves, broadcasts, stock
+     * averaging, -map.  A host engine does nothing. */
+    sdnn_status (*pull)(sdnn_engine *e, unsigned what);
+    sdnn_status (*push)(sdnn_engine *e, unsigned what);
+
+    /* Multi-scale training: every replica's input becomes w x h (the host
+     * networks are resized by the caller first, with resize_network). */
+    sdnn_status (*resize)(sdnn_engine *e, int w, int h);
+} sdnn_engine_ops;
+
+struct sdnn_engine {
+    const sdnn_engine_ops *ops;
+    network **nets;            /* the host replicas (not owned) */
+    int n;
+    void *impl;                /* the engine's own state */
+};
+
+/* The registry: the engine called `name`, or NULL. */
+const sdnn_engine_ops *sdnn_engine_find(const char *name);
+/* Registered engines, NULL-terminated, in registry order. */
+const sdnn_engine_ops *const *sdnn_engine_list(void);
+/* "cpu, gpu" (every registered name), for messages and usage text. */
+const char *sdnn_engine_names(void);
+
+/* Resolve `engine=` ("cpu", "gpu" or "auto") for ndev replicas:
+ * auto is gpu when it is available for ndev, else cpu.  An unknown name or
+ * an unavailable engine is SDNN_ERR_INVALID / SDNN_ERR_UNSUPPORTED naming
+ * the choices (and why).  *why (may be NULL) gets what auto decided, for
+ * the one line said at start. */
+sdnn_status sdnn_engine_resolve(const char *name, int ndev, const sdnn_engine_ops **out,
+                                char *why, size_t len);
+
+/* Create / destroy an engine instance. */
+sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,
+                               const sdnn_engine_opts *o, sdnn_engine **out);
+void sdnn_engine_destroy(sdnn_engine *e);
+
+/* Registered engines (engine.c's list; defined by each engine's file). */
+extern const sdnn_engine_ops sdnn_engine_cpu;
+extern const sdnn_engine_ops sdnn_engine_gpu;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
