@@ -210,7 +210,7 @@ sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, do
         size_t n = sizes[s] / sizeof(float);
         for (int it = -2; it < iters; ++it) {
             double t0 = sdnn_now_s();
-            SDNN_CHECKGOTO(c->ops->allreduce_mean(c, (const float *const *)in, nin, outbuf, n),
+            SDNN_CHECKGOTO(sdnn_comm_allreduce_mean(c, (const float *const *)in, nin, outbuf, n, NULL),
                            st, done);
             if (it >= 0) tt[it] = sdnn_now_s() - t0;
         }
@@ -218,7 +218,7 @@ sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, do
         y[s] = median(tt, iters);
     }
     SDNN_CHECKGOTO(sdnn_link_fit(x, y, NS, world, out), st, done);
-    snprintf(out->name, sizeof out->name, "%s", c->ops->name);
+    snprintf(out->name, sizeof out->name, "%s", sdnn_comm_name(c));
     if (rms) {
         double e = 0;
         for (int s = 0; s < NS; ++s) {
