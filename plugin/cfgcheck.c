@@ -251,6 +251,133 @@ static sdnn_status read_lines(checker *c)
     return SDNN_OK;
 }
 
+/* ---- the maintained fork's dialect (issue 18) ------------------------------ */
+
+/* The activations Debian's libdarknet knows (get_activation); any other
+ * name it turns into relu with only a warning, so the network would
+ * silently differ. */
+static const char *const g_acts[] = {"logistic", "loggy", "relu", "elu", "selu", "relie",
+                                     "plse", "hardtan", "lhtan", "linear", "ramp", "leaky",
+                                     "tanh", "stair", NULL};
+#define ACT_NAMES "logistic, loggy, relu, elu, selu, relie, plse, hardtan, lhtan, linear, " \
+                  "ramp, leaky, tanh, stair"
+
+/* Keys of the maintained fork (hank-ai/darknet) that Debian's libdarknet
+ * does not parse: it would ignore them and build or train a different
+ * network.  Each is refused by name with the reason, unless its value is
+ * the one that leaves the result as libdarknet computes it (`neutral`,
+ * NULL: none).  `section` NULL: any section. */
+typedef struct dialect_key {
+    const char *section;
+    const char *key;
+    const char *neutral;
+    const char *why;
+} dialect_key;
+
+#define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
+static const dialect_key g_dialect[] = {
+    {"route", "groups", "1", "a grouped route (a channel slice of the routed output) " NOT_YET
+     "; libdarknet would route every channel and each later shape would differ"},
+    {"route", "group_id", "0", "a grouped route (a channel slice of the routed output) " NOT_YET},
+    {"yolo", "scale_x_y", "1", "the scaled box-centre coding " NOT_YET},
+    {"yolo", "iou_loss", "mse", "the IoU box losses (giou, diou, ciou) " NOT_YET},
+    {"yolo", "iou_normalizer", NULL, "the box-loss weight " NOT_YET},
+    {"yolo", "cls_normalizer", NULL, "the class-loss weight " NOT_YET},
+    {"yolo", "obj_normalizer", NULL, "the objectness-loss weight " NOT_YET},
+    {"yolo", "nms_kind", NULL, "the fork's NMS kinds (greedynms, diounms) " NOT_YET
+     "; this project's detector map uses libdarknet's do_nms_sort"},
+    {"yolo", "beta_nms", NULL, "the DIoU-NMS parameter " NOT_YET},
+    {"yolo", "resize", "1", "the fork's per-head random resize of the truth boxes " NOT_YET},
+    {"yolo", "new_coords", "0", "the new box coding (yolov7/scaled-yolov4) " NOT_YET},
+    {"yolo", "objectness_smooth", "0", "the smoothed objectness target " NOT_YET},
+    {"yolo", "max_delta", NULL, "the clipped box gradient " NOT_YET},
+    {"yolo", "iou_thresh", NULL, "assigning a truth to every anchor above an IoU " NOT_YET},
+    {"yolo", "label_smooth_eps", "0", "label smoothing " NOT_YET},
+    {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
+    {"net", "mosaic", "0", "mosaic augmentation " NOT_YET},
+    {"net", "letter_box", "0", "letter-boxed training images " NOT_YET},
+    {"net", "ema_alpha", NULL, "the exponential moving average of the weights " NOT_YET},
+    {"net", "cutmix", "0", "cutmix augmentation " NOT_YET},
+    {"net", "mixup", "0", "mixup augmentation " NOT_YET},
+    {"net", "blur", "0", "blur augmentation " NOT_YET},
+    {"net", "gaussian_noise", "0", "noise augmentation " NOT_YET},
+    {"net", "flip", "1", "switching off the horizontal flip " NOT_YET
+     "; libdarknet always flips"},
+    {"net", "adversarial_lr", "0", "adversarial augmentation " NOT_YET},
+    {"net", "label_smooth_eps", "0", "label smoothing " NOT_YET},
+    {"net", "dynamic_minibatch", "0", "the batch that grows with random resize " NOT_YET},
+    {"net", "contrastive", "0", "contrastive training " NOT_YET},
+    {"net", "sequential_subdivisions", NULL, "growing subdivisions " NOT_YET},
+    {"net", "loss_scale", "1", "mixed-precision loss scaling " NOT_YET},
+    {"convolutional", "antialiasing", "0", "anti-aliased striding " NOT_YET},
+    {"convolutional", "assisted_excitation", "0", "assisted excitation " NOT_YET},
+    {"convolutional", "coordconv", "0", "coordinate channels " NOT_YET},
+    {"convolutional", "share_index", NULL, "weights shared with another layer " NOT_YET},
+    {"convolutional", "deform", "0", "deformable convolution " NOT_YET},
+    {"maxpool", "maxpool_depth", "0", "pooling across channels " NOT_YET},
+    {"maxpool", "antialiasing", "0", "anti-aliased pooling " NOT_YET},
+    {"shortcut", "weights_type", "none", "a weighted shortcut " NOT_YET},
+    {"shortcut", "weights_normalization", "none", "a weighted shortcut " NOT_YET},
+    {NULL, NULL, NULL, NULL}};
+
+/* Keys of the fork that only change what is shown or logged: accepted,
+ * with a note on stderr saying they do nothing here. */
+static const char *const g_display_only[] = {"max_chart_loss", "show_receptive_field", NULL};
+
+static const char *canonical(const char *t)
+{
+    if (strcmp(t, "network") == 0) return "net";
+    if (strcmp(t, "conv") == 0) return "convolutional";
+    if (strcmp(t, "max") == 0) return "maxpool";
+    return t;
+}
+
+static sdnn_status check_dialect(const checker *c)
+{
+    for (int si = 0; si < c->nsec; ++si) {
+        const sec *s = &c->secs[si];
+        const char *t = canonical(s->type);
+        for (int i = 0; i < s->nkv; ++i) {
+            const kv *k = &c->kvs[s->kv0 + i];
+            if (strcmp(k->key, "activation") == 0) {
+                int known = 0;
+                for (int a = 0; g_acts[a]; ++a) known |= strcmp(k->val, g_acts[a]) == 0;
+                if (!known) {
+                    char what[400];
+                    if (strcmp(k->val, "mish") == 0 || strcmp(k->val, "swish") == 0)
+                        snprintf(what, sizeof what, "the %s activation is the maintained "
+                                 "Darknet fork's; its formula is in plugin/act_ops.h but the "
+                                 "layer is not built here yet (issue 18); allowed: %s",
+                                 k->val, ACT_NAMES);
+                    else
+                        snprintf(what, sizeof what, "unknown activation (libdarknet would train "
+                                 "relu instead); allowed: %s", ACT_NAMES);
+                    return key_error(c, s, k, what);
+                }
+            }
+            for (int d = 0; g_dialect[d].key; ++d) {
+                const dialect_key *dk = &g_dialect[d];
+                if (strcmp(k->key, dk->key) != 0) continue;
+                if (dk->section && strcmp(t, dk->section) != 0) continue;
+                if (dk->neutral && strcmp(k->val, dk->neutral) == 0) continue;
+                char what[400];
+                if (dk->neutral)
+                    snprintf(what, sizeof what, "%s (only %s=%s, what libdarknet does, is "
+                             "accepted)", dk->why, dk->key, dk->neutral);
+                else
+                    snprintf(what, sizeof what, "%s (remove the key)", dk->why);
+                return key_error(c, s, k, what);
+            }
+            for (int d = 0; g_display_only[d]; ++d)
+                if (strcmp(k->key, g_display_only[d]) == 0)
+                    fprintf(stderr, "scalednn: note: %s:%d: [%s] %s: only changes what the "
+                            "maintained fork displays; it does nothing here\n", c->name,
+                            k->line, s->type, k->key);
+        }
+    }
+    return SDNN_OK;
+}
+
 /* ---- checks ---------------------------------------------------------------- */
 
 static sdnn_status check_net(checker *c, const sec *s, long *channels, long *width,
@@ -659,6 +786,7 @@ sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double m
     c.buf = strdup(text);
     if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
     sdnn_status st = read_lines(&c);
+    if (st == SDNN_OK) st = check_dialect(&c);
     if (st == SDNN_OK) st = check_layers(&c);
     free(c.buf);
     free(c.kvs);

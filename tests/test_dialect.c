@@ -1,0 +1,183 @@
+/*
+ * The maintained Darknet fork's cfg dialect (issue 18): the mish and swish
+ * formulas of plugin/act_ops.h against references written here in double
+ * precision (values, and gradients against a central difference of the
+ * reference), and the cfg checker refusing, by file, line and key, every
+ * dialect key this project does not build yet, while the neutral values
+ * (what libdarknet computes anyway) and Debian's own keys still pass.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "act_ops.h"
+#include "cfgcheck.h"
+#include "scalednn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- references ------------------------------------------------------------ */
+
+static double ref_mish(double x) { return x * tanh(log(1.0 + exp(x))); }
+static double ref_swish(double x) { return x / (1.0 + exp(-x)); }
+
+static double central(double (*f)(double), double x)
+{
+    const double h = 1e-5;
+    return (f(x + h) - f(x - h)) / (2 * h);
+}
+
+/* Relative-or-absolute closeness: float formulas against double references. */
+static void assert_close(double got, double want, double tol, const char *what, double x)
+{
+    double err = fabs(got - want) / (fabs(want) > 1.0 ? fabs(want) : 1.0);
+    if (err > tol) fail_msg("%s(%g) = %.9g, reference %.9g (error %.3g > %.3g)", what, x, got, want,
+                            err, tol);
+}
+
+static void test_mish_swish_values(void **state)
+{
+    (void)state;
+    int n = 0;
+    for (double x = -30.0; x <= 30.0; x += 0.0625, ++n) {
+        float xf = (float)x;
+        assert_close(sdnn_mishf(xf), ref_mish(xf), 2e-6, "mish", x);
+        assert_close(sdnn_swishf(xf), ref_swish(xf), 2e-6, "swish", x);
+    }
+    assert_int_equal(n, 961);
+    /* Known points: mish(0) = swish(0) = 0, swish(x) -> x, mish(x) -> x. */
+    assert_true(sdnn_mishf(0.0f) == 0.0f && sdnn_swishf(0.0f) == 0.0f);
+    assert_close(sdnn_mishf(1.0f), 0.8650983882673103, 1e-6, "mish", 1.0);
+    assert_close(sdnn_swishf(1.0f), 0.7310585786300049, 1e-6, "swish", 1.0);
+    assert_true(sdnn_mishf(-100.0f) <= 0.0f && sdnn_mishf(-100.0f) > -1e-30f);
+}
+
+static void test_mish_swish_gradients(void **state)
+{
+    (void)state;
+    for (double x = -25.0; x <= 25.0; x += 0.03125) {
+        float xf = (float)x;
+        assert_close(sdnn_mish_gradf(xf), central(ref_mish, xf), 1e-5, "mish'", x);
+        assert_close(sdnn_swish_gradf(xf), central(ref_swish, xf), 1e-5, "swish'", x);
+    }
+    assert_close(sdnn_mish_gradf(0.0f), 0.6, 1e-6, "mish'", 0.0); /* tanh(ln 2) = 0.6 */
+    assert_close(sdnn_swish_gradf(0.0f), 0.5, 1e-6, "swish'", 0.0);
+}
+
+/* ---- the checker ---------------------------------------------------------- */
+
+#define NET "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n"              /* lines 1-5 */
+#define CONV "[convolutional]\nfilters=8\nsize=3\npad=1\nactivation=leaky\n" /* +5 lines */
+
+static void refused(const char *text, const char *const *want)
+{
+    sdnn_status st = sdnn_cfg_check_text("d.cfg", text);
+    const char *msg = sdnn_last_error();
+    if (st == SDNN_OK) fail_msg("accepted:\n%s", text);
+    for (int i = 0; want[i]; ++i)
+        if (!strstr(msg, want[i])) fail_msg("message lacks \"%s\": %s", want[i], msg);
+}
+
+static void test_grouped_route_refused(void **state)
+{
+    (void)state;
+    const char *text = NET CONV "[route]\nlayers=-1\ngroups=2\ngroup_id=1\n" CONV;
+    refused(text, (const char *const[]){"d.cfg:13:", "[route]", "groups=2", "grouped route",
+                                       "issue 18", NULL});
+    /* group_id alone with a non-zero slice is refused too. */
+    refused(NET CONV "[route]\nlayers=-1\ngroup_id=1\n",
+            (const char *const[]){"d.cfg:13:", "group_id=1", NULL});
+    /* The neutral values are what libdarknet builds: accepted. */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV "[route]\nlayers=-1\ngroups=1\n"
+                                                  "group_id=0\n" CONV),
+                     SDNN_OK);
+}
+
+static void test_activations(void **state)
+{
+    (void)state;
+    refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=mish\n",
+            (const char *const[]){"d.cfg:9:", "activation=mish", "act_ops.h", "leaky", NULL});
+    refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=swish\n",
+            (const char *const[]){"d.cfg:9:", "activation=swish", NULL});
+    refused(NET CONV "[shortcut]\nfrom=-1\nactivation=mish\n",
+            (const char *const[]){"d.cfg:13:", "[shortcut]", "activation=mish", NULL});
+    refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=gelu\n",
+            (const char *const[]){"d.cfg:9:", "activation=gelu", "unknown activation",
+                                  "relu instead", NULL});
+    static const char *const ok[] = {"logistic", "loggy", "relu", "elu", "selu", "relie", "plse",
+                                     "hardtan", "lhtan", "linear", "ramp", "leaky", "tanh",
+                                     "stair", NULL};
+    for (int i = 0; ok[i]; ++i) {
+        char text[256];
+        snprintf(text, sizeof text, NET "[convolutional]\nfilters=8\nsize=3\nactivation=%s\n",
+                 ok[i]);
+        if (sdnn_cfg_check_text("d.cfg", text) != SDNN_OK)
+            fail_msg("activation=%s refused: %s", ok[i], sdnn_last_error());
+    }
+}
+
+/* A head that libdarknet accepts: 3 masks x (4 + 1 + 4 classes) = 27. */
+#define HEAD_CONV "[convolutional]\nfilters=27\nsize=1\nactivation=linear\n" /* +4 lines */
+#define YOLO "[yolo]\nmask=0,1,2\nanchors=4,4,8,8,12,12\nclasses=4\nnum=3\n" /* +5 lines */
+
+static void test_yolo_keys_refused(void **state)
+{
+    (void)state;
+    /* key=value that changes the loss or the box coding; line 20 is the key. */
+    static const char *const cases[][2] = {
+        {"scale_x_y", "1.05"}, {"iou_loss", "ciou"},   {"iou_loss", "giou"},
+        {"iou_loss", "diou"},  {"iou_normalizer", "0.07"}, {"cls_normalizer", "1.0"},
+        {"obj_normalizer", "1.0"}, {"nms_kind", "greedynms"}, {"beta_nms", "0.6"},
+        {"resize", "1.5"},     {"new_coords", "1"},     {"objectness_smooth", "1"},
+        {"max_delta", "5"},    {"iou_thresh", "0.2"},   {"label_smooth_eps", "0.1"}};
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; ++i) {
+        char text[512], kv[64];
+        snprintf(text, sizeof text, NET CONV HEAD_CONV YOLO "%s=%s\n", cases[i][0], cases[i][1]);
+        snprintf(kv, sizeof kv, "%s=%s", cases[i][0], cases[i][1]);
+        refused(text, (const char *const[]){"d.cfg:20:", "[yolo]", kv, "fork", NULL});
+    }
+    assert_int_equal(n, 15);
+    /* Neutral values pass, and so does the plain head. */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO), SDNN_OK);
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO
+                                         "scale_x_y=1\niou_loss=mse\nnew_coords=0\n"),
+                     SDNN_OK);
+}
+
+static void test_net_keys(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {{"mosaic", "1"}, {"letter_box", "1"},
+                                           {"ema_alpha", "0.9998"}, {"cutmix", "1"},
+                                           {"mixup", "1"}, {"flip", "0"}, {"blur", "1"}};
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; ++i) {
+        char text[512], kv[64];
+        snprintf(text, sizeof text, NET "%s=%s\n" CONV, cases[i][0], cases[i][1]);
+        snprintf(kv, sizeof kv, "%s=%s", cases[i][0], cases[i][1]);
+        refused(text, (const char *const[]){"d.cfg:6:", "[net]", kv, "fork", NULL});
+    }
+    /* The neutral values (what libdarknet does anyway) pass. */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET "mosaic=0\nflip=1\n" CONV), SDNN_OK);
+    /* Display only: accepted (with a note on stderr). */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET "max_chart_loss=20\n" CONV), SDNN_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mish_swish_values),
+        cmocka_unit_test(test_mish_swish_gradients),
+        cmocka_unit_test(test_grouped_route_refused),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_yolo_keys_refused),
+        cmocka_unit_test(test_net_keys),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
