@@ -59,11 +59,17 @@ $(info $(call found,$(HAVE_MPI),OpenMPI,) MPI=$(MPI))
 $(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU))
 $(info ---------------------------------------------------------------)
 
+# ---- the library's concept folders (plugin/cuda is mk/gpu.mk's) -----------
+PLUGIN_DIRS := base config darknet comm codec plan step data trace eval
+PLUGIN_INC  := $(addprefix -Iplugin/,$(PLUGIN_DIRS))
+PLUGIN_HDR  := $(wildcard $(addsuffix /*.h,$(addprefix plugin/,$(PLUGIN_DIRS))))
+PLUGIN_SRC  := $(wildcard $(addsuffix /*.c,$(addprefix plugin/,$(PLUGIN_DIRS))))
+
 # ---- flags ---------------------------------------------------------------
 # Never add -DGPU: Debian's libdarknet is a CPU build and darknet.h changes
 # the layout of its structs under GPU.
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
-               -Iinclude -Iplugin -Icli -I$(DARKNET_HOME)/include
+               -Iinclude $(PLUGIN_INC) -Icli -I$(DARKNET_HOME)/include
 ifeq ($(DEBUG),1)
 OPT := -O0 -g
 else
@@ -91,7 +97,7 @@ LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 -include mk/fuzz.mk
 
 # ---- sources ---------------------------------------------------------------
-LIB_SRC  := $(wildcard plugin/*.c)
+LIB_SRC  := $(PLUGIN_SRC)
 APP_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(EXTRA_LIB_OBJ)
@@ -124,11 +130,11 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/.flags-*
 	@touch $@
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h plugin/*.h cli/*.h) $(FLAGS_STAMP)
+$(BUILD)/%.o: %.c $(wildcard include/*.h cli/*.h) $(PLUGIN_HDR) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/pic/%.o: %.c $(wildcard include/*.h plugin/*.h) $(FLAGS_STAMP)
+$(BUILD)/pic/%.o: %.c $(wildcard include/*.h) $(PLUGIN_HDR) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
 

@@ -9,21 +9,21 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_FLAGS   := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-                -D_GNU_SOURCE -Iinclude -Iplugin -I$(DARKNET_HOME)/include
+                -D_GNU_SOURCE -Iinclude $(PLUGIN_INC) -I$(DARKNET_HOME)/include
 FUZZ_NAMES   := cfg darknet labels image
-FUZZ_SRC_cfg    := fuzz/fuzz_cfg.c plugin/cfgcheck.c plugin/config.c plugin/status.c plugin/costmodel.c
-FUZZ_SRC_darknet := fuzz/fuzz_darknet.c plugin/cfgcheck.c plugin/config.c plugin/status.c \
-                    plugin/costmodel.c plugin/replicas.c plugin/saveio.c
+FUZZ_SRC_cfg    := fuzz/fuzz_cfg.c plugin/config/cfgcheck.c plugin/config/config.c plugin/base/status.c plugin/plan/costmodel.c
+FUZZ_SRC_darknet := fuzz/fuzz_darknet.c plugin/config/cfgcheck.c plugin/config/config.c plugin/base/status.c \
+                    plugin/plan/costmodel.c plugin/darknet/replicas.c plugin/darknet/saveio.c
 FUZZ_LIBS_darknet := -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet
 # libdarknet's own parse leaks (tests/lsan.supp lists them): not ours.
 FUZZ_OPTS_darknet := -detect_leaks=0
-FUZZ_SRC_labels := fuzz/fuzz_labels.c plugin/datacheck.c plugin/status.c
-FUZZ_SRC_image  := fuzz/fuzz_image.c plugin/datacheck.c plugin/status.c
+FUZZ_SRC_labels := fuzz/fuzz_labels.c plugin/data/datacheck.c plugin/base/status.c
+FUZZ_SRC_image  := fuzz/fuzz_image.c plugin/data/datacheck.c plugin/base/status.c
 
 .PHONY: fuzz fuzz-build
 fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(wildcard plugin/*.c plugin/*.h include/*.h)
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(PLUGIN_SRC) $(PLUGIN_HDR) $(wildcard include/*.h)
 	@mkdir -p $(FUZZ_BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SRC_$*) -o $@ $(FUZZ_LIBS_$*) -lm -pthread
 

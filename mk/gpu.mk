@@ -59,7 +59,7 @@ endif
 CFLAGS += -DSDNN_GPU_ENGINE=1
 
 NVCCFLAGS := -std=c++17 $(GPU_ARCH) -O3 -lineinfo $(GPU_DEFS) $(GPU_INC) \
-             -Iinclude -Iplugin -Iplugin/cuda \
+             -Iinclude $(PLUGIN_INC) -Iplugin/cuda \
              -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings \
              -Xcudafe --display_error_number
 GPU_CFLAGS := -DSDNN_CUDNN=$(CUDNN) -DSDNN_NCCL=$(NCCL) $(GPU_INC) -Iplugin/cuda
@@ -80,7 +80,7 @@ LDLIBS += $(foreach d,$(GPU_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) \
 
 GPU_CU  := $(wildcard plugin/cuda/*.cu)
 GPU_C   := $(wildcard plugin/cuda/*.c)
-GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/*.cuh include/*.h plugin/*.h)
+GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/*.cuh include/*.h) $(PLUGIN_HDR)
 GPU_OBJ := $(GPU_CU:plugin/cuda/%.cu=$(BUILD)/cuda/%.o) $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/%.o)
 GPU_PIC := $(GPU_CU:plugin/cuda/%.cu=$(BUILD)/cuda/pic/%.o) $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/pic/%.o)
 EXTRA_LIB_OBJ += $(GPU_OBJ)
@@ -121,7 +121,7 @@ $(info $(call found,1,GPU engine on simulated devices,) GPU=sim)
 CFLAGS += -DSDNN_GPU_ENGINE=1
 GPU_CFLAGS := -DSDNN_CUDNN=0 -DSDNN_NCCL=1 -Iplugin/cuda
 GPU_C   := $(wildcard plugin/cuda/*.c) $(wildcard plugin/cuda/sim/*.c)
-GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/sim/*.h include/*.h plugin/*.h)
+GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/sim/*.h include/*.h) $(PLUGIN_HDR)
 GPU_OBJ := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/%.o)
 GPU_PIC := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/pic/%.o)
 EXTRA_LIB_OBJ += $(GPU_OBJ)

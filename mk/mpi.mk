@@ -1,4 +1,4 @@
-# mk/mpi.mk — the MPI backend (plugin/comm_mpi.c) and its tests, included by
+# mk/mpi.mk — the MPI backend (plugin/comm/comm_mpi.c) and its tests, included by
 # the Makefile.  MPI=1 (the default when mpicc is found) compiles everything
 # with -DSDNN_MPI=1 and OpenMPI's include flags and links with its libraries;
 # MPI=0 builds comm_mpi.c as a stub whose available() is 0.
@@ -26,7 +26,7 @@ endif
 SDNN_MPI_LIBA := $(if $(filter build,$(BUILD)),libscalednn.a,$(BUILD)/libscalednn.a)
 MPI_TEST_BIN := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
 
-$(MPI_TEST_BIN): $(BUILD)/tests/mpi/%: tests/mpi/%.c $(SDNN_MPI_LIBA) $(wildcard plugin/*.h include/*.h)
+$(MPI_TEST_BIN): $(BUILD)/tests/mpi/%: tests/mpi/%.c $(SDNN_MPI_LIBA) $(wildcard include/*.h) $(PLUGIN_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(SDNN_MPI_LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 
