@@ -346,7 +346,7 @@ static sdnn_status check_dialect(const checker *c)
                     char what[400];
                     if (strcmp(k->val, "mish") == 0 || strcmp(k->val, "swish") == 0)
                         snprintf(what, sizeof what, "the %s activation is the maintained "
-                                 "Darknet fork's; its formula is in plugin/act_ops.h but the "
+                                 "Darknet fork's; its formula is in plugin/darknet/act_ops.h but the "
                                  "layer is not built here yet (issue 18); allowed: %s",
                                  k->val, ACT_NAMES);
                     else
