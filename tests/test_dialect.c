@@ -14,6 +14,10 @@
 
 #include "act_ops.h"
 #include "cfgcheck.h"
+#include "dialect.h"
+#include "gradcheck.h"
+#include "replicas.h"
+#include "testutil.h"
 #include "scalednn.h"
 
 #include <math.h>
@@ -100,12 +104,17 @@ static void test_grouped_route_refused(void **state)
 static void test_activations(void **state)
 {
     (void)state;
-    refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=mish\n",
-            (const char *const[]){"d.cfg:9:", "activation=mish", "act_ops.h", "leaky", NULL});
-    refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=swish\n",
-            (const char *const[]){"d.cfg:9:", "activation=swish", NULL});
-    refused(NET CONV "[shortcut]\nfrom=-1\nactivation=mish\n",
-            (const char *const[]){"d.cfg:13:", "[shortcut]", "activation=mish", NULL});
+    refused(NET "[deconvolutional]\nfilters=8\nsize=3\nactivation=mish\n",
+            (const char *const[]){"d.cfg:9:", "activation=mish", "[convolutional], [connected] "
+                                  "and [shortcut] only", "leaky", NULL});
+    refused(NET "[local]\nfilters=8\nsize=3\nactivation=swish\n",
+            (const char *const[]){"d.cfg:9:", "[local]", "activation=swish", NULL});
+    /* Built on these: accepted. */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV "[shortcut]\nfrom=-1\n"
+                                         "activation=mish\n[convolutional]\nfilters=8\n"
+                                         "size=3\nactivation=swish\n[connected]\noutput=4\n"
+                                         "activation=mish\n"),
+                     SDNN_OK);
     refused(NET "[convolutional]\nfilters=8\nsize=3\nactivation=gelu\n",
             (const char *const[]){"d.cfg:9:", "activation=gelu", "unknown activation",
                                   "relu instead", NULL});
@@ -169,6 +178,101 @@ static void test_net_keys(void **state)
     assert_int_equal(sdnn_cfg_check_text("d.cfg", NET "max_chart_loss=20\n" CONV), SDNN_OK);
 }
 
+/* ---- the layers ----------------------------------------------------------- */
+
+static network *parse_text(const char *text, int dialect)
+{
+    char path[] = "/tmp/sdnn-dialect-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t len = strlen(text);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    close(fd);
+    srand(7); /* the same initial weights for both parses */
+    network *net = dialect ? sdnn_parse_network(path) : parse_network_cfg(path);
+    unlink(path);
+    assert_non_null(net);
+    return net;
+}
+
+#define DNET "[net]\nbatch=1\nwidth=6\nheight=6\nchannels=3\n"
+
+/* conv(mish) -> connected(swish) against the same layers parsed as linear
+ * by libdarknet, with the activations and the connected product computed
+ * here in double. */
+static void test_forward_against_reference(void **state)
+{
+    (void)state;
+    network *d = parse_text(DNET "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation = mish\n"
+                                 "[connected]\noutput=5\nactivation=swish\n", 1);
+    network *l = parse_text(DNET "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=linear\n"
+                                 "[connected]\noutput=5\nactivation=linear\n", 0);
+    assert_int_equal(sdnn_dialect_layers(d), 2);
+    assert_int_equal(sdnn_dialect_layers(l), 0);
+    assert_int_equal(d->layers[0].outputs, 144);
+    float in[108];
+    uint64_t seed = 3;
+    for (int i = 0; i < 108; ++i) in[i] = tu_uniform(&seed, -2.0f, 2.0f);
+    network_predict(d, in);
+    network_predict(l, in);
+    const layer *c = &d->layers[1];
+    for (int i = 0; i < 144; ++i)
+        assert_close(d->layers[0].output[i], ref_mish(l->layers[0].output[i]), 1e-5, "conv mish",
+                     i);
+    for (int o = 0; o < 5; ++o) {
+        double y = c->biases[o];
+        for (int i = 0; i < 144; ++i)
+            y += (double)c->weights[o * 144 + i] * ref_mish(l->layers[0].output[i]);
+        assert_close(c->output[o], ref_swish(y), 1e-4, "connected swish", o);
+    }
+    sdnn_network_free(d);
+    sdnn_network_free(l);
+}
+
+/* A cfg in Debian's dialect is parsed exactly as libdarknet parses it. */
+static void test_plain_cfg_untouched(void **state)
+{
+    (void)state;
+    const char *text = DNET "[convolutional]\nfilters=4\nsize=3\nactivation=leaky\n";
+    network *d = parse_text(text, 1), *l = parse_text(text, 0);
+    assert_int_equal(sdnn_dialect_layers(d), 0);
+    assert_true(d->layers[0].forward == l->layers[0].forward);
+    assert_true(d->layers[0].backward == l->layers[0].backward);
+    assert_int_equal(d->layers[0].activation, LEAKY);
+    sdnn_network_free(d);
+    sdnn_network_free(l);
+}
+
+#define GNET(b, hw)                                                                  \
+    "[net]\nbatch=" #b "\nsubdivisions=1\nwidth=" #hw "\nheight=" #hw "\nchannels=3\n" \
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.01\n"
+
+/* scalednn gradcheck through the trainer on every layer the dialect
+ * activations are built on. */
+static void test_gradcheck_dialect_layers(void **state)
+{
+    (void)state;
+    const char *text = GNET(2, 8)
+        "[convolutional]\nfilters=6\nsize=3\npad=1\nactivation=mish\n"
+        "[convolutional]\nbatch_normalize=1\nfilters=6\nsize=3\npad=1\nactivation=swish\n"
+        "[shortcut]\nfrom=-2\nactivation=mish\n"
+        "[connected]\noutput=4\nactivation=swish\n"
+        "[cost]\ntype=sse\n";
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = 12;
+    sdnn_gradcheck_report r;
+    sdnn_status st = sdnn_gradcheck_text("dialect.cfg", text, &o, &r);
+    if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
+    sdnn_gradcheck_print(&r, stdout);
+    assert_int_equal(r.nlayers, 3);
+    for (int k = 0; k < r.nlayers; ++k) {
+        assert_true(r.layer[k].samples >= 4);
+        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
+    }
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +282,9 @@ int main(void)
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_yolo_keys_refused),
         cmocka_unit_test(test_net_keys),
+        cmocka_unit_test(test_forward_against_reference),
+        cmocka_unit_test(test_plain_cfg_untouched),
+        cmocka_unit_test(test_gradcheck_dialect_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,12 +342,18 @@ static sdnn_status check_dialect(const checker *c)
             if (strcmp(k->key, "activation") == 0) {
                 int known = 0;
                 for (int a = 0; g_acts[a]; ++a) known |= strcmp(k->val, g_acts[a]) == 0;
+                int dialect_act = strcmp(k->val, "mish") == 0 || strcmp(k->val, "swish") == 0;
+                /* Built by plugin/darknet/dialect.c on these layers. */
+                if (dialect_act && (strcmp(t, "convolutional") == 0 ||
+                                    strcmp(t, "connected") == 0 || strcmp(t, "conn") == 0 ||
+                                    strcmp(t, "shortcut") == 0))
+                    known = 1;
                 if (!known) {
                     char what[400];
-                    if (strcmp(k->val, "mish") == 0 || strcmp(k->val, "swish") == 0)
+                    if (dialect_act)
                         snprintf(what, sizeof what, "the %s activation is the maintained "
-                                 "Darknet fork's; its formula is in plugin/darknet/act_ops.h but the "
-                                 "layer is not built here yet (issue 18); allowed: %s",
+                                 "Darknet fork's; it is built here on [convolutional], [connected] "
+                                 "and [shortcut] only (issue 18); allowed here: %s",
                                  k->val, ACT_NAMES);
                     else
                         snprintf(what, sizeof what, "unknown activation (libdarknet would train "

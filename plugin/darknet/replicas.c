@@ -4,6 +4,7 @@
  * partly (connected layers leave nweights at 0), so the sizes come from the
  * layer type here, in one place.
  */
+#include "dialect.h"
 #include "replicas.h"
 #include "saveio.h"
 
@@ -194,7 +195,7 @@ sdnn_status sdnn_replicas_create(const char *cfgpath, const char *weights,
     if (!nets) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for %d replicas", n);
     /* One after another: parsing draws initial weights from rand_normal. */
     for (int r = 0; r < n; ++r) {
-        nets[r] = parse_network_cfg((char *)cfgpath);
+        nets[r] = sdnn_parse_network(cfgpath);
         if (!nets[r]) {
             sdnn_replicas_free(nets, n);
             return SDNN_ERROR(SDNN_ERR_INVALID, "darknet could not parse %s", cfgpath);
