@@ -86,21 +86,6 @@ static void refused(const char *text, const char *const *want)
         if (!strstr(msg, want[i])) fail_msg("message lacks \"%s\": %s", want[i], msg);
 }
 
-static void test_grouped_route_refused(void **state)
-{
-    (void)state;
-    const char *text = NET CONV "[route]\nlayers=-1\ngroups=2\ngroup_id=1\n" CONV;
-    refused(text, (const char *const[]){"d.cfg:13:", "[route]", "groups=2", "grouped route",
-                                       "issue 18", NULL});
-    /* group_id alone with a non-zero slice is refused too. */
-    refused(NET CONV "[route]\nlayers=-1\ngroup_id=1\n",
-            (const char *const[]){"d.cfg:13:", "group_id=1", NULL});
-    /* The neutral values are what libdarknet builds: accepted. */
-    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV "[route]\nlayers=-1\ngroups=1\n"
-                                                  "group_id=0\n" CONV),
-                     SDNN_OK);
-}
-
 static void test_activations(void **state)
 {
     (void)state;
@@ -273,18 +258,107 @@ static void test_gradcheck_dialect_layers(void **state)
     sdnn_gradcheck_report_free(&r);
 }
 
+/* A grouped route is slice group_id of the routed layer's channels, has no
+ * parameters, and leaves no trace in the weights file. */
+static void test_grouped_route_forward(void **state)
+{
+    (void)state;
+    const char *text = DNET "[convolutional]\nfilters=8\nsize=3\npad=1\nactivation=leaky\n"
+                            "[route]\nlayers = -1\ngroups=2\ngroup_id=1\n"
+                            "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=leaky\n";
+    network *d = parse_text(text, 1);
+    assert_int_equal(d->n, 3);
+    const layer *r = &d->layers[1];
+    assert_int_equal(r->type, ROUTE);
+    assert_int_equal(r->out_c, 4);
+    assert_int_equal(r->out_w, 6);
+    assert_int_equal(r->outputs, 144);
+    assert_int_equal(r->nweights, 0);
+    assert_int_equal(d->layers[2].c, 4);
+    assert_int_equal(sdnn_dialect_layers(d), 1);
+    float in[108];
+    uint64_t seed = 5;
+    for (int i = 0; i < 108; ++i) in[i] = tu_uniform(&seed, -1.0f, 1.0f);
+    network_predict(d, in);
+    /* Channels 4..7 of layer 0, 36 values each. */
+    for (int i = 0; i < 144; ++i) assert_true(r->output[i] == d->layers[0].output[144 + i]);
+    /* Weights: Darknet's header (3 ints and a size_t) and the two
+     * convolutions (biases then weights, no batch norm). */
+    char path[] = "/tmp/sdnn-dialect-w-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    save_weights(d, path);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    unlink(path);
+    assert_int_equal(size, 3 * 4 + 8 + 4 * (8 + 8 * 3 * 9) + 4 * (4 + 4 * 4 * 9));
+    sdnn_network_free(d);
+    /* group_id=0 takes the first half. */
+    network *e = parse_text(DNET "[convolutional]\nfilters=8\nsize=3\npad=1\nactivation=leaky\n"
+                                 "[route]\nlayers=0\ngroups=4\ngroup_id=0\n", 1);
+    assert_int_equal(e->layers[1].out_c, 2);
+    network_predict(e, in);
+    for (int i = 0; i < 72; ++i) assert_true(e->layers[1].output[i] == e->layers[0].output[i]);
+    sdnn_network_free(e);
+}
+
+static void test_gradcheck_grouped_route(void **state)
+{
+    (void)state;
+    const char *text = GNET(2, 8)
+        "[convolutional]\nfilters=8\nsize=3\npad=1\nactivation=mish\n"
+        "[route]\nlayers=-1\ngroups=2\ngroup_id=1\n"
+        "[convolutional]\nfilters=4\nsize=3\npad=1\nactivation=leaky\n"
+        "[route]\nlayers=-1,-3\n"
+        "[convolutional]\nfilters=2\nsize=1\nactivation=linear\n"
+        "[cost]\ntype=sse\n";
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = 12;
+    sdnn_gradcheck_report r;
+    sdnn_status st = sdnn_gradcheck_text("grouped.cfg", text, &o, &r);
+    if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
+    sdnn_gradcheck_print(&r, stdout);
+    assert_int_equal(r.nlayers, 3);
+    for (int k = 0; k < r.nlayers; ++k) {
+        assert_true(r.layer[k].samples >= 4);
+        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
+    }
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
+static void test_grouped_route_refusals(void **state)
+{
+    (void)state;
+    refused(NET CONV "[route]\nlayers=-1\ngroups=3\ngroup_id=1\n",
+            (const char *const[]){"d.cfg:13:", "groups=3", "divide the routed channels (8)",
+                                  NULL});
+    refused(NET CONV "[route]\nlayers=-1\ngroups=2\ngroup_id=2\n",
+            (const char *const[]){"d.cfg:14:", "group_id=2", "<= 1", NULL});
+    refused(NET CONV CONV "[route]\nlayers=-1,-2\ngroups=2\n",
+            (const char *const[]){"d.cfg:18:", "groups=2", "one routed layer", NULL});
+    refused(NET CONV "[route]\nlayers=-1\ngroups=2\n" HEAD_CONV YOLO "random=1\n",
+            (const char *const[]){"d.cfg:23:", "[yolo]", "random=1", "grouped route", NULL});
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mish_swish_values),
         cmocka_unit_test(test_mish_swish_gradients),
-        cmocka_unit_test(test_grouped_route_refused),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_yolo_keys_refused),
         cmocka_unit_test(test_net_keys),
         cmocka_unit_test(test_forward_against_reference),
         cmocka_unit_test(test_plain_cfg_untouched),
         cmocka_unit_test(test_gradcheck_dialect_layers),
+        cmocka_unit_test(test_grouped_route_forward),
+        cmocka_unit_test(test_gradcheck_grouped_route),
+        cmocka_unit_test(test_grouped_route_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,9 @@ typedef struct checker {
     int nkv, cap_kv;
     sec *secs;
     int nsec, cap_sec;
+    long *chan_out; /* NULL, or [chan_max]: each layer's output channels */
+    int chan_max, nlayers_out;
+    int grouped;    /* a grouped route was seen */
 } checker;
 
 size_t sdnn_cfg_normalize_eol(char *text)
@@ -276,9 +279,6 @@ typedef struct dialect_key {
 
 #define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
 static const dialect_key g_dialect[] = {
-    {"route", "groups", "1", "a grouped route (a channel slice of the routed output) " NOT_YET
-     "; libdarknet would route every channel and each later shape would differ"},
-    {"route", "group_id", "0", "a grouped route (a channel slice of the routed output) " NOT_YET},
     {"yolo", "scale_x_y", "1", "the scaled box-centre coding " NOT_YET},
     {"yolo", "iou_loss", "mse", "the IoU box losses (giou, diou, ciou) " NOT_YET},
     {"yolo", "iou_normalizer", NULL, "the box-loss weight " NOT_YET},
@@ -695,6 +695,37 @@ static sdnn_status check_layers(checker *c)
                     st = key_error(c, s, k, what);
                 }
             }
+            long groups = 1, gid = 0;
+            const kv *kg = NULL;
+            if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, &kg)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "group_id", 0, 0, groups - 1, &gid, NULL)) != SDNN_OK) break;
+            if (groups > 1) {
+                /* Built by plugin/darknet/dialect.c as a 1x1 layer on the
+                 * layer before it, then made a channel slice: one routed
+                 * layer, the size of the layer before the route. */
+                if (n != 1) {
+                    st = key_error(c, s, kg, "a grouped route is built here for one routed "
+                                   "layer only (layers=N)");
+                    break;
+                }
+                if (first_idx != L - 1 && (W[first_idx] != pw || H[first_idx] != ph)) {
+                    char what[240];
+                    snprintf(what, sizeof what, "a grouped route is built here only from a layer "
+                             "the size of the layer before it (%ldx%ld; layer %d is %ldx%ld)",
+                             pw, ph, first_idx, W[first_idx], H[first_idx]);
+                    st = key_error(c, s, kg, what);
+                    break;
+                }
+                if (sum <= 0 || sum % groups) {
+                    char what[200];
+                    snprintf(what, sizeof what, "groups=%ld must divide the routed channels (%ld)",
+                             groups, sum);
+                    st = key_error(c, s, kg, what);
+                    break;
+                }
+                sum /= groups;
+                c->grouped = 1;
+            }
             chan[L] = sum;
         } else if (is_type(t, "shortcut", NULL)) {
             const kv *k = find(c, s, "from");
@@ -773,6 +804,20 @@ static sdnn_status check_layers(checker *c)
             st = sec_error(c, s, what);
         }
     }
+    if (st == SDNN_OK && c->chan_out) {
+        c->nlayers_out = nlayers;
+        for (int L = 0; L < nlayers && L < c->chan_max; ++L) c->chan_out[L] = chan[L];
+    }
+    /* Darknet's random resize would resize the slice as a route of all
+     * the channels: refused until the slice resizes itself. */
+    for (int L = 0; st == SDNN_OK && c->grouped && L < nlayers; ++L) {
+        const sec *s = &c->secs[first + 1 + L];
+        const kv *k = find(c, s, "random");
+        long r;
+        if (is_type(s->type, "yolo", "region") && k && (!parse_long(k->val, &r) || r != 0))
+            st = key_error(c, s, k, "random resizing is not built for a cfg with a grouped "
+                           "route (issue 18): use random=0");
+    }
     free(W);
     free(H);
     free(chan);
@@ -794,6 +839,23 @@ sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double m
     sdnn_status st = read_lines(&c);
     if (st == SDNN_OK) st = check_dialect(&c);
     if (st == SDNN_OK) st = check_layers(&c);
+    free(c.buf);
+    free(c.kvs);
+    free(c.secs);
+    return st;
+}
+
+sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, int max, int *n)
+{
+    if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_channels: no text");
+    checker c = {.name = name, .max_floats = (double)INT_MAX, .batch = 1, .chan_out = chan,
+                 .chan_max = max};
+    c.buf = strdup(text);
+    if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
+    sdnn_status st = read_lines(&c);
+    if (st == SDNN_OK) st = check_dialect(&c);
+    if (st == SDNN_OK) st = check_layers(&c);
+    *n = c.nlayers_out;
     free(c.buf);
     free(c.kvs);
     free(c.secs);
