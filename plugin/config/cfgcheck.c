@@ -695,6 +695,7 @@ static sdnn_status check_layers(checker *c)
                     st = key_error(c, s, k, what);
                 }
             }
+            if (st != SDNN_OK) break;
             long groups = 1, gid = 0;
             const kv *kg = NULL;
             if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, &kg)) != SDNN_OK) break;

@@ -98,8 +98,24 @@ static void slice_backward(layer l, network net)
 int sdnn_dialect_layers(const network *net)
 {
     int k = 0;
-    for (int i = 0; i < net->n; ++i) k += lookup(net->layers + i) != NULL;
+    for (int i = 0; i < net->n; ++i)
+        k += net->layers[i].forward == act_forward || net->layers[i].forward == slice_forward;
     return k;
+}
+
+void sdnn_dialect_forget(const network *net)
+{
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_n;) {
+        if (g_layers[i]->key >= net->layers && g_layers[i]->key < net->layers + net->n) {
+            free(g_layers[i]->x);
+            free(g_layers[i]);
+            g_layers[i] = g_layers[--g_n];
+        } else {
+            ++i;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
 }
 
 static char *read_text(const char *path)
@@ -321,11 +337,17 @@ network *sdnn_parse_network(const char *path)
     long *chan = calloc((size_t)maxl, sizeof *chan);
     route_info *info = calloc((size_t)maxl, sizeof *info);
     sdnn_status st = chan && info ? SDNN_OK : SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cfg");
-    if (st == SDNN_OK) st = sdnn_cfg_channels(path, text, chan, maxl, &nchan);
+    int grouped = 0;
     if (st == SDNN_OK) {
         scan_routes(text, info, maxl);
-        st = rewrite(text, &out, &acts, &nl, info, chan, nchan < maxl ? nchan : maxl);
+        for (int i = 0; i < maxl; ++i) grouped |= info[i].is_route && info[i].groups > 1;
     }
+    /* The slice's channels come from the checker's walk of the layers,
+     * needed only for a grouped route (a cfg in Debian's dialect is not
+     * checked again here). */
+    if (st == SDNN_OK && grouped) st = sdnn_cfg_channels(path, text, chan, maxl, &nchan);
+    if (st == SDNN_OK)
+        st = rewrite(text, &out, &acts, &nl, info, chan, nchan < maxl ? nchan : maxl);
     free(text);
     free(chan);
     int any = 0;

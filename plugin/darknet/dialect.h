@@ -24,8 +24,12 @@
  * with the error recorded. */
 network *sdnn_parse_network(const char *path);
 
-/* How many layers of `net` have a dialect activation (0 for a cfg in
+/* How many layers of `net` run the dialect's forward (before hooks wrap it; 0 for a cfg in
  * Debian's dialect, whose layers are untouched). */
 int sdnn_dialect_layers(const network *net);
+
+/* Drop what the dialect keeps for the layers of `net` (sdnn_network_free
+ * calls it before freeing the network). */
+void sdnn_dialect_forget(const network *net);
 
 #endif
