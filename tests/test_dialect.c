@@ -345,6 +345,56 @@ static void test_grouped_route_refusals(void **state)
             (const char *const[]){"d.cfg:23:", "[yolo]", "random=1", "grouped route", NULL});
 }
 
+/* The project's yolov4-tiny-style cfg: checked, built with its grouped
+ * routes, and its weights saved and loaded back give the same outputs. */
+static void test_v4tiny_cfg(void **state)
+{
+    (void)state;
+    assert_int_equal(sdnn_cfg_check_file("cfg/shapes-v4tiny.cfg"), SDNN_OK);
+    srand(11);
+    network *a = sdnn_parse_network("cfg/shapes-v4tiny.cfg");
+    assert_non_null(a);
+    assert_int_equal(a->n, 30);
+    assert_int_equal(sdnn_dialect_layers(a), 2);
+    assert_int_equal(a->layers[3].type, ROUTE);
+    assert_int_equal(a->layers[3].out_c, 16);
+    assert_int_equal(a->layers[11].out_c, 32);
+    assert_int_equal(a->layers[22].type, a->layers[29].type); /* both [yolo] */
+    assert_int_equal(a->layers[22].out_c, 27);
+    assert_int_equal(a->layers[22].out_w, 4);
+    assert_int_equal(a->layers[29].out_w, 8);
+    assert_int_equal(a->layers[26].out_c, 96);
+    set_batch_network(a, 1);
+    /* Untrained, the rolling variances are 0 and predict overflows: give
+     * them 1 (they are saved, so the reload must bring them back). */
+    for (int L = 0; L < a->n; ++L)
+        if (a->layers[L].batch_normalize)
+            for (int c = 0; c < a->layers[L].n; ++c) a->layers[L].rolling_variance[c] = 1.0f;
+    char path[] = "/tmp/sdnn-v4tiny-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    save_weights(a, path);
+    srand(12); /* other initial weights */
+    network *b = sdnn_parse_network("cfg/shapes-v4tiny.cfg");
+    assert_non_null(b);
+    load_weights(b, path);
+    unlink(path);
+    set_batch_network(b, 1);
+    static float in[64 * 64 * 3];
+    uint64_t seed = 9;
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; ++i) in[i] = tu_uniform(&seed, 0.0f, 1.0f);
+    network_predict(a, in);
+    network_predict(b, in);
+    for (int L = 0; L < a->n; ++L)
+        for (int i = 0; i < a->layers[L].outputs; ++i)
+            if (a->layers[L].output[i] != b->layers[L].output[i])
+                fail_msg("layer %d value %d: %g != %g", L, i, a->layers[L].output[i],
+                         b->layers[L].output[i]);
+    sdnn_network_free(a);
+    sdnn_network_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_grouped_route_forward),
         cmocka_unit_test(test_gradcheck_grouped_route),
         cmocka_unit_test(test_grouped_route_refusals),
+        cmocka_unit_test(test_v4tiny_cfg),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
