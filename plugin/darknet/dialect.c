@@ -95,11 +95,31 @@ static void slice_backward(layer l, network net)
     }
 }
 
+/* One forward and one backward for every layer of a type that has a
+ * dialect layer in the network: hooks.c keeps one original function per
+ * layer type, so all layers of that type must share the pointer.  act 0:
+ * Darknet's own function. */
+static void dialect_forward(layer l, network net)
+{
+    act_layer *a = lookup(net.layers + net.index);
+    if (a->act == ROUTE_SLICE) slice_forward(l, net);
+    else if (a->act) act_forward(l, net);
+    else a->forward(l, net);
+}
+
+static void dialect_backward(layer l, network net)
+{
+    act_layer *a = lookup(net.layers + net.index);
+    if (a->act == ROUTE_SLICE) slice_backward(l, net);
+    else if (a->act) act_backward(l, net);
+    else a->backward(l, net);
+}
+
 int sdnn_dialect_layers(const network *net)
 {
     int k = 0;
     for (int i = 0; i < net->n; ++i)
-        k += net->layers[i].forward == act_forward || net->layers[i].forward == slice_forward;
+        k += net->layers[i].forward == dialect_forward && lookup(net->layers + i)->act != 0;
     return k;
 }
 
@@ -275,8 +295,6 @@ static sdnn_status add_slice(network *net, int i, int src, int gid)
     l->nbiases = 0;
     l->batch_normalize = 0;
     l->update = NULL;
-    l->forward = slice_forward;
-    l->backward = slice_backward;
     return SDNN_OK;
 }
 
@@ -286,8 +304,8 @@ static sdnn_status add_layer(layer *l, int act)
 {
     act_layer *a = calloc(1, sizeof *a);
     size_t n = (size_t)l->outputs * (size_t)l->batch;
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    if (!a || !x) {
+    float *x = act ? malloc((n ? n : 1) * sizeof *x) : NULL;
+    if (!a || (act && !x)) {
         free(a);
         free(x);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a dialect layer");
@@ -317,8 +335,8 @@ static sdnn_status add_layer(layer *l, int act)
     }
     g_layers[at] = a;
     pthread_mutex_unlock(&g_mu);
-    l->forward = act_forward;
-    l->backward = act_backward;
+    l->forward = dialect_forward;
+    l->backward = dialect_backward;
     return SDNN_OK;
 }
 
@@ -382,6 +400,24 @@ network *sdnn_parse_network(const char *path)
         if (add_layer(&net->layers[i], acts[i]) != SDNN_OK) {
             free_network(net); /* the error is recorded */
             net = NULL;
+        }
+    }
+    if (net) {
+        int types[4], nt = 0;
+        for (int i = 0; i < net->n; ++i) {
+            if (net->layers[i].forward != dialect_forward) continue;
+            int t = (int)net->layers[i].type, seen = 0;
+            for (int k = 0; k < nt; ++k) seen |= types[k] == t;
+            if (!seen && nt < 4) types[nt++] = t;
+        }
+        for (int i = 0; net && i < net->n; ++i) {
+            layer *l = &net->layers[i];
+            int same = 0;
+            for (int k = 0; k < nt; ++k) same |= types[k] == (int)l->type;
+            if (same && l->forward != dialect_forward && add_layer(l, 0) != SDNN_OK) {
+                free_network(net);
+                net = NULL;
+            }
         }
     }
     free(acts);
