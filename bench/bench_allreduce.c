@@ -87,10 +87,10 @@ int main(int argc, char **argv)
         size_t n = size / sizeof(float);
         size_t bytes = n * sizeof(float) * (size_t)nrep;
         for (int w = 0; w < warm; ++w)
-            comm->ops->allreduce_mean(comm, (const float *const *)in, nrep, out, n);
+            sdnn_comm_allreduce_mean(comm, (const float *const *)in, nrep, out, n, NULL);
         for (int k = 0; k < iters; ++k) {
             double t0 = sdnn_now_s();
-            comm->ops->allreduce_mean(comm, (const float *const *)in, nrep, out, n);
+            sdnn_comm_allreduce_mean(comm, (const float *const *)in, nrep, out, n, NULL);
             t[k] = sdnn_now_s() - t0;
         }
         double tavg = bench_median(t, iters);

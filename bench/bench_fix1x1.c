@@ -9,6 +9,7 @@
  *
  * Prints the median and minimum step time of each and their ratio.
  */
+#include "splitmix.h"
 #include "bench_util.h"
 #include "blas.h"
 #include "hooks.h"
@@ -22,10 +23,7 @@
 
 static uint64_t next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(s);
 }
 
 int main(int argc, char **argv)

@@ -29,6 +29,7 @@
 #include "collective.h"
 #include "comm.h"
 #include "saveio.h"
+#include "splitmix.h"
 #include "scalednn.h"
 
 #include <errno.h>
@@ -357,12 +358,7 @@ static int bc_parse(bc_opts *o, int argc, char **argv)
 
 /* ---- inputs ------------------------------------------------------------- */
 
-static uint64_t bc_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t bc_mix(uint64_t z) { return sdnn_splitmix64_mix(z); }
 
 /* Global rank `rank`'s input: splitmix64 from a per-rank state, each value
  * an odd multiple of 2^-24 in (-1, 1): never an integer, never 0, exact in
@@ -370,7 +366,7 @@ static uint64_t bc_mix(uint64_t z)
  * (2^23 of them), which exercises topk's tie rule on large buffers. */
 static void bc_fill_range(float *x, size_t lo, size_t n, int rank)
 {
-    const uint64_t golden = 0x9e3779b97f4a7c15ull;
+    const uint64_t golden = SDNN_SPLITMIX_GOLDEN;
     uint64_t state = bc_mix(BC_INPUT_SEED ^ ((uint64_t)(rank + 1) * 0xd1b54a32d192ed03ull));
     state += golden * (uint64_t)lo;     /* element i is bc_mix(state0 + (i+1) golden) */
     for (size_t i = 0; i < n; ++i) {
@@ -615,7 +611,7 @@ static sdnn_status bc_sum_counts(bc_ctx *x, long long *v, int k)
     for (int i = 0; i < k * DIGITS; ++i)
         d[i] = (float)((v[i / DIGITS] >> (8 * (i % DIGITS))) & 0xff);
     for (int r = 0; r < x->nrep; ++r) in[r] = d;   /* every local buffer the same */
-    SDNN_CHECK(x->comm->ops->allreduce_mean(x->comm, in, x->nrep, d, (size_t)(k * DIGITS)));
+    SDNN_CHECK(sdnn_comm_allreduce_mean(x->comm, in, x->nrep, d, (size_t)(k * DIGITS), NULL));
     for (int j = 0; j < k; ++j) {
         long long sum = 0;
         for (int i = DIGITS - 1; i >= 0; --i)
@@ -633,9 +629,9 @@ static sdnn_status bc_call(bc_ctx *x, const bc_codec *k, uint64_t stream, size_t
     const float *const *in = (const float *const *)x->in;
     if (!k->ops) {
         *wire = 2 * (size_t)(x->ring - 1) * n * sizeof(float);
-        return x->comm->ops->allreduce_mean(x->comm, in, x->nrep, x->out[0], n);
+        return sdnn_comm_allreduce_mean(x->comm, in, x->nrep, x->out[0], n, NULL);
     }
-    return x->comm->ops->allreduce_mean_coded(x->comm, k->ops, &x->params, stream, in, x->nrep,
+    return sdnn_comm_allreduce_mean_coded(x->comm, k->ops, &x->params, stream, in, x->nrep,
                                               x->out, n, wire);
 }
 
@@ -644,7 +640,7 @@ static sdnn_status bc_run_row(bc_ctx *x, const bc_opts *o, const bc_codec *k, si
 {
     size_t wire = 0;
     for (int w = 0; w < o->warmup; ++w) SDNN_CHECK(bc_call(x, k, (uint64_t)w, n, &wire));
-    if (x->comm->size > 1) SDNN_CHECK(x->comm->ops->barrier(x->comm));
+    if (x->comm->size > 1) SDNN_CHECK(sdnn_comm_barrier(x->comm));
     const double t0 = sdnn_now_s();
     for (int it = 0; it < o->iters; ++it)
         SDNN_CHECK(bc_call(x, k, (uint64_t)o->warmup + (uint64_t)it, n, &wire));
@@ -707,7 +703,7 @@ static void bc_print_codec(const bc_codec *k, const sdnn_codec_params *p, const 
     printf("#   %-10s ", k->label);
     if (!k->ops && c->size > 1)
         printf("plain allreduce_mean: %s's own fp32 ring (chunk c summed c, c+1, ...), nothing "
-               "encoded\n", c->ops->name);
+               "encoded\n", sdnn_comm_name(c));
     else if (!k->ops)
         printf("plain allreduce_mean: fp32 sum in replica order, no ring, nothing encoded\n");
     else if (strcmp(k->label, "none-ring") == 0) printf("identity codec on the compressed ring\n");
@@ -741,7 +737,7 @@ static void bc_print_header(const bc_opts *o, const bc_ctx *x, int argc, char **
     printf("# scalednn bench-comm: allreduce-mean of one buffer per rank\n#\n");
     printf("# command  : darknet scalednn");
     for (int i = 0; i < argc; ++i) printf(" %s", argv[i]);
-    if (x->comm->ops->hierarchical)
+    if (sdnn_comm_hierarchical(x->comm))
         printf("\n# backend  : %s, %d process%s x %d replica%s; each process averages its "
                "replicas, then N = %d rank%s (one per process) form the ring\n",
                o->backend, x->comm->size, x->comm->size == 1 ? "" : "es", x->nrep,
@@ -1013,8 +1009,8 @@ int sdnn_cmd_bench_comm(int argc, char **argv)
         return st == SDNN_ERR_INVALID || st == SDNN_ERR_UNSUPPORTED ? 2 : 1;
     }
     x.world = x.comm->size * o.nrep;
-    x.ring = x.comm->ops->hierarchical ? x.comm->size : x.world;
-    x.local = x.comm->ops->hierarchical ? o.nrep : 1;
+    x.ring = sdnn_comm_hierarchical(x.comm) ? x.comm->size : x.world;
+    x.local = sdnn_comm_hierarchical(x.comm) ? o.nrep : 1;
     if (bc_alloc(&x, &o)) {
         bc_free(&x);
         return 1;

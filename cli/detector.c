@@ -9,6 +9,7 @@
 #include "config.h"
 #include "evaluate.h"
 #include "saveio.h"
+#include "options.h"
 #include "train.h"
 #include "flags.h"
 

@@ -11,7 +11,7 @@
 #include "config.h"
 #include "replicas.h"
 #include "saveio.h"
-#include "train.h"
+#include "options.h"
 
 #include <errno.h>
 #include <math.h>

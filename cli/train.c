@@ -5,6 +5,7 @@
  */
 #include "train.h"
 #include "evaluate.h"
+#include "options.h"
 #include "config.h"
 #include "loader.h"
 #include "replicas.h"
@@ -44,24 +45,6 @@ int sdnn_parse_gpus(const char *list)
         if (*end != ',') return -1;
         p = end + 1;
     }
-}
-
-/* Darknet's key/value pair (not in darknet.h); the key owns the line. */
-typedef struct kvp_ {
-    char *key;
-    char *val;
-    int used;
-} kvp_;
-
-void sdnn_free_options(list *l)
-{
-    if (!l) return;
-    for (node *n = l->front; n; n = n->next) {
-        kvp_ *p = n->val;
-        free(p->key);
-        free(p);
-    }
-    free_list(l);
 }
 
 static int fail(const char *what)

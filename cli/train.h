@@ -34,9 +34,6 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv);
 
 /* Free a list from Darknet's read_data_cfg (its free_list leaves the
  * key/value pairs). */
-struct list;
-void sdnn_free_options(struct list *l);
-
 /* Parse "0,1,2" into a replica count; -1 on malformed input. */
 int sdnn_parse_gpus(const char *list);
 

@@ -7,6 +7,7 @@
  * and error feedback against exact integer arithmetic and a DGC example
  * worked by hand.
  */
+#include "splitmix.h"
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,10 +30,7 @@
 
 static uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(s);
 }
 
 /* Uniform in [0, 1) with 53 bits. */

@@ -5,6 +5,7 @@
  * equals the mean of each replica's own selection bit for bit; the bytes
  * sent are what the algorithm says; the ring's chunks tile the buffer.
  */
+#include "splitmix.h"
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,10 +23,7 @@
 
 static uint64_t next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(s);
 }
 
 /* Uniform in [-1, 1), scaled per block so chunks differ in range. */

@@ -6,6 +6,7 @@
  * Darknet's own layers really call the gemm of this build: through the dynamic
  * linker's symbol lookup, and through the output of a conv + connected network.
  */
+#include "splitmix.h"
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -36,10 +37,7 @@ static uint64_t g_rng = 0x5eed5eed12345678ULL;
 
 static uint64_t rng_next(void)
 {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(&g_rng);
 }
 
 /* Uniform in [-1, 1). */

@@ -12,6 +12,7 @@
  *    version, the right one given how many saves the child reported.
  * Every file lives in a mkdtemp directory under /tmp that is removed after.
  */
+#include "splitmix.h"
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -45,10 +46,7 @@ static uint64_t g_rng = 0x0dd5eed5a11ce5ULL;
 
 static uint64_t rng_next(void)
 {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(&g_rng);
 }
 
 /* Uniform in [lo, hi). */

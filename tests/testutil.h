@@ -6,6 +6,7 @@
 #ifndef SDNN_TESTUTIL_H
 #define SDNN_TESTUTIL_H
 
+#include "splitmix.h"
 #include <darknet.h>
 #include <math.h>
 #include <stdarg.h>
@@ -20,10 +21,7 @@
 
 static inline uint64_t tu_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(s);
 }
 
 static inline float tu_uniform(uint64_t *s, float lo, float hi)

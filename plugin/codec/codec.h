@@ -42,6 +42,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sdnn_codec_params {
     int int8_chunk;        /* int8: elements per scale, >= 1 (default 256) */
     int stochastic;        /* int8: 1 = stochastic rounding */
@@ -115,5 +119,9 @@ float sdnn_codec_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 void sdnn_codec_ef_step(const sdnn_codec_ops *c, const sdnn_codec_params *p,
                         float *g, float *residual, float *velocity, float momentum,
                         size_t n, void *scratch, uint64_t stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "splitmix.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #ifdef __CUDACC__
 #define SDNN_CS static __host__ __device__ __forceinline__
 #else
@@ -100,15 +106,10 @@ SDNN_CS float sdnn_cs_bf16_to_f32(uint16_t h) { return sdnn_cs_float((uint32_t)h
 
 /* ---- stochastic-rounding generator ------------------------------------------------- */
 
-#define SDNN_CS_GOLDEN 0x9e3779b97f4a7c15ull
+#define SDNN_CS_GOLDEN SDNN_SPLITMIX_GOLDEN
 
-/* splitmix64's finaliser: a bijection that spreads every input bit. */
-SDNN_CS uint64_t sdnn_cs_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+/* splitmix64's finaliser (base/splitmix.h). */
+SDNN_CS uint64_t sdnn_cs_mix64(uint64_t z) { return sdnn_splitmix64_mix(z); }
 
 /* One key per (seed, stream); element i then draws splitmix64's i-th output
  * from that key, so any element can be drawn without the ones before it. */
@@ -123,5 +124,9 @@ SDNN_CS float sdnn_cs_key_uniform(uint64_t key, uint64_t index)
     uint64_t z = sdnn_cs_mix64(key + (index + 1) * SDNN_CS_GOLDEN);
     return (float)(int32_t)(z >> 40) * 0x1p-24f;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,15 +3,13 @@
  * collective.h for the algorithm and why every rank ends bit-identical).
  */
 #include "collective.h"
+#include "splitmix.h"
 
 #include <string.h>
 
 uint64_t sdnn_stream_mix(uint64_t stream, uint64_t a, uint64_t b)
 {
-    uint64_t z = stream ^ (a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_mix(stream ^ (a * SDNN_SPLITMIX_GOLDEN) ^ (b * 0xc2b2ae3d27d4eb4full));
 }
 
 void sdnn_ring_chunk(size_t n, size_t align, int size, int chunk, size_t *lo, size_t *len)

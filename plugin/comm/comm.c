@@ -89,6 +89,51 @@ void sdnn_comm_close(sdnn_comm *c)
     free(c);
 }
 
+const char *sdnn_comm_name(const sdnn_comm *c) { return c->ops->name; }
+
+int sdnn_comm_hierarchical(const sdnn_comm *c) { return c->ops->hierarchical; }
+
+int sdnn_comm_has_coded(const sdnn_comm *c) { return c->ops->allreduce_mean_coded != NULL; }
+
+sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
+                                     float *out, size_t n, size_t *wire)
+{
+    if (wire) *wire = 0;
+    SDNN_CHECK(c->ops->allreduce_mean(c, in, nin, out, n));
+    if (wire) {
+        size_t P = (size_t)c->size, bytes = n * sizeof(float);
+        *wire = P > 1 ? 2u * (P - 1) * bytes / P : 2u * (size_t)(nin > 0 ? nin - 1 : 0) * bytes;
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
+                                           const sdnn_codec_params *p, uint64_t stream,
+                                           const float *const *in, int nin,
+                                           float *const *out, size_t n, size_t *wire)
+{
+    if (wire) *wire = 0;
+    if (!c->ops->allreduce_mean_coded)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "backend %s has no compressed allreduce",
+                          c->ops->name);
+    return c->ops->allreduce_mean_coded(c, codec, p, stream, in, nin, out, n, wire);
+}
+
+sdnn_status sdnn_comm_broadcast(sdnn_comm *c, float *buf, size_t n)
+{
+    return c->ops->broadcast(c, buf, n);
+}
+
+sdnn_status sdnn_comm_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *wire)
+{
+    if (wire) *wire = 0;
+    if (!c->ops->central_mean)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "backend %s has no central mean", c->ops->name);
+    return c->ops->central_mean(c, buf, n, wire);
+}
+
+sdnn_status sdnn_comm_barrier(sdnn_comm *c) { return c->ops->barrier(c); }
+
 /* Element kernels: restrict lets the compiler vectorise them, and the
  * clones pick AVX2 where the processor has it (no FMA: the results must not
  * depend on the machine). */

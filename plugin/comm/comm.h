@@ -97,6 +97,25 @@ sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out);
 sdnn_status sdnn_comm_open_opts(const char *name, const sdnn_comm_opts *opts, sdnn_comm **out);
 void sdnn_comm_close(sdnn_comm *c);
 
+/* The calls of an open handle: callers use these, never c->ops->.  Each
+ * forwards to the backend (comments on sdnn_comm_ops above).  *wire (may
+ * be NULL) = bytes this process sent, reported the same way by both
+ * allreduces: the coded one counts what the backend sent; the plain one
+ * counts what a ring sends, one rank per process across processes
+ * (2 (P-1) B / P) and one per buffer inside one process (2 (nin-1) B). */
+const char *sdnn_comm_name(const sdnn_comm *c);
+int sdnn_comm_hierarchical(const sdnn_comm *c);
+int sdnn_comm_has_coded(const sdnn_comm *c);
+sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
+                                     float *out, size_t n, size_t *wire);
+sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
+                                           const sdnn_codec_params *p, uint64_t stream,
+                                           const float *const *in, int nin,
+                                           float *const *out, size_t n, size_t *wire);
+sdnn_status sdnn_comm_broadcast(sdnn_comm *c, float *buf, size_t n);
+sdnn_status sdnn_comm_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *wire);
+sdnn_status sdnn_comm_barrier(sdnn_comm *c);
+
 /* Names of the backends this build has, comma-separated (for messages). */
 const char *sdnn_comm_available_names(void);
 

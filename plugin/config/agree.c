@@ -71,7 +71,7 @@ sdnn_status sdnn_agree_check(sdnn_comm *comm, network *const *nets, int n, const
     if (!buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to compare the settings");
     for (int f = 0; f < NF; ++f)
         for (int k = 0; k < TEXT; ++k) buf[f * TEXT + k] = (float)(unsigned char)mine[f][k];
-    sdnn_status st = comm->ops->broadcast(comm, buf, (size_t)NF * TEXT);
+    sdnn_status st = sdnn_comm_broadcast(comm, buf, (size_t)NF * TEXT);
     if (st != SDNN_OK) {
         free(buf);
         return st;
@@ -94,7 +94,7 @@ sdnn_status sdnn_agree_check(sdnn_comm *comm, network *const *nets, int n, const
     }
     float flag = differ ? 1.f : 0.f, mean = 0.f;
     const float *in[1] = {&flag};
-    st = comm->ops->allreduce_mean(comm, in, 1, &mean, 1);
+    st = sdnn_comm_allreduce_mean(comm, in, 1, &mean, 1, NULL);
     if (st != SDNN_OK) return st;
     if (differ)
         return SDNN_ERROR(SDNN_ERR_INVALID,

@@ -18,6 +18,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum sdnn_conv_math {
     SDNN_CONV_MATH_DEFAULT = 0,     /* CUDNN_DEFAULT_MATH */
     SDNN_CONV_MATH_TENSOR_OP = 1,   /* CUDNN_TENSOR_OP_MATH */
@@ -65,5 +69,9 @@ static inline int sdnn_conv_pick(const sdnn_conv_algo *a, int n, size_t limit, i
     }
     return -1;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

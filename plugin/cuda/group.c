@@ -30,6 +30,7 @@
 #include "engine.h"
 
 #include "collective.h"
+#include "clock.h"
 #include "dev.h"
 #include "stock.h"
 
@@ -82,12 +83,7 @@ struct sdnn_gpu_group {
     char failed_msg[256];
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return sdnn_now_s(); }
 
 #define EV(arr, r, b) (arr)[(size_t)(r) * (size_t)G->nb + (size_t)(b)]
 

@@ -13,6 +13,7 @@
 #endif
 #include "engine.h"
 
+#include "clock.h"
 #include "dev.h"
 #include "ops.h"
 #include "replicas.h"
@@ -47,12 +48,7 @@ struct sdnn_gpu_net {
     double host_loss_s;           /* time in host-side losses */
 };
 
-double sdnn_gpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+double sdnn_gpu_now(void) { return sdnn_now_s(); }
 
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g) { return g->host_loss_s; }
 

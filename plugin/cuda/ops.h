@@ -20,6 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "splitmix.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #ifdef __CUDACC__
 #define SDNN_HD static __host__ __device__ __forceinline__
 #else
@@ -468,10 +474,7 @@ SDNN_HD float sdnn_cost_layer_elem(int type, float *pred, float t, float *delta)
  * so any thread (or the simulation) draws the same value for i. */
 SDNN_HD float sdnn_dropout_uniform(uint64_t seed, uint64_t pass, uint64_t i)
 {
-    uint64_t z = seed ^ (pass * 0x9e3779b97f4a7c15ull) ^ ((i + 1) * 0xc2b2ae3d27d4eb4full);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = sdnn_splitmix64_mix(seed ^ (pass * SDNN_SPLITMIX_GOLDEN) ^ ((i + 1) * 0xc2b2ae3d27d4eb4full));
     return (float)(z >> 40) * 0x1p-24f;
 }
 
@@ -507,5 +510,9 @@ SDNN_HD void sdnn_sgd_elem(float *w, float *u, float decay_scale, float rate, fl
     *w = SDNN_ADD(*w, SDNN_MUL(rate, uu));
     *u = SDNN_MUL(momentum, uu);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

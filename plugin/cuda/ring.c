@@ -22,6 +22,7 @@
  * (sdnn_dring_sync): an exchange that stops making progress fails with
  * SDNN_ERR_COMM naming the rank and its peers instead of hanging.
  */
+#include "clock.h"
 #include "dev.h"
 
 #include <stdio.h>
@@ -58,12 +59,7 @@ struct sdnn_dring {
 static size_t round256(size_t x) { return (x + 255) & ~(size_t)255; }
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return sdnn_now_s(); }
 
 static double default_timeout(void)
 {

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "hooks.h"
 #include "replicas.h"
+#include "splitmix.h"
 #include "trainer.h"
 
 #include <darknet.h>
@@ -35,13 +36,7 @@ const char *sdnn_gradcheck_engines(void) { return "cpu, gpu"; }
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return sdnn_splitmix64_next(s); }
 
 static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
 

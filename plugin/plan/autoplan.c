@@ -67,7 +67,7 @@ static sdnn_status agree_rank0(sdnn_autoplan *a, double *v, size_t n)
     float *f = malloc(n * sizeof *f);
     if (!f) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner's agreement");
     for (size_t i = 0; i < n; ++i) f[i] = (float)v[i];
-    sdnn_status st = a->comm->ops->broadcast(a->comm, f, n);
+    sdnn_status st = sdnn_comm_broadcast(a->comm, f, n);
     if (st == SDNN_OK)
         for (size_t i = 0; i < n; ++i) v[i] = (double)f[i];
     free(f);
@@ -111,7 +111,7 @@ static sdnn_status setup_link(sdnn_autoplan *a, sdnn_comm *comm, const sdnn_conf
     }
     double rms = 0;
     SDNN_CHECK(sdnn_probe_link(comm, a->nrep, 5, &a->env.link, &rms));
-    snprintf(a->env.link.name, sizeof a->env.link.name, "probed %s", comm->ops->name);
+    snprintf(a->env.link.name, sizeof a->env.link.name, "probed %s", sdnn_comm_name(comm));
     double v[2] = {a->env.link.alpha_s, a->env.link.beta_Bps};
     SDNN_CHECK(agree_rank0(a, v, 2));
     a->env.link.alpha_s = v[0];
@@ -252,7 +252,7 @@ static sdnn_status make_profile(sdnn_autoplan *a, const network *net, sdnn_cost_
         v[3 * i + 2] = (float)p->layer[i].upd_s;
     }
     const float *in = v;
-    sdnn_status st = a->comm->ops->allreduce_mean(a->comm, &in, 1, v, n);
+    sdnn_status st = sdnn_comm_allreduce_mean(a->comm, &in, 1, v, n, NULL);
     for (int i = 0; st == SDNN_OK && i < a->nlayers; ++i) {
         p->layer[i].fwd_s = v[3 * i];
         p->layer[i].bwd_s = v[3 * i + 1];

@@ -16,6 +16,7 @@
 #include "hooks.h"
 #include "replicas.h"
 #include "saveio.h"
+#include "splitmix.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,13 +37,7 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return sdnn_splitmix64_next(s); }
 
 static void fill_random(float *x, size_t n, uint64_t *seed)
 {
@@ -215,7 +210,7 @@ sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, do
         size_t n = sizes[s] / sizeof(float);
         for (int it = -2; it < iters; ++it) {
             double t0 = sdnn_now_s();
-            SDNN_CHECKGOTO(c->ops->allreduce_mean(c, (const float *const *)in, nin, outbuf, n),
+            SDNN_CHECKGOTO(sdnn_comm_allreduce_mean(c, (const float *const *)in, nin, outbuf, n, NULL),
                            st, done);
             if (it >= 0) tt[it] = sdnn_now_s() - t0;
         }
@@ -223,7 +218,7 @@ sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, do
         y[s] = median(tt, iters);
     }
     SDNN_CHECKGOTO(sdnn_link_fit(x, y, NS, world, out), st, done);
-    snprintf(out->name, sizeof out->name, "%s", c->ops->name);
+    snprintf(out->name, sizeof out->name, "%s", sdnn_comm_name(c));
     if (rms) {
         double e = 0;
         for (int s = 0; s < NS; ++s) {

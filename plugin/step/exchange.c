@@ -111,17 +111,13 @@ static void *comm_main(void *arg)
             } else if (bk->codec) {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
                 uint64_t stream = sdnn_stream_mix(ex->seed, (uint64_t)ex->iteration, (uint64_t)k);
-                st = ex->comm->ops->allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
+                st = sdnn_comm_allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
                                                          stream, in, ex->nrep, bk->outs,
                                                          bk->count, &wire);
             } else {
                 for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
-                st = ex->comm->ops->allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count);
-                /* What this process sends, as a ring would: across processes
-                 * one ring rank per process (the replicas are averaged in
-                 * memory first), inside one process one per replica. */
-                size_t P = (size_t)ex->comm->size, bytes = bk->count * sizeof(float);
-                wire = P > 1 ? 2u * (P - 1) * bytes / P : 2u * (size_t)(ex->world - 1) * bytes;
+                /* wire: what a ring sends (sdnn_comm_allreduce_mean). */
+                st = sdnn_comm_allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count, &wire);
             }
         }
         double t1 = sdnn_now_s();
@@ -397,9 +393,9 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
     int overlap = opts->overlap;
     if (!(bucket_mb > 0) && !opts->plan)
         return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0 (or an explicit plan)");
-    if (opts->codec && opts->codec != &sdnn_codec_none && !comm->ops->allreduce_mean_coded)
+    if (opts->codec && opts->codec != &sdnn_codec_none && !sdnn_comm_has_coded(comm))
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s has no compressed allreduce",
-                          comm->ops->name);
+                          sdnn_comm_name(comm));
     sdnn_exchange *ex = calloc(1, sizeof *ex);
     if (!ex) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
     pthread_mutex_init(&ex->mu, NULL);

@@ -117,7 +117,7 @@ sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int in
         }
     }
     size_t wire = 0;
-    sdnn_status st = comm->ops->central_mean(comm, all, total, &wire);
+    sdnn_status st = sdnn_comm_central_mean(comm, all, total, &wire);
     if (st != SDNN_OK) {
         free(all);
         return st;

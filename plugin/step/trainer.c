@@ -142,14 +142,14 @@ static sdnn_status broadcast_world(sdnn_trainer *t)
         sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
         int k = sdnn_layer_params(&net->layers[i], p);
         for (int j = 0; j < k; ++j) {
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].val, p[j].n));
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, p[j].upd, p[j].n));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, p[j].val, p[j].n));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, p[j].upd, p[j].n));
         }
         float *mean, *var;
         size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
         if (nbn) {
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, mean, nbn));
-            SDNN_CHECK(t->comm->ops->broadcast(t->comm, var, nbn));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, mean, nbn));
+            SDNN_CHECK(sdnn_comm_broadcast(t->comm, var, nbn));
         }
     }
     return sdnn_replicas_broadcast(t->nets, t->n);
@@ -166,8 +166,8 @@ static sdnn_status average_bn_world(sdnn_trainer *t)
         size_t nbn = sdnn_layer_bn_stats(&net->layers[i], &mean, &var);
         if (!nbn) continue;
         const float *m = mean, *v = var;
-        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &m, 1, mean, nbn));
-        SDNN_CHECK(t->comm->ops->allreduce_mean(t->comm, &v, 1, var, nbn));
+        SDNN_CHECK(sdnn_comm_allreduce_mean(t->comm, &m, 1, mean, nbn, NULL));
+        SDNN_CHECK(sdnn_comm_allreduce_mean(t->comm, &v, 1, var, nbn, NULL));
         for (int r = 1; r < t->n; ++r) {
             memcpy(t->nets[r]->layers[i].rolling_mean, mean, nbn * sizeof(float));
             memcpy(t->nets[r]->layers[i].rolling_variance, var, nbn * sizeof(float));
@@ -218,7 +218,7 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
             snprintf(tlpath, sizeof tlpath, "%s", cfg->timeline);
         if (t->comm && t->comm->size > 1) {
             to.rank = t->comm->rank;
-            SDNN_CHECKGOTO(t->comm->ops->barrier(t->comm), st, fail);
+            SDNN_CHECKGOTO(sdnn_comm_barrier(t->comm), st, fail);
         }
         SDNN_CHECKGOTO(sdnn_timeline_open(tlpath, n, &to, &t->tl), st, fail);
     }
@@ -430,7 +430,7 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
     if (status == SDNN_OK && t->comm && t->comm->size > 1) {
         /* The world's loss, as one process with every replica reports it. */
         const float *in = &st->loss;
-        status = t->comm->ops->allreduce_mean(t->comm, &in, 1, &st->loss, 1);
+        status = sdnn_comm_allreduce_mean(t->comm, &in, 1, &st->loss, 1, NULL);
         if (status != SDNN_OK) t->failed = status;
     }
     return status;
@@ -540,7 +540,7 @@ sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v)
 {
     if (!t->comm || t->comm->size < 2) return SDNN_OK;
     float f = (float)*v;   /* exact for |v| < 2^24: sizes and flags */
-    SDNN_CHECK(t->comm->ops->broadcast(t->comm, &f, 1));
+    SDNN_CHECK(sdnn_comm_broadcast(t->comm, &f, 1));
     *v = (int)f;
     return SDNN_OK;
 }

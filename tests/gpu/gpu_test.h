@@ -9,6 +9,7 @@
 #ifndef SDNN_GPU_TEST_H
 #define SDNN_GPU_TEST_H
 
+#include "splitmix.h"
 #include "scalednn.h"
 #include <darknet.h>
 
@@ -77,10 +78,7 @@ GT_FN void gt_seed(uint64_t s) { gt_rng_state = s ? s : 1; }
 
 GT_FN uint64_t gt_next(void)
 {
-    uint64_t z = (gt_rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_next(&gt_rng_state);
 }
 
 GT_FN float gt_unif(float lo, float hi)

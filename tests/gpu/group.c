@@ -26,6 +26,7 @@
  *                              failed call inside a ring shift aborts the
  *                              ring's communicators at once
  */
+#include "clock.h"
 #include "comm.h"
 #include "dev.h"
 #include "engine.h"
@@ -36,12 +37,7 @@
 
 static int simulated;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now(void) { return sdnn_now_s(); }
 
 static const char *plain_cfg =
     "[net]\nbatch=4\nsubdivisions=1\nwidth=10\nheight=10\nchannels=3\n"

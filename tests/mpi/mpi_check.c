@@ -21,6 +21,7 @@
  * Each process prints "rank R: PASS (K checks)" or the failures and
  * "rank R: FAIL"; the exit status is 0 only when every process passed.
  */
+#include "splitmix.h"
 #include "codec.h"
 #include "collective.h"
 #include "comm.h"
@@ -37,9 +38,7 @@
 
 static uint64_t mix(uint64_t z)
 {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sdnn_splitmix64_mix(z);
 }
 
 /* Buffer g of a world for size n: values of several magnitudes so sums

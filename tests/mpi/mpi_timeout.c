@@ -16,6 +16,7 @@
  */
 #include "soft_assert.h"
 
+#include "clock.h"
 #include "codec.h"
 #include "comm.h"
 #include "scalednn.h"
@@ -26,12 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return sdnn_now_s(); }
 
 static sdnn_status run_op(sdnn_comm *c, const char *op, float *buf, float *out, size_t n)
 {
