@@ -4,6 +4,7 @@
  * the image with boxes (-out NAME, default "predictions").  `map` is in
  * evaluate.c.
  */
+#include "dialect.h"
 #include "commands.h"
 #include "config.h"
 #include "evaluate.h"
@@ -140,7 +141,7 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    network *net = parse_network_cfg(stripped.path);
+    network *net = sdnn_parse_network(stripped.path);
     sdnn_stripped_cfg_close(&stripped);
     if (sdnn_check_weights_file(net, weights, 1, NULL) != SDNN_OK) {
         fprintf(stderr, "error: %s: %s\n", cfgfile, sdnn_last_error());

@@ -5,6 +5,7 @@
  * it, because Darknet's readers end the process on a file they cannot open
  * or decode.
  */
+#include "dialect.h"
 #include "evaluate.h"
 #include "datacheck.h"
 #include "config.h"
@@ -417,7 +418,7 @@ static int load_all(const eval_args *a, loaded *L)
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         goto fail;
     }
-    L->net = parse_network_cfg(stripped.path);
+    L->net = sdnn_parse_network(stripped.path);
     sdnn_stripped_cfg_close(&stripped);
     if (sdnn_check_weights_file(L->net, weights, 1, NULL) != SDNN_OK) {
         fprintf(stderr, "error: %s: %s\n", cfgfile, sdnn_last_error());

@@ -11,6 +11,7 @@
  * --device, a default per topology) or, with --device cpu, treats one core
  * of this machine as one device; --speed scales either.
  */
+#include "dialect.h"
 #include "plan_cmd.h"
 #include "plan.h"
 #include "blas.h"
@@ -143,7 +144,7 @@ static void stdout_on(int saved)
 static int profile_cfg(const char *cmd, const char *stripped_path, int iters,
                        sdnn_cost_profile *out)
 {
-    network *net = parse_network_cfg((char *)stripped_path);
+    network *net = sdnn_parse_network(stripped_path);
     if (!net) {
         fprintf(stderr, "%s: Darknet could not parse the cfg\n", cmd);
         return 1;
@@ -176,7 +177,7 @@ static int get_profile(const char *cmd, const char *file, const char *stripped_p
 
 static int profile_matches(const char *cmd, const sdnn_cost_profile *p, const char *stripped)
 {
-    network *net = parse_network_cfg((char *)stripped);
+    network *net = sdnn_parse_network(stripped);
     if (!net) return 1;
     int n = net->n;
     sdnn_network_free(net);
@@ -755,7 +756,7 @@ int sdnn_cmd_simulate(int argc, char **argv)
     sim_row *rows = NULL;
     sdnn_blas_set_threads(1);   /* one core stands for one device */
     if (dev) {
-        network *net = parse_network_cfg(stripped.path);
+        network *net = sdnn_parse_network(stripped.path);
         if (!net) {
             fprintf(stderr, "%s: Darknet could not parse the cfg\n", cmd);
             goto done;

@@ -53,6 +53,9 @@ typedef struct checker {
     int nkv, cap_kv;
     sec *secs;
     int nsec, cap_sec;
+    long *chan_out; /* NULL, or [chan_max]: each layer's output channels */
+    int chan_max, nlayers_out;
+    int grouped;    /* a grouped route was seen */
 } checker;
 
 size_t sdnn_cfg_normalize_eol(char *text)
@@ -247,6 +250,136 @@ static sdnn_status read_lines(checker *c)
         c->kvs[c->nkv++] = (kv){p, eq + 1, lineno};
         s->nkv++;
         p = next;
+    }
+    return SDNN_OK;
+}
+
+/* ---- the maintained fork's dialect (issue 18) ------------------------------ */
+
+/* The activations Debian's libdarknet knows (get_activation); any other
+ * name it turns into relu with only a warning, so the network would
+ * silently differ. */
+static const char *const g_acts[] = {"logistic", "loggy", "relu", "elu", "selu", "relie",
+                                     "plse", "hardtan", "lhtan", "linear", "ramp", "leaky",
+                                     "tanh", "stair", NULL};
+#define ACT_NAMES "logistic, loggy, relu, elu, selu, relie, plse, hardtan, lhtan, linear, " \
+                  "ramp, leaky, tanh, stair"
+
+/* Keys of the maintained fork (hank-ai/darknet) that Debian's libdarknet
+ * does not parse: it would ignore them and build or train a different
+ * network.  Each is refused by name with the reason, unless its value is
+ * the one that leaves the result as libdarknet computes it (`neutral`,
+ * NULL: none).  `section` NULL: any section. */
+typedef struct dialect_key {
+    const char *section;
+    const char *key;
+    const char *neutral;
+    const char *why;
+} dialect_key;
+
+#define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
+static const dialect_key g_dialect[] = {
+    {"yolo", "scale_x_y", "1", "the scaled box-centre coding " NOT_YET},
+    {"yolo", "iou_loss", "mse", "the IoU box losses (giou, diou, ciou) " NOT_YET},
+    {"yolo", "iou_normalizer", NULL, "the box-loss weight " NOT_YET},
+    {"yolo", "cls_normalizer", NULL, "the class-loss weight " NOT_YET},
+    {"yolo", "obj_normalizer", NULL, "the objectness-loss weight " NOT_YET},
+    {"yolo", "nms_kind", NULL, "the fork's NMS kinds (greedynms, diounms) " NOT_YET
+     "; this project's detector map uses libdarknet's do_nms_sort"},
+    {"yolo", "beta_nms", NULL, "the DIoU-NMS parameter " NOT_YET},
+    {"yolo", "resize", "1", "the fork's per-head random resize of the truth boxes " NOT_YET},
+    {"yolo", "new_coords", "0", "the new box coding (yolov7/scaled-yolov4) " NOT_YET},
+    {"yolo", "objectness_smooth", "0", "the smoothed objectness target " NOT_YET},
+    {"yolo", "max_delta", NULL, "the clipped box gradient " NOT_YET},
+    {"yolo", "iou_thresh", NULL, "assigning a truth to every anchor above an IoU " NOT_YET},
+    {"yolo", "label_smooth_eps", "0", "label smoothing " NOT_YET},
+    {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
+    {"net", "mosaic", "0", "mosaic augmentation " NOT_YET},
+    {"net", "letter_box", "0", "letter-boxed training images " NOT_YET},
+    {"net", "ema_alpha", NULL, "the exponential moving average of the weights " NOT_YET},
+    {"net", "cutmix", "0", "cutmix augmentation " NOT_YET},
+    {"net", "mixup", "0", "mixup augmentation " NOT_YET},
+    {"net", "blur", "0", "blur augmentation " NOT_YET},
+    {"net", "gaussian_noise", "0", "noise augmentation " NOT_YET},
+    {"net", "flip", "1", "switching off the horizontal flip " NOT_YET
+     "; libdarknet always flips"},
+    {"net", "adversarial_lr", "0", "adversarial augmentation " NOT_YET},
+    {"net", "label_smooth_eps", "0", "label smoothing " NOT_YET},
+    {"net", "dynamic_minibatch", "0", "the batch that grows with random resize " NOT_YET},
+    {"net", "contrastive", "0", "contrastive training " NOT_YET},
+    {"net", "sequential_subdivisions", NULL, "growing subdivisions " NOT_YET},
+    {"net", "loss_scale", "1", "mixed-precision loss scaling " NOT_YET},
+    {"convolutional", "antialiasing", "0", "anti-aliased striding " NOT_YET},
+    {"convolutional", "assisted_excitation", "0", "assisted excitation " NOT_YET},
+    {"convolutional", "coordconv", "0", "coordinate channels " NOT_YET},
+    {"convolutional", "share_index", NULL, "weights shared with another layer " NOT_YET},
+    {"convolutional", "deform", "0", "deformable convolution " NOT_YET},
+    {"maxpool", "maxpool_depth", "0", "pooling across channels " NOT_YET},
+    {"maxpool", "antialiasing", "0", "anti-aliased pooling " NOT_YET},
+    {"shortcut", "weights_type", "none", "a weighted shortcut " NOT_YET},
+    {"shortcut", "weights_normalization", "none", "a weighted shortcut " NOT_YET},
+    {NULL, NULL, NULL, NULL}};
+
+/* Keys of the fork that only change what is shown or logged: accepted,
+ * with a note on stderr saying they do nothing here. */
+static const char *const g_display_only[] = {"max_chart_loss", "show_receptive_field", NULL};
+
+static const char *canonical(const char *t)
+{
+    if (strcmp(t, "network") == 0) return "net";
+    if (strcmp(t, "conv") == 0) return "convolutional";
+    if (strcmp(t, "max") == 0) return "maxpool";
+    return t;
+}
+
+static sdnn_status check_dialect(const checker *c)
+{
+    for (int si = 0; si < c->nsec; ++si) {
+        const sec *s = &c->secs[si];
+        const char *t = canonical(s->type);
+        for (int i = 0; i < s->nkv; ++i) {
+            const kv *k = &c->kvs[s->kv0 + i];
+            if (strcmp(k->key, "activation") == 0) {
+                int known = 0;
+                for (int a = 0; g_acts[a]; ++a) known |= strcmp(k->val, g_acts[a]) == 0;
+                int dialect_act = strcmp(k->val, "mish") == 0 || strcmp(k->val, "swish") == 0;
+                /* Built by plugin/darknet/dialect.c on these layers. */
+                if (dialect_act && (strcmp(t, "convolutional") == 0 ||
+                                    strcmp(t, "connected") == 0 || strcmp(t, "conn") == 0 ||
+                                    strcmp(t, "shortcut") == 0))
+                    known = 1;
+                if (!known) {
+                    char what[400];
+                    if (dialect_act)
+                        snprintf(what, sizeof what, "the %s activation is the maintained "
+                                 "Darknet fork's; it is built here on [convolutional], [connected] "
+                                 "and [shortcut] only (issue 18); allowed here: %s",
+                                 k->val, ACT_NAMES);
+                    else
+                        snprintf(what, sizeof what, "unknown activation (libdarknet would train "
+                                 "relu instead); allowed: %s", ACT_NAMES);
+                    return key_error(c, s, k, what);
+                }
+            }
+            for (int d = 0; g_dialect[d].key; ++d) {
+                const dialect_key *dk = &g_dialect[d];
+                if (strcmp(k->key, dk->key) != 0) continue;
+                if (dk->section && strcmp(t, dk->section) != 0) continue;
+                if (dk->neutral && strcmp(k->val, dk->neutral) == 0) continue;
+                char what[400];
+                if (dk->neutral)
+                    snprintf(what, sizeof what, "%s (only %s=%s, what libdarknet does, is "
+                             "accepted)", dk->why, dk->key, dk->neutral);
+                else
+                    snprintf(what, sizeof what, "%s (remove the key)", dk->why);
+                return key_error(c, s, k, what);
+            }
+            for (int d = 0; g_display_only[d]; ++d)
+                if (strcmp(k->key, g_display_only[d]) == 0)
+                    fprintf(stderr, "scalednn: note: %s:%d: [%s] %s: only changes what the "
+                            "maintained fork displays; it does nothing here\n", c->name,
+                            k->line, s->type, k->key);
+        }
     }
     return SDNN_OK;
 }
@@ -562,6 +695,38 @@ static sdnn_status check_layers(checker *c)
                     st = key_error(c, s, k, what);
                 }
             }
+            if (st != SDNN_OK) break;
+            long groups = 1, gid = 0;
+            const kv *kg = NULL;
+            if ((st = int_key(c, s, "groups", 1, 1, 1 << 20, &groups, &kg)) != SDNN_OK) break;
+            if ((st = int_key(c, s, "group_id", 0, 0, groups - 1, &gid, NULL)) != SDNN_OK) break;
+            if (groups > 1) {
+                /* Built by plugin/darknet/dialect.c as a 1x1 layer on the
+                 * layer before it, then made a channel slice: one routed
+                 * layer, the size of the layer before the route. */
+                if (n != 1) {
+                    st = key_error(c, s, kg, "a grouped route is built here for one routed "
+                                   "layer only (layers=N)");
+                    break;
+                }
+                if (first_idx != L - 1 && (W[first_idx] != pw || H[first_idx] != ph)) {
+                    char what[240];
+                    snprintf(what, sizeof what, "a grouped route is built here only from a layer "
+                             "the size of the layer before it (%ldx%ld; layer %d is %ldx%ld)",
+                             pw, ph, first_idx, W[first_idx], H[first_idx]);
+                    st = key_error(c, s, kg, what);
+                    break;
+                }
+                if (sum <= 0 || sum % groups) {
+                    char what[200];
+                    snprintf(what, sizeof what, "groups=%ld must divide the routed channels (%ld)",
+                             groups, sum);
+                    st = key_error(c, s, kg, what);
+                    break;
+                }
+                sum /= groups;
+                c->grouped = 1;
+            }
             chan[L] = sum;
         } else if (is_type(t, "shortcut", NULL)) {
             const kv *k = find(c, s, "from");
@@ -649,6 +814,20 @@ static sdnn_status check_layers(checker *c)
             st = sec_error(c, s, what);
         }
     }
+    if (st == SDNN_OK && c->chan_out) {
+        c->nlayers_out = nlayers;
+        for (int L = 0; L < nlayers && L < c->chan_max; ++L) c->chan_out[L] = chan[L];
+    }
+    /* Darknet's random resize would resize the slice as a route of all
+     * the channels: refused until the slice resizes itself. */
+    for (int L = 0; st == SDNN_OK && c->grouped && L < nlayers; ++L) {
+        const sec *s = &c->secs[first + 1 + L];
+        const kv *k = find(c, s, "random");
+        long r;
+        if (is_type(s->type, "yolo", "region") && k && (!parse_long(k->val, &r) || r != 0))
+            st = key_error(c, s, k, "random resizing is not built for a cfg with a grouped "
+                           "route (issue 18): use random=0");
+    }
     free(W);
     free(H);
     free(chan);
@@ -668,7 +847,25 @@ sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double m
     c.buf = strdup(text);
     if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
     sdnn_status st = read_lines(&c);
+    if (st == SDNN_OK) st = check_dialect(&c);
     if (st == SDNN_OK) st = check_layers(&c);
+    free(c.buf);
+    free(c.kvs);
+    free(c.secs);
+    return st;
+}
+
+sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, int max, int *n)
+{
+    if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_channels: no text");
+    checker c = {.name = name, .max_floats = (double)INT_MAX, .batch = 1, .chan_out = chan,
+                 .chan_max = max};
+    c.buf = strdup(text);
+    if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
+    sdnn_status st = read_lines(&c);
+    if (st == SDNN_OK) st = check_dialect(&c);
+    if (st == SDNN_OK) st = check_layers(&c);
+    *n = c.nlayers_out;
     free(c.buf);
     free(c.kvs);
     free(c.secs);

@@ -37,4 +37,9 @@ sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double m
 /* Read `path`, normalise line ends and check it as above. */
 sdnn_status sdnn_cfg_check_file(const char *path);
 
+/* The checks of sdnn_cfg_check_text, and each layer's output channels as
+ * the checker computes them (a grouped route: the slice; -1 where not
+ * followed) into chan[0 .. min(*n, max)); *n = the number of layers. */
+sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, int max, int *n);
+
 #endif

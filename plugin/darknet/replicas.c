@@ -4,6 +4,7 @@
  * partly (connected layers leave nweights at 0), so the sizes come from the
  * layer type here, in one place.
  */
+#include "dialect.h"
 #include "replicas.h"
 #include "saveio.h"
 
@@ -164,6 +165,7 @@ int sdnn_replicas_identical(network **nets, int n, char *where, size_t len)
 void sdnn_network_free(network *net)
 {
     if (!net) return;
+    sdnn_dialect_forget(net);
     /* Darknet's free_network frees the layers, input, truth and the struct;
      * these come from make_network, parse_net_options, parse_network_cfg
      * and the yolo mask parser and would leak every time. */
@@ -194,10 +196,10 @@ sdnn_status sdnn_replicas_create(const char *cfgpath, const char *weights,
     if (!nets) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for %d replicas", n);
     /* One after another: parsing draws initial weights from rand_normal. */
     for (int r = 0; r < n; ++r) {
-        nets[r] = parse_network_cfg((char *)cfgpath);
+        nets[r] = sdnn_parse_network(cfgpath);
         if (!nets[r]) {
             sdnn_replicas_free(nets, n);
-            return SDNN_ERROR(SDNN_ERR_INVALID, "darknet could not parse %s", cfgpath);
+            return SDNN_ERROR(SDNN_ERR_INVALID, "darknet could not parse %s: %s", cfgpath, sdnn_last_error());
         }
     }
     if (weights && weights[0]) {

@@ -1,0 +1,35 @@
+/*
+ * dialect: the parts of the maintained Darknet fork's cfg dialect that this
+ * project builds on top of Debian's libdarknet (issue 18).
+ *
+ * Built so far: activation=mish and activation=swish on [convolutional],
+ * [connected] and [shortcut] layers.  sdnn_parse_network() reads the cfg,
+ * hands libdarknet the same text with those activations written as linear
+ * (so the layer computes the pre-activation into its output and its
+ * gradient pass is the identity), then points the layer's forward and
+ * backward at wrappers: forward runs Darknet's own function, keeps its
+ * output (the activation's input x) and applies the formula of act_ops.h;
+ * backward multiplies the delta by the gradient at x, then runs Darknet's
+ * own function.  The wrappers are the layer's own pointers, so hooks.c,
+ * the trainer, stock mode and gradcheck wrap them like any other.
+ */
+#ifndef SDNN_DIALECT_H
+#define SDNN_DIALECT_H
+
+#include "scalednn.h"
+#include <darknet.h>
+
+/* parse_network_cfg for every command: the cfg at `path` (already checked
+ * by cfgcheck) with the dialect's activations installed.  NULL on failure
+ * with the error recorded. */
+network *sdnn_parse_network(const char *path);
+
+/* How many layers of `net` run the dialect's forward (before hooks wrap it; 0 for a cfg in
+ * Debian's dialect, whose layers are untouched). */
+int sdnn_dialect_layers(const network *net);
+
+/* Drop what the dialect keeps for the layers of `net` (sdnn_network_free
+ * calls it before freeing the network). */
+void sdnn_dialect_forget(const network *net);
+
+#endif
