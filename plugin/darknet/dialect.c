@@ -4,6 +4,7 @@
 #include "cfgcheck.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,15 @@ static void act_forward(layer l, network net)
     size_t n = (size_t)l.outputs * (size_t)l.batch;
     if (a->n < n) {
         float *g = realloc(a->x, n * sizeof *g);
-        if (!g) abort(); /* no way to report from inside Darknet's forward */
+        if (!g) {
+            /* Darknet's forward cannot return an error: record it and make
+             * the output NaN, so the step's non-finite checks stop training
+             * naming this layer (and backward below skips the activation). */
+            SDNN_ERROR(SDNN_ERR_NOMEM, "layer %d: no memory for the %s activation's input "
+                       "(%zu floats)", net.index, a->act == ACT_MISH ? "mish" : "swish", n);
+            for (size_t i = 0; i < n; ++i) l.output[i] = NAN;
+            return;
+        }
         a->x = g;
         a->n = n;
     }
@@ -63,7 +72,9 @@ static void act_backward(layer l, network net)
 {
     act_layer *a = lookup(net.layers + net.index);
     size_t n = (size_t)l.outputs * (size_t)l.batch;
-    if (a->act == ACT_MISH)
+    if (a->n < n) {   /* the forward could not keep its input (out of memory) */
+        for (size_t i = 0; i < n; ++i) l.delta[i] = NAN;
+    } else if (a->act == ACT_MISH)
         for (size_t i = 0; i < n; ++i) l.delta[i] *= sdnn_mish_gradf(a->x[i]);
     else
         for (size_t i = 0; i < n; ++i) l.delta[i] *= sdnn_swish_gradf(a->x[i]);
