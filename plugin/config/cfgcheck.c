@@ -569,7 +569,7 @@ static sdnn_status check_layers(checker *c)
         W[L] = pw;
         H[L] = ph;
         from[L] = first + 1 + L;
-        /* Files a layer reads (a class map, a hierarchy): Darknet exit()s
+        /* Files a layer reads (a class map, a hierarchy): Darknet ends the process
          * inside parse_network_cfg when one cannot be opened. */
         static const char *const files[] = {"map", "tree", NULL};
         for (int f = 0; files[f] && st == SDNN_OK; ++f) {

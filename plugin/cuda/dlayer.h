@@ -16,6 +16,10 @@ extern "C" {
  * order): the values come to the host on the compute stream, which this
  * waits for. */
 sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum);
+/* Free the buffers sdnn_dl_setup allocated in l (output and delta unless
+ * a dropout aliases its input's; the batch-norm, dropout, loss and maxpool
+ * buffers) and clear the pointers; l->impl is the implementation's. */
+void sdnn_dl_release_buffers(sdnn_dlayer *l);
 
 #ifdef __cplusplus
 }

@@ -75,31 +75,6 @@ static const char *tiny_cfg =
     "[yolo]\nmask=0,1,2\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
     "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n";
 
-static double param_err(network *a, network *b, int *worst_layer)
-{
-    double worst = 0;
-    *worst_layer = -1;
-    for (int i = 0; i < a->n; ++i) {
-        layer *x = &a->layers[i], *y = &b->layers[i];
-        if (x->type != CONVOLUTIONAL && x->type != CONNECTED) continue;
-        size_t nw = x->type == CONNECTED ? (size_t)x->inputs * x->outputs : (size_t)x->nweights;
-        size_t nb = x->type == CONNECTED ? (size_t)x->outputs : (size_t)x->n;
-        double e = gt_relerr(x->weights, y->weights, nw);
-        double eb = gt_relerr(x->biases, y->biases, nb);
-        if (eb > e) e = eb;
-        if (x->batch_normalize) {
-            double es = gt_relerr(x->scales, y->scales, nb);
-            double em = gt_relerr(x->rolling_mean, y->rolling_mean, nb);
-            double ev = gt_relerr(x->rolling_variance, y->rolling_variance, nb);
-            if (es > e) e = es;
-            if (em > e) e = em;
-            if (ev > e) e = ev;
-        }
-        if (e > worst) worst = e, *worst_layer = i;
-    }
-    return worst;
-}
-
 /* Bytes by which two replicas' parameters differ. */
 static size_t replica_diff(network *a, network *b)
 {
@@ -202,7 +177,7 @@ static void versus(const char *name, const char *cfg, int is_file, int n, int ov
         if (le > worst_loss) worst_loss = le;
         for (int r = 0; r < n; ++r) {
             int wl;
-            double e = param_err(cpu[r], dev[r], &wl);
+            double e = gt_param_err(cpu[r], dev[r], &wl);
             if (e > worst_param) worst_param = e, worst_step = step, worst_layer = wl;
         }
         for (int r = 1; r < n; ++r) rdiff += replica_diff(dev[0], dev[r]);

@@ -106,6 +106,34 @@ GT_FN double gt_relerr(const float *a, const float *b, size_t n)
     return sqrt(d / r);
 }
 
+/* The largest gt_relerr over the parameters (and batch-norm running
+ * statistics) of every convolutional and connected layer of a against b;
+ * *worst_layer gets that layer (-1 when none differ). */
+GT_FN double gt_param_err(network *a, network *b, int *worst_layer)
+{
+    double worst = 0;
+    *worst_layer = -1;
+    for (int i = 0; i < a->n; ++i) {
+        layer *x = &a->layers[i], *y = &b->layers[i];
+        if (x->type != CONVOLUTIONAL && x->type != CONNECTED) continue;
+        size_t nw = x->type == CONNECTED ? (size_t)x->inputs * x->outputs : (size_t)x->nweights;
+        size_t nb = x->type == CONNECTED ? (size_t)x->outputs : (size_t)x->n;
+        double e = gt_relerr(x->weights, y->weights, nw);
+        double eb = gt_relerr(x->biases, y->biases, nb);
+        if (eb > e) e = eb;
+        if (x->batch_normalize) {
+            double es = gt_relerr(x->scales, y->scales, nb);
+            double em = gt_relerr(x->rolling_mean, y->rolling_mean, nb);
+            double ev = gt_relerr(x->rolling_variance, y->rolling_variance, nb);
+            if (es > e) e = es;
+            if (em > e) e = em;
+            if (ev > e) e = ev;
+        }
+        if (e > worst) worst = e, *worst_layer = i;
+    }
+    return worst;
+}
+
 GT_FN size_t gt_bytes_differ(const void *a, const void *b, size_t n)
 {
     const unsigned char *x = a, *y = b;

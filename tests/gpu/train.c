@@ -25,31 +25,6 @@
 #define LOSS_TOL 1e-3
 #define PARAM_TOL 1e-3
 
-static double param_err(network *a, network *b, int *worst_layer)
-{
-    double worst = 0;
-    *worst_layer = -1;
-    for (int i = 0; i < a->n; ++i) {
-        layer *x = &a->layers[i], *y = &b->layers[i];
-        if (x->type != CONVOLUTIONAL && x->type != CONNECTED) continue;
-        size_t nw = x->type == CONNECTED ? (size_t)x->inputs * x->outputs : (size_t)x->nweights;
-        size_t nb = x->type == CONNECTED ? (size_t)x->outputs : (size_t)x->n;
-        double e = gt_relerr(x->weights, y->weights, nw);
-        double eb = gt_relerr(x->biases, y->biases, nb);
-        if (eb > e) e = eb;
-        if (x->batch_normalize) {
-            double es = gt_relerr(x->scales, y->scales, nb);
-            double em = gt_relerr(x->rolling_mean, y->rolling_mean, nb);
-            double ev = gt_relerr(x->rolling_variance, y->rolling_variance, nb);
-            if (es > e) e = es;
-            if (em > e) e = em;
-            if (ev > e) e = ev;
-        }
-        if (e > worst) worst = e, *worst_layer = i;
-    }
-    return worst;
-}
-
 static data make_batch(network *net, int rows, int detection, uint64_t seed)
 {
     if (detection) {
@@ -97,7 +72,7 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
             break;
         }
         int wl;
-        double pe = param_err(dev, cpu, &wl);
+        double pe = gt_param_err(dev, cpu, &wl);
         if (pe > worst_param) worst_param = pe, worst_layer = wl, worst_step = step;
         printf("    %s step %2d: loss cpu %.6f gpu %.6f (rel %.1e), parameters rel %.1e\n", name,
                step, lc, lg, e, pe);
@@ -155,7 +130,7 @@ static void world_of_one(sdnn_gpu_vdev *vd)
     sdnn_gpu_net_pull(g);
     sdnn_gpu_group_pull(G);
     int wl;
-    double pe = param_err(a, b, &wl);
+    double pe = gt_param_err(a, b, &wl);
     SOFT_ASSERT(pe == 0, "world of one: group of 1 = sdnn_gpu_net_train bit for bit (rel err %.2e)",
              pe);
     sdnn_gpu_preload_stats ps;

@@ -756,20 +756,7 @@ sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
 
 void sdnn_dl_release(sdnn_dlayer *l)
 {
-    if (l->kind != SDNN_DL_DROPOUT) {
-        sdnn_dfree(l->output);
-        sdnn_dfree(l->delta);
-    }
-    l->output = l->delta = NULL;
-    float **bufs[] = {&l->mean, &l->variance, &l->mean_delta, &l->variance_delta,
-                      &l->rolling_mean, &l->rolling_variance, &l->x, &l->x_norm,
-                      &l->rand, &l->loss};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
-        sdnn_dfree(*bufs[i]);
-        *bufs[i] = NULL;
-    }
-    sdnn_dfree(l->indexes);
-    l->indexes = NULL;
+    sdnn_dl_release_buffers(l);
     l->impl = NULL;
 }
 
