@@ -47,6 +47,13 @@
  *                               exchange: cpu nothing, gpu the comm stream
  *                               waits on the event (no host wait).
  *
+ * Deferred checks.  A device engine may not look at a value on the host
+ * in the middle of backward: its pack() then returns 0 and records a
+ * non-finite value on the device, and the replica's sync() (the caller
+ * calls it after every train()) returns SDNN_ERR_NONFINITE naming the
+ * layer, the tensor and the element.  The step fails as it does on the
+ * host; nothing of it reaches a save.
+ *
  * Errors: sdnn_status with SDNN_ERROR's message; nothing exits.
  */
 #ifndef SDNN_ENGINE_H
@@ -174,6 +181,23 @@ typedef struct sdnn_engine_ops {
     /* Multi-scale training: every replica's input becomes w x h (the host
      * networks are resized by the caller first, with resize_network). */
     sdnn_status (*resize)(sdnn_engine *e, int w, int h);
+
+    /* The comm the exchange uses on this engine's bucket buffers.  host is
+     * the backend the trainer opened (local, or mpi between processes).
+     * NULL op, or *out = NULL: use host as it is (a host engine).  A device
+     * engine returns a comm over its device buffers (the mean of its local
+     * replicas on the devices, then host between processes when the world
+     * spans several); *out is the engine's (freed by destroy).  Contract of
+     * every comm call the exchange makes on it: when the call returns, the
+     * result is complete (a device comm has synced its own streams), so
+     * apply() may read it from any stream without a further wait. */
+    sdnn_status (*comm_open)(sdnn_engine *e, struct sdnn_comm *host, struct sdnn_comm **out);
+    /* n floats of replica r's bucket buffer to / from host memory (.ef
+     * save and restore, carrying residuals across re-plans, tests). */
+    sdnn_status (*buf_read)(sdnn_engine *e, int r, const float *src, float *host, size_t n);
+    sdnn_status (*buf_write)(sdnn_engine *e, int r, float *dst, const float *host, size_t n);
+    /* Device work as timeline spans (NULL tl: none).  May be NULL (host). */
+    void (*set_timeline)(sdnn_engine *e, struct sdnn_timeline *tl);
 } sdnn_engine_ops;
 
 struct sdnn_engine {
