@@ -71,6 +71,8 @@ extern "C" {
 #endif
 
 typedef struct sdnn_engine sdnn_engine;
+struct sdnn_comm;        /* comm.h */
+struct sdnn_timeline;    /* timeline.h */
 
 /* Where an engine's bucket buffers live. */
 typedef enum sdnn_engine_mem {
