@@ -292,6 +292,12 @@ typedef struct guard {
     int comm_bucket;            /* the bucket of the comm thread's last ready_wait */
     sdnn_comm comm;             /* over the guarded buffers */
     sdnn_comm *host;
+    /* Deferred checks, as a device engine does them: pack and check
+     * return 0 and remember the first non-finite value; sync reports it. */
+    int deferred;
+    int has_bad[8];
+    int bad_layer[8];
+    sdnn_engine_bad bad[8];
 } guard;
 
 static guard *G(sdnn_engine *e) { return e->impl; }
@@ -435,8 +441,23 @@ static void g_set_callbacks(sdnn_engine *e, const sdnn_engine_callbacks *cb)
 
 static void g_bind_thread(sdnn_engine *e, int r) { sdnn_engine_cpu.bind_thread(&G(e)->inner, r); }
 
+/* A failed check of replica r's layer: at once, or remembered (deferred). */
+static int g_checked(guard *g, int r, int layer, int rc, const sdnn_engine_bad *bad)
+{
+    if (rc == 0 || !g->deferred) return rc;
+    pthread_mutex_lock(&g->mu);
+    if (!g->has_bad[r]) {
+        g->has_bad[r] = 1;
+        g->bad_layer[r] = layer;
+        g->bad[r] = *bad;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
 static sdnn_status g_train(sdnn_engine *e, int r, data slice, float *loss)
 {
+    G(e)->has_bad[r] = 0;
     sdnn_status st = sdnn_engine_cpu.train(&G(e)->inner, r, slice, loss);
     g_log(G(e), EV_TRAIN, r, 0);
     return st;
@@ -458,16 +479,21 @@ static int g_pack(sdnn_engine *e, int r, int layer, const float *snap, float *ds
     g_log(g, EV_PACK, r, layer);
     g_open(g, snap);
     g_open(g, dst);
-    int rc = sdnn_engine_cpu.pack(&g->inner, r, layer, snap, dst, bad);
+    sdnn_engine_bad mine = {0};
+    int rc = sdnn_engine_cpu.pack(&g->inner, r, layer, snap, dst, &mine);
     g_close(g, dst);
     g_close(g, snap);
-    return rc;
+    if (rc != 0 && bad) *bad = mine;
+    return g_checked(g, r, layer, rc, &mine);
 }
 
 static int g_check(sdnn_engine *e, int r, int layer, sdnn_engine_bad *bad)
 {
     g_log(G(e), EV_CHECK, r, layer);
-    return sdnn_engine_cpu.check(&G(e)->inner, r, layer, bad);
+    sdnn_engine_bad mine = {0};
+    int rc = sdnn_engine_cpu.check(&G(e)->inner, r, layer, &mine);
+    if (rc != 0 && bad) *bad = mine;
+    return g_checked(G(e), r, layer, rc, &mine);
 }
 
 static void g_ef_step(sdnn_engine *e, int r, const sdnn_codec_ops *codec,
@@ -506,8 +532,21 @@ static sdnn_status g_ready_wait(sdnn_engine *e, int r, int bucket)
 
 static sdnn_status g_sync(sdnn_engine *e, int r)
 {
-    g_log(G(e), EV_SYNC, r, 0);
+    guard *g = G(e);
+    g_log(g, EV_SYNC, r, 0);
+    if (g->has_bad[r])
+        return SDNN_ERROR(SDNN_ERR_NONFINITE, "replica %d: layer %d %s[%ld] is not finite", r,
+                          g->bad_layer[r], g->bad[r].what, g->bad[r].at);
     return SDNN_OK;
+}
+
+static int g_nonfinite_at(sdnn_engine *e, int r, int *layer, sdnn_engine_bad *bad)
+{
+    guard *g = G(e);
+    if (!g->has_bad[r]) return 0;
+    *layer = g->bad_layer[r];
+    *bad = g->bad[r];
+    return 1;
 }
 
 static sdnn_status g_move(sdnn_engine *e, unsigned what)
@@ -590,6 +629,13 @@ static sdnn_status g_comm_open(sdnn_engine *e, sdnn_comm *host, sdnn_comm **out)
     return SDNN_OK;
 }
 
+static sdnn_status g_create_deferred(sdnn_engine *e, const sdnn_engine_opts *o)
+{
+    SDNN_CHECK(g_create(e, o));
+    G(e)->deferred = 1;
+    return SDNN_OK;
+}
+
 static const sdnn_engine_ops guarded_engine = {
     .name = "guarded",
     .available = g_available,
@@ -616,6 +662,17 @@ static const sdnn_engine_ops guarded_engine = {
     .buf_read = g_buf_read,
     .buf_write = g_buf_write,
 };
+
+/* The same table with the deferred check of a device engine. */
+static const sdnn_engine_ops *deferred_engine(void)
+{
+    static sdnn_engine_ops d;
+    d = guarded_engine;
+    d.name = "deferred";
+    d.create = g_create_deferred;
+    d.nonfinite_at = g_nonfinite_at;
+    return &d;
+}
 
 /* Index of the first event of `kind` on replica r (r < 0: any) about `a`
  * at or after `from`, or -1. */
@@ -818,6 +875,36 @@ static void test_guarded_engine_step(void **state)
     sigaction(SIGSEGV, &before, NULL);
 }
 
+/* A non-finite gradient found by a deferred check (reported by sync after
+ * train) stops the step with the message the host check gives at once. */
+static void test_deferred_nonfinite_message(void **state)
+{
+    (void)state;
+    char msg[2][1024];
+    const sdnn_engine_ops *engines[2] = {&sdnn_engine_cpu, deferred_engine()};
+    for (int k = 0; k < 2; ++k) {
+        const int n = 2;
+        sdnn_trainer *t = g_trainer(engines[k], n, "bucket_mb=0.002\noverlap=1\n", "0.9");
+        uint64_t seed = 5;
+        data d = tu_batch(&seed, 4 * n, 8 * 8 * 3, 5);
+        sdnn_step_stats st;
+        if (sdnn_trainer_step(t, d, &st) != SDNN_OK) fail_msg("%s", sdnn_last_error());
+        /* Replica 1's last layer: every gradient of the step is NaN there. */
+        sdnn_trainer_net(t, 1)->layers[4].weights[0] = NAN;
+        sdnn_clear_error();
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_NONFINITE);
+        snprintf(msg[k], sizeof msg[k], "%s", sdnn_last_error());
+        /* Failed for good, as after the host's check. */
+        assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_ERR_ABORTED);
+        free_data(d);
+        sdnn_trainer_destroy(t);
+    }
+    printf("host:     %s\ndeferred: %s\n", msg[0], msg[1]);
+    assert_non_null(strstr(msg[0], "layer 4 (connected) weights["));
+    assert_non_null(strstr(msg[0], "replica 1"));
+    assert_string_equal(msg[0], msg[1]);
+}
+
 /* The guard itself: a direct write to one of its buffers faults. */
 static void test_guard_catches_direct_access(void **state)
 {
@@ -909,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_exchange_uses_layout),
         cmocka_unit_test(test_guarded_engine_step),
         cmocka_unit_test(test_guard_catches_direct_access),
+        cmocka_unit_test(test_deferred_nonfinite_message),
         cmocka_unit_test(test_no_engine_branch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
