@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "gradcheck_cmd.h"
 #include "plan_cmd.h"
+#include "config.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,10 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "plan") == 0) return sdnn_cmd_plan(argc - 2, argv + 2);
         if (strcmp(argv[2], "simulate") == 0) return sdnn_cmd_simulate(argc - 2, argv + 2);
         if (strcmp(argv[2], "gradcheck") == 0) return sdnn_cmd_gradcheck(argc - 2, argv + 2);
+        if (strcmp(argv[2], "keys") == 0 && argc == 3) {
+            sdnn_config_print_keys(stdout);
+            return 0;
+        }
     }
     return usage(argv[0]);
 }

@@ -1080,6 +1080,7 @@ static sdnn_status mp_barrier(sdnn_comm *c)
 
 const sdnn_comm_ops sdnn_comm_mpi_ops = {
     .name = "mpi",
+    .built = 1,
     .available = mp_available,
     .init = mp_init,
     .allreduce_mean = mp_allreduce_mean,
@@ -1152,6 +1153,7 @@ static void mp_destroy(sdnn_comm *c) { (void)c; }
 
 const sdnn_comm_ops sdnn_comm_mpi_ops = {
     .name = "mpi",
+    .built = 0,
     .available = mp_available,
     .init = mp_init,
     .allreduce_mean = mp_allreduce_mean,

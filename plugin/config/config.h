@@ -11,6 +11,7 @@
 
 #include "scalednn.h"
 #include <stddef.h>
+#include <stdio.h>
 
 typedef enum { SDNN_MODE_SCALEDNN = 0, SDNN_MODE_STOCK = 1 } sdnn_mode;
 
@@ -48,10 +49,17 @@ typedef struct sdnn_config {
                          * auto: gpu when it can run the replicas, else cpu */
 } sdnn_config;
 
-/* Defaults: the values a [scalednn] section without keys gets. */
-#define SDNN_CONFIG_INIT                                            \
-    { 0, SDNN_MODE_SCALEDNN, "local", 0.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25, 60.0, 1, "cpu" }
+/* Defaults: the values a [scalednn] section without keys gets (the key
+ * table in config.c reads them for `scalednn keys`). */
+#define SDNN_CONFIG_INIT                                                       \
+    { .present = 0, .mode = SDNN_MODE_SCALEDNN, .backend = "local", .bucket_mb = 0.0, \
+      .overlap = 1, .interval = 4, .compress = "none", .csv = "",               \
+      .compress_min_kb = 0.0, .topk_ratio = 0.01, .int8_chunk = 256,            \
+      .error_feedback = -1, .stochastic_rounding = 0, .topk_momentum = 0.0,     \
+      .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
+      .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
+      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1,         \
+      .engine = "cpu" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {
@@ -83,7 +91,15 @@ void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
  * (OMPI_COMM_WORLD_SIZE > 1) and to "local" otherwise. */
 const char *sdnn_config_backend(const sdnn_config *cfg);
 
-/* One line describing the settings, for the start-of-training banner. */
+/* One line describing the settings, for the start-of-training banner:
+ * the key table's shown keys that apply to cfg's codec, "key=value ...". */
 void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);
+
+/* The key table (config.c), the only list of the section's keys: how many,
+ * the i-th name (NULL past the end), and every key with what it may be, its
+ * default and one line of help (`./darknet scalednn keys`). */
+size_t sdnn_config_key_count(void);
+const char *sdnn_config_key_name(size_t i);
+void sdnn_config_print_keys(FILE *f);
 
 #endif
