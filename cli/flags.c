@@ -132,7 +132,7 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
 
 void sdnn_args_usage(const sdnn_command *c, FILE *f)
 {
-    int col = fprintf(f, "usage: darknet %s %s", c->name, c->args);
+    int col = fprintf(f, "usage: darknet %s%s%s", c->name, c->args[0] ? " " : "", c->args);
     int indent = (int)strlen("usage: darknet ") + (int)strlen(c->name) + 1;
     for (int k = 0; k < c->nflags; ++k) {
         const sdnn_flag *fl = &c->flags[k];

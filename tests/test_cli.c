@@ -98,6 +98,11 @@ static void test_bad_usage_exits_2(void **state)
         {"scalednn simulate c.cfg -topology pcie -codec none", "-codec none: expected a compressing codec",
          "usage: darknet scalednn simulate"},
         {"scalednn simulate c.cfg --bogus 1", "unknown flag --bogus", "usage: darknet scalednn simulate"},
+        {"scalednn bench-comm -b 3", "-b 3: expected at least 4 bytes",
+         "usage: darknet scalednn bench-comm [-b MINBYTES]"},
+        {"scalednn bench-comm -g 0", "-g 0: expected an integer >= 1 and <= 256",
+         "usage: darknet scalednn bench-comm"},
+        {"scalednn bench-comm extra", "unexpected argument extra", "usage: darknet scalednn bench-comm"},
         {"scalednn gradcheck c.cfg -samples x", "-samples x: expected an integer",
          "usage: darknet scalednn gradcheck CFG"},
     };
