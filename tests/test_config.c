@@ -785,6 +785,30 @@ static void test_describe_codec_keys(void **state)
                                  "error_feedback=0"));
 }
 
+/* What every process must share comes from the table's groups (agree.c). */
+static void test_describe_groups(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char buf[512];
+    free(parse_ok("[scalednn]\nmode=stock\ninterval=8\nbucket_mb=2\nlink=eth1g\n", &cfg));
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_MODE, buf, sizeof buf);
+    assert_string_equal(buf, "mode=stock interval=8");
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_BUCKETS, buf, sizeof buf);
+    assert_string_equal(buf, "bucket_mb=2 overlap=1 link=eth1g link_gbps=0 link_us=0 "
+                             "profile_iters=5 replan_drift=0.25");
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_CODEC, buf, sizeof buf);
+    assert_string_equal(buf, "compress=none topk_ratio=0.01 topk_momentum=0 topk_warmup=0 "
+                             "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8 "
+                             "error_feedback=0 compress_min_kb=0");
+    /* paths and per-process settings are no group's */
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_OWN, buf, sizeof buf);
+    assert_non_null(strstr(buf, "csv=-"));
+    assert_null(strstr(buf, "compress="));
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_MODE, buf, 6);
+    assert_string_equal(buf, "mode=");
+}
+
 /* ---- load: files, memfd and Darknet --------------------------------------- */
 
 static const char g_tiny_cfg[] =
@@ -934,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_keys_match_readme),
         cmocka_unit_test(test_codecs_from_registry),
         cmocka_unit_test(test_describe_codec_keys),
+        cmocka_unit_test(test_describe_groups),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),
         cmocka_unit_test(test_load_missing_file),

@@ -96,6 +96,7 @@ struct key_spec {
     const char *codec;          /* the key belongs to compress=codec ("*": any
                                  * codec but none); NULL: to every setting */
     int shown;                  /* printed by sdnn_config_describe */
+    sdnn_key_group group;       /* what every process must share (agree.c) */
     const char *def_text;       /* the default when the field's value does not say it */
     const char *help;           /* one line for `scalednn keys` */
 };
@@ -151,91 +152,112 @@ static sdnn_status check_link(const key_spec *k, const line_ref *lr);
 #define F(field) offsetof(sdnn_config, field), sizeof ((sdnn_config *)0)->field
 
 static const key_spec g_keys[N_KEYS] = {
-    [K_MODE] = { .key = "mode", .type = KT_MODE, F(mode), .names = mode_names,
-                 .allowed = "scalednn or stock", .shown = 1,
-                 .help = "scalednn: gradients averaged every step; stock: Darknet's weight averaging" },
-    [K_BACKEND] = { .key = "backend", .type = KT_NAME, F(backend), .check = check_backend,
-                    .names = sdnn_comm_built_names,
-                    .allowed = "a backend (available: %s, auto)", .shown = 1,
-                    .help = "local: replicas of one process; mpi: processes started by mpirun too; "
-                            "auto: mpi under mpirun with more than one process" },
-    [K_ENGINE] = { .key = "engine", .type = KT_NAME, F(engine), .check = check_engine,
-                   .names = sdnn_engine_names, .allowed = "an engine (%s) or auto",
-                   .help = "what trains the replicas; auto: gpu when it can run them, else cpu" },
-    [K_COMM_TIMEOUT] = { .key = "comm_timeout_s", .type = KT_NUM, F(comm_timeout_s),
-                         .lo = 0.0, .hi = 86400.0, .lo_open = 1,
-                         .allowed = "a number of seconds > 0 and <= 86400",
-                         .help = "mpi: seconds without progress from a peer before a step fails" },
-    [K_FIX_1X1_DELTA] = { .key = "fix_1x1_delta", .type = KT_BOOL, F(fix_1x1_delta),
-                          .allowed = "0 or 1",
-                          .expect = "0 (Darknet's overwriting 1x1 backward) or 1 (adds, the default)",
-                          .help = "1: a 1x1 convolution's backward adds to its input's delta; "
-                                  "0: Debian's libdarknet, which overwrites it" },
-    [K_BUCKET_MB] = { .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0,
-                      .hi = 4096.0, .lo_open = 1, .auto_zero = 1,
-                      .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,
-                      .help = "exchange bucket size; auto: planned from a profile of the first steps" },
-    [K_OVERLAP] = { .key = "overlap", .type = KT_BOOL, F(overlap), .allowed = "0 or 1",
-                    .shown = 1,
-                    .help = "1: a bucket's exchange starts as soon as its layers' backward is done" },
-    [K_INTERVAL] = { .key = "interval", .type = KT_INT, F(interval), .lo = 1, .hi = 1000000,
-                     .allowed = "an integer >= 1 and <= 1000000", .shown = 1,
-                     .help = "stock mode: iterations between weight averages" },
-    [K_COMPRESS] = { .key = "compress", .type = KT_NAME, F(compress), .check = check_compress,
-                     .names = sdnn_codec_names, .allowed = "a codec (%s, auto)", .shown = 1,
-                     .help = "gradient codec; auto: the planner picks per bucket among compress_allow" },
-    [K_CSV] = { .key = "csv", .type = KT_PATH, F(csv), .allowed = "a file path", .shown = 1,
-                .def_text = "BACKUP/CFG.csv", .help = "per-iteration CSV" },
-    [K_TOPK_RATIO] = { .key = "topk_ratio", .type = KT_NUM, F(topk_ratio), .lo = 0.0, .hi = 1.0,
-                       .lo_open = 1, .allowed = "a fraction > 0 and <= 1 (e.g. 0.01)",
-                       .codec = "topk", .shown = 1, .help = "fraction of each bucket kept" },
-    [K_TOPK_MOMENTUM] = { .key = "topk_momentum", .type = KT_NUM, F(topk_momentum), .lo = 0.0,
-                          .hi = 1.0, .hi_open = 1, .allowed = "a number >= 0 and < 1 (e.g. 0.9)",
-                          .codec = "topk", .shown = 1,
-                          .help = "DGC momentum correction (needs error_feedback=1 and [net] momentum=0)" },
-    [K_TOPK_WARMUP] = { .key = "topk_warmup", .type = KT_INT, F(topk_warmup), .lo = 0,
-                        .hi = 100000000, .allowed = "an integer number of iterations >= 0",
-                        .codec = "topk", .shown = 1,
-                        .help = "iterations over which the kept fraction falls from 1 to topk_ratio" },
-    [K_INT8_CHUNK] = { .key = "int8_chunk", .type = KT_INT, F(int8_chunk), .lo = 1, .hi = 1048576,
-                       .allowed = "an integer >= 1 and <= 1048576", .codec = "int8", .shown = 1,
-                       .help = "elements per scale" },
-    [K_STOCHASTIC] = { .key = "stochastic_rounding", .type = KT_BOOL, F(stochastic_rounding),
-                       .allowed = "0 or 1", .codec = "int8", .shown = 1,
-                       .help = "1: stochastic rounding, 0: nearest even" },
-    [K_COMPRESS_ALLOW] = { .key = "compress_allow", .type = KT_NAME, F(compress_allow),
-                           .check = check_compress_allow, .names = sdnn_codec_names,
-                           .allowed = "a comma-separated list of codecs (%s) including none",
-                           .codec = "auto", .shown = 1,
-                           .help = "compress=auto: the codecs the planner may choose" },
-    [K_ERROR_FEEDBACK] = { .key = "error_feedback", .type = KT_BOOL, F(error_feedback),
-                           .allowed = "0 or 1", .codec = "*", .shown = 1,
-                           .def_text = "1 for topk, else 0",
-                           .help = "keep what a lossy codec did not send and add it to the next step" },
-    [K_COMPRESS_MIN_KB] = { .key = "compress_min_kb", .type = KT_NUM, F(compress_min_kb),
-                            .lo = 0.0, .hi = 4194304.0,
-                            .allowed = "a number of KiB >= 0 and <= 4194304", .codec = "*",
-                            .shown = 1, .help = "buckets smaller than this stay uncompressed" },
-    [K_TIMELINE] = { .key = "timeline", .type = KT_PATH, F(timeline),
-                     .allowed = "a file path (Chrome trace JSON)",
-                     .help = "Chrome trace of every step (ui.perfetto.dev, chrome://tracing)" },
-    [K_LINK] = { .key = "link", .type = KT_NAME, F(link), .check = check_link,
-                 .names = sdnn_link_names, .allowed = "a link name (%s)",
-                 .def_text = "probe the backend",
-                 .help = "bucket_mb=auto: the planner's link model" },
-    [K_LINK_GBPS] = { .key = "link_gbps", .type = KT_NUM, F(link_gbps), .lo = 0.0, .hi = 1e6,
-                      .lo_open = 1,
-                      .allowed = "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)",
-                      .def_text = "unset", .help = "bucket_mb=auto: an explicit link's bandwidth" },
-    [K_LINK_US] = { .key = "link_us", .type = KT_NUM, F(link_us), .lo = 0.0, .hi = 1e7,
-                    .allowed = "a latency in microseconds >= 0",
-                    .help = "with link_gbps: the link's latency" },
-    [K_PROFILE_ITERS] = { .key = "profile_iters", .type = KT_INT, F(profile_iters), .lo = 1,
-                          .hi = 100000, .allowed = "an integer number of steps >= 1",
-                          .help = "bucket_mb=auto: steps profiled before planning" },
-    [K_REPLAN_DRIFT] = { .key = "replan_drift", .type = KT_NUM, F(replan_drift), .lo = 0.0,
-                         .hi = 100.0, .lo_open = 1, .allowed = "a fraction > 0 (e.g. 0.25)",
-                         .help = "re-plan when the step drifts this fraction from the prediction" },
+    [K_MODE] = {
+        .key = "mode", .type = KT_MODE, F(mode), .names = mode_names,
+        .allowed = "scalednn or stock", .shown = 1,
+        .help = "scalednn: gradients averaged every step; stock: Darknet's weight averaging",
+        .group = SDNN_KEYS_MODE },
+    [K_BACKEND] = {
+        .key = "backend", .type = KT_NAME, F(backend), .check = check_backend,
+        .names = sdnn_comm_built_names, .allowed = "a backend (available: %s, auto)", .shown = 1,
+        .help = "local: replicas of one process; mpi: processes started by mpirun too; "
+            "auto: mpi under mpirun with more than one process" },
+    [K_ENGINE] = {
+        .key = "engine", .type = KT_NAME, F(engine), .check = check_engine,
+        .names = sdnn_engine_names, .allowed = "an engine (%s) or auto",
+        .help = "what trains the replicas; auto: gpu when it can run them, else cpu" },
+    [K_COMM_TIMEOUT] = {
+        .key = "comm_timeout_s", .type = KT_NUM, F(comm_timeout_s), .lo = 0.0, .hi = 86400.0,
+        .lo_open = 1, .allowed = "a number of seconds > 0 and <= 86400",
+        .help = "mpi: seconds without progress from a peer before a step fails" },
+    [K_FIX_1X1_DELTA] = {
+        .key = "fix_1x1_delta", .type = KT_BOOL, F(fix_1x1_delta), .allowed = "0 or 1",
+        .expect = "0 (Darknet's overwriting 1x1 backward) or 1 (adds, the default)",
+        .help = "1: a 1x1 convolution's backward adds to its input's delta; "
+            "0: Debian's libdarknet, which overwrites it" },
+    [K_BUCKET_MB] = {
+        .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0, .hi = 4096.0, .lo_open = 1,
+        .auto_zero = 1, .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,
+        .help = "exchange bucket size; auto: planned from a profile of the first steps",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_OVERLAP] = {
+        .key = "overlap", .type = KT_BOOL, F(overlap), .allowed = "0 or 1", .shown = 1,
+        .help = "1: a bucket's exchange starts as soon as its layers' backward is done",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_INTERVAL] = {
+        .key = "interval", .type = KT_INT, F(interval), .lo = 1, .hi = 1000000,
+        .allowed = "an integer >= 1 and <= 1000000", .shown = 1,
+        .help = "stock mode: iterations between weight averages", .group = SDNN_KEYS_MODE },
+    [K_COMPRESS] = {
+        .key = "compress", .type = KT_NAME, F(compress), .check = check_compress,
+        .names = sdnn_codec_names, .allowed = "a codec (%s, auto)", .shown = 1,
+        .help = "gradient codec; auto: the planner picks per bucket among compress_allow",
+        .group = SDNN_KEYS_CODEC },
+    [K_CSV] = {
+        .key = "csv", .type = KT_PATH, F(csv), .allowed = "a file path", .shown = 1,
+        .def_text = "BACKUP/CFG.csv", .help = "per-iteration CSV" },
+    [K_TOPK_RATIO] = {
+        .key = "topk_ratio", .type = KT_NUM, F(topk_ratio), .lo = 0.0, .hi = 1.0, .lo_open = 1,
+        .allowed = "a fraction > 0 and <= 1 (e.g. 0.01)", .codec = "topk", .shown = 1,
+        .help = "fraction of each bucket kept", .group = SDNN_KEYS_CODEC },
+    [K_TOPK_MOMENTUM] = {
+        .key = "topk_momentum", .type = KT_NUM, F(topk_momentum), .lo = 0.0, .hi = 1.0,
+        .hi_open = 1, .allowed = "a number >= 0 and < 1 (e.g. 0.9)", .codec = "topk", .shown = 1,
+        .help = "DGC momentum correction (needs error_feedback=1 and [net] momentum=0)",
+        .group = SDNN_KEYS_CODEC },
+    [K_TOPK_WARMUP] = {
+        .key = "topk_warmup", .type = KT_INT, F(topk_warmup), .lo = 0, .hi = 100000000,
+        .allowed = "an integer number of iterations >= 0", .codec = "topk", .shown = 1,
+        .help = "iterations over which the kept fraction falls from 1 to topk_ratio",
+        .group = SDNN_KEYS_CODEC },
+    [K_INT8_CHUNK] = {
+        .key = "int8_chunk", .type = KT_INT, F(int8_chunk), .lo = 1, .hi = 1048576,
+        .allowed = "an integer >= 1 and <= 1048576", .codec = "int8", .shown = 1,
+        .help = "elements per scale", .group = SDNN_KEYS_CODEC },
+    [K_STOCHASTIC] = {
+        .key = "stochastic_rounding", .type = KT_BOOL, F(stochastic_rounding),
+        .allowed = "0 or 1", .codec = "int8", .shown = 1,
+        .help = "1: stochastic rounding, 0: nearest even", .group = SDNN_KEYS_CODEC },
+    [K_COMPRESS_ALLOW] = {
+        .key = "compress_allow", .type = KT_NAME, F(compress_allow),
+        .check = check_compress_allow, .names = sdnn_codec_names,
+        .allowed = "a comma-separated list of codecs (%s) including none", .codec = "auto",
+        .shown = 1, .help = "compress=auto: the codecs the planner may choose",
+        .group = SDNN_KEYS_CODEC },
+    [K_ERROR_FEEDBACK] = {
+        .key = "error_feedback", .type = KT_BOOL, F(error_feedback), .allowed = "0 or 1",
+        .codec = "*", .shown = 1, .def_text = "1 for topk, else 0",
+        .help = "keep what a lossy codec did not send and add it to the next step",
+        .group = SDNN_KEYS_CODEC },
+    [K_COMPRESS_MIN_KB] = {
+        .key = "compress_min_kb", .type = KT_NUM, F(compress_min_kb), .lo = 0.0, .hi = 4194304.0,
+        .allowed = "a number of KiB >= 0 and <= 4194304", .codec = "*", .shown = 1,
+        .help = "buckets smaller than this stay uncompressed", .group = SDNN_KEYS_CODEC },
+    [K_TIMELINE] = {
+        .key = "timeline", .type = KT_PATH, F(timeline),
+        .allowed = "a file path (Chrome trace JSON)",
+        .help = "Chrome trace of every step (ui.perfetto.dev, chrome://tracing)" },
+    [K_LINK] = {
+        .key = "link", .type = KT_NAME, F(link), .check = check_link, .names = sdnn_link_names,
+        .allowed = "a link name (%s)", .def_text = "probe the backend",
+        .help = "bucket_mb=auto: the planner's link model", .group = SDNN_KEYS_BUCKETS },
+    [K_LINK_GBPS] = {
+        .key = "link_gbps", .type = KT_NUM, F(link_gbps), .lo = 0.0, .hi = 1e6, .lo_open = 1,
+        .allowed = "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)", .def_text = "unset",
+        .help = "bucket_mb=auto: an explicit link's bandwidth", .group = SDNN_KEYS_BUCKETS },
+    [K_LINK_US] = {
+        .key = "link_us", .type = KT_NUM, F(link_us), .lo = 0.0, .hi = 1e7,
+        .allowed = "a latency in microseconds >= 0", .help = "with link_gbps: the link's latency",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_PROFILE_ITERS] = {
+        .key = "profile_iters", .type = KT_INT, F(profile_iters), .lo = 1, .hi = 100000,
+        .allowed = "an integer number of steps >= 1",
+        .help = "bucket_mb=auto: steps profiled before planning", .group = SDNN_KEYS_BUCKETS },
+    [K_REPLAN_DRIFT] = {
+        .key = "replan_drift", .type = KT_NUM, F(replan_drift), .lo = 0.0, .hi = 100.0,
+        .lo_open = 1, .allowed = "a fraction > 0 (e.g. 0.25)",
+        .help = "re-plan when the step drifts this fraction from the prediction",
+        .group = SDNN_KEYS_BUCKETS },
 };
 
 #undef F
@@ -464,6 +486,23 @@ static int key_applies(const key_spec *k, const sdnn_config *cfg)
     if (!k->codec) return 1;
     if (strcmp(k->codec, "*") == 0) return strcmp(cfg->compress, "none") != 0;
     return strcmp(k->codec, cfg->compress) == 0;
+}
+
+void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,
+                                size_t len)
+{
+    if (buf == NULL || len == 0) return;
+    buf[0] = '\0';
+    size_t at = 0;
+    for (size_t i = 0; i < N_KEYS && at + 1 < len; ++i) {
+        const key_spec *k = &g_keys[i];
+        if (k->group != group) continue;
+        char v[1100];
+        format_value(k, cfg, v, sizeof v);
+        int w = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "", k->key, v);
+        if (w < 0) break;
+        at += (size_t)w < len - at ? (size_t)w : len - at - 1;
+    }
 }
 
 size_t sdnn_config_key_count(void) { return N_KEYS; }

@@ -15,6 +15,15 @@
 
 typedef enum { SDNN_MODE_SCALEDNN = 0, SDNN_MODE_STOCK = 1 } sdnn_mode;
 
+/* Which settings every process of a run must share (agree.c compares them
+ * at start); the key table gives each key its group. */
+typedef enum {
+    SDNN_KEYS_OWN = 0,   /* may differ between processes (paths, backend, timeouts) */
+    SDNN_KEYS_MODE,      /* mode and its interval */
+    SDNN_KEYS_CODEC,     /* the codec and its options */
+    SDNN_KEYS_BUCKETS,   /* buckets and the planner */
+} sdnn_key_group;
+
 typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
@@ -101,5 +110,9 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);
 size_t sdnn_config_key_count(void);
 const char *sdnn_config_key_name(size_t i);
 void sdnn_config_print_keys(FILE *f);
+
+/* "key=value ..." of every key of `group`, in table order. */
+void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,
+                                size_t len);
 
 #endif
