@@ -97,8 +97,9 @@ static int test_detector(int argc, char **argv)
     const char *outname = out_s ? out_s : "predictions";
     /* Darknet formats NAME.jpg into a 256-byte buffer. */
     if (strlen(outname) > 240) {
-        fprintf(stderr, "error: -out %.40s...: name too long (at most 240 characters)\n", outname);
-        return 1;
+        char shown[48];
+        snprintf(shown, sizeof shown, "%.40s...", outname);
+        return sdnn_args_bad(&cmd, "-out", shown, "a name of at most 240 characters");
     }
     const char *files[][2] = {{"data file", datacfg}, {"cfg file", cfgfile},
                               {"weights file", weights}, {"image", imgpath}};

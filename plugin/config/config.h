@@ -27,13 +27,13 @@ typedef enum {
 typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
-    char backend[16];   /* backend=local|mpi|auto (nccl: later builds); see
-                         * sdnn_config_backend for what auto becomes */
+    char backend[16];   /* backend=: a name of the comm registry (comm.c) or auto;
+                         * see sdnn_config_backend for what auto becomes */
     double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB;
                          * 0 = auto (planned from the profile, the default) */
     int overlap;        /* overlap=0|1 */
     int interval;       /* interval=<int >= 1>: stock-mode sync period */
-    char compress[16];  /* compress=none|fp16|bf16|int8|topk|auto */
+    char compress[16];  /* compress=: a codec of the registry (codec.c) or auto */
     char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
     double compress_min_kb; /* buckets below this many KiB stay uncompressed */
     double topk_ratio;  /* topk: fraction kept, (0, 1] */
@@ -54,7 +54,7 @@ typedef struct sdnn_config {
     int fix_1x1_delta;  /* fix_1x1_delta=0|1: a 1x1 convolution's backward adds to
                          * its input's delta (1, the default) or overwrites it as
                          * Debian's libdarknet does (0); see hooks.h */
-    char engine[16];    /* engine=cpu|gpu|auto (names: engine.c's registry);
+    char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
 } sdnn_config;
 
