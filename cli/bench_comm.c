@@ -28,6 +28,7 @@
 #include "codec.h"
 #include "collective.h"
 #include "comm.h"
+#include "flags.h"
 #include "saveio.h"
 #include "splitmix.h"
 #include "scalednn.h"
@@ -52,7 +53,6 @@
 #define BC_INPUT_SEED 0x5ca1ed00d1ce5eedull
 #define BC_ROUND_SEED 0x2545f4914f6cdd1dull
 #define BC_CHECK_STREAM 0xc4ec4ull
-#define BC_VALUED "befnwgzrkcJd"
 
 typedef struct bc_codec {
     const char *label;           /* none, none-ring, fp16, bf16, int8, topk */
@@ -123,39 +123,6 @@ static const char *const bc_defs[][2] = {
 
 /* ---- options ------------------------------------------------------------ */
 
-static void bc_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: darknet scalednn bench-comm [options]\n"
-            "  -b MINBYTES  smallest buffer per replica; K, M, G suffixes (64K)\n"
-            "  -e MAXBYTES  largest buffer per replica, <= 16G (256M)\n"
-            "  -f FACTOR    size multiplier from one row to the next, in (1, 1024] (2)\n"
-            "  -n ITERS     timed iterations per size, >= 1 (20)\n"
-            "  -w WARMUP    untimed iterations before them, >= 0 (5)\n"
-            "  -g NREPLICAS replicas, each a rank with its own buffers, 1..%d (2)\n"
-            "  -z CODECS    none | none-ring | fp16 | bf16 | int8 | topk, or a comma\n"
-            "               list to sweep several (none; none = plain allreduce_mean,\n"
-            "               none-ring = the identity codec on the compressed ring)\n"
-            "  -r RATIO     topk: fraction of entries kept, in (0, 1] (0.01)\n"
-            "  -k CHUNK     int8: elements per scale, 1..%d (256)\n"
-            "  -s           int8: stochastic rounding (default nearest)\n"
-            "  -c 0|1       check every result (1)\n"
-            "  -J FILE      also write the settings and rows as JSON (atomically)\n"
-            "  -d BACKEND   comm backend: local, or mpi under mpirun -np P (usable\n"
-            "               here now: %s)\n"
-            "  -h           this text\n"
-            "Exit status: 0 all checks passed, 1 a check or a collective failed,\n"
-            "2 bad usage.\n",
-            BC_MAX_REPLICAS, BC_MAX_CHUNK, sdnn_comm_available_names());
-}
-
-static int bc_bad(const char *opt, const char *val, const char *what)
-{
-    fprintf(stderr, "bench-comm: %s %s: %s\n", opt, val, what);
-    fprintf(stderr, "bench-comm: 'darknet scalednn bench-comm -h' lists the options\n");
-    return 2;
-}
-
 /* Bytes with an optional K, M or G suffix (powers of 1024).  0 ok, -1 not
  * a size, -2 too large. */
 static int bc_parse_bytes(const char *s, size_t *out)
@@ -178,35 +145,19 @@ static int bc_parse_bytes(const char *s, size_t *out)
     return 0;
 }
 
-static int bc_parse_int(const char *s, long lo, long hi, int *out)
+/* -b / -e (SDNN_FLAG_CUSTOM): bytes, whole floats, at most 16G. */
+static int bc_parse_size_flag(const char *flag, const char *v, void *dst)
 {
-    errno = 0;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int bc_parse_double(const char *s, double *out)
-{
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int bc_parse_size_opt(const char *opt, const char *v, size_t *out)
-{
+    size_t *out = dst;
+    const char *why = NULL;
     int rc = bc_parse_bytes(v, out);
-    if (rc == -1) return bc_bad(opt, v, "not a size (bytes, optional K/M/G suffix, e.g. 64K)");
-    if (rc == -2) return bc_bad(opt, v, "too large (at most 16G)");
-    if (*out < sizeof(float)) return bc_bad(opt, v, "too small (at least 4 bytes, one float)");
-    if (*out % sizeof(float))
-        return bc_bad(opt, v, "not a multiple of 4 bytes (whole floats)");
-    return 0;
+    if (rc == -1) why = "a size (bytes, optional K/M/G suffix, e.g. 64K)";
+    else if (rc == -2) why = "a size of at most 16G";
+    else if (*out < sizeof(float)) why = "at least 4 bytes (one float)";
+    else if (*out % sizeof(float)) why = "a multiple of 4 bytes (whole floats)";
+    if (!why) return 0;
+    fprintf(stderr, "error: darknet scalednn bench-comm: %s %s: expected %s\n", flag, v, why);
+    return -1;
 }
 
 static int bc_parse_codecs(bc_opts *o, const char *list)
@@ -255,77 +206,50 @@ static size_t bc_next_size(size_t s, double factor)
     return n > s ? n : s + sizeof(float);
 }
 
-/* -1: parsed, go on; otherwise the exit code (0 after -h). */
+/* -1: parsed, go on; otherwise the exit code (0 after -h, 2 bad usage). */
 static int bc_parse(bc_opts *o, int argc, char **argv)
 {
     const char *zlist = "none";
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            bc_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "-s") == 0) {
-            o->params.stochastic = 1;
-            continue;
-        }
-        if (a[0] != '-' || a[1] == '\0' || !strchr(BC_VALUED, a[1])) {
-            fprintf(stderr, "bench-comm: unknown argument '%s'\n", a);
-            bc_usage(stderr);
-            return 2;
-        }
-        const char opt[3] = {'-', a[1], '\0'};
-        const char *v = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!v) {
-            fprintf(stderr, "bench-comm: option %s needs a value\n", opt);
-            bc_usage(stderr);
-            return 2;
-        }
-        int rc = 0;
-        switch (a[1]) {
-        case 'b': rc = bc_parse_size_opt(opt, v, &o->minbytes); break;
-        case 'e': rc = bc_parse_size_opt(opt, v, &o->maxbytes); break;
-        case 'f':
-            if (bc_parse_double(v, &o->factor) || !(o->factor > 1.0) ||
-                o->factor > BC_MAX_FACTOR)
-                rc = bc_bad(opt, v, "the factor must be a number in (1, 1024]");
-            break;
-        case 'n':
-            if (bc_parse_int(v, 1, 1000000000L, &o->iters))
-                rc = bc_bad(opt, v, "iterations must be an integer >= 1");
-            break;
-        case 'w':
-            if (bc_parse_int(v, 0, 1000000000L, &o->warmup))
-                rc = bc_bad(opt, v, "warm-up iterations must be an integer >= 0");
-            break;
-        case 'g':
-            if (bc_parse_int(v, 1, BC_MAX_REPLICAS, &o->nrep))
-                rc = bc_bad(opt, v, "replicas must be an integer in 1..256");
-            break;
-        case 'z': zlist = v; break;
-        case 'r':
-            if (bc_parse_double(v, &o->params.topk_ratio) || !(o->params.topk_ratio > 0.0) ||
-                o->params.topk_ratio > 1.0)
-                rc = bc_bad(opt, v, "the topk ratio must be a number in (0, 1]");
-            break;
-        case 'k':
-            if (bc_parse_int(v, 1, BC_MAX_CHUNK, &o->params.int8_chunk))
-                rc = bc_bad(opt, v, "the int8 chunk must be an integer in 1..1073741824");
-            break;
-        case 'c':
-            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) rc = bc_bad(opt, v, "use 0 or 1");
-            else o->check = v[0] == '1';
-            break;
-        case 'J':
-            if (!*v) rc = bc_bad(opt, "''", "empty file name");
-            o->json = v;
-            break;
-        case 'd':
-            o->backend = v;
-            break;
-        }
-        if (rc) return rc;
-    }
+    char zhelp[192], dhelp[160];
+    snprintf(zhelp, sizeof zhelp, "codecs to sweep, comma-separated, from %s (none: the plain "
+             "allreduce_mean) and none-ring (the identity codec on the compressed ring) (none)", sdnn_codec_names());
+    snprintf(dhelp, sizeof dhelp, "comm backend: local, or mpi under mpirun -np P (usable here "
+             "now: %s)", sdnn_comm_available_names());
+    const sdnn_flag flags[] = {
+        {.name = "-b", .kind = SDNN_FLAG_CUSTOM, .dst = &o->minbytes, .parse = bc_parse_size_flag,
+         .meta = "MINBYTES", .help = "smallest buffer per replica; K, M, G suffixes (64K)"},
+        {.name = "-e", .kind = SDNN_FLAG_CUSTOM, .dst = &o->maxbytes, .parse = bc_parse_size_flag,
+         .meta = "MAXBYTES", .help = "largest buffer per replica, <= 16G (256M)"},
+        {.name = "-f", .kind = SDNN_FLAG_DOUBLE, .dst = &o->factor, .lo = 1, .lo_open = 1,
+         .hi = BC_MAX_FACTOR, .meta = "FACTOR", .help = "size multiplier from one row to the next (2)"},
+        {.name = "-n", .kind = SDNN_FLAG_INT, .dst = &o->iters, .lo = 1, .hi = 1000000000,
+         .meta = "ITERS", .help = "timed iterations per size (20)"},
+        {.name = "-w", .kind = SDNN_FLAG_INT, .dst = &o->warmup, .lo = 0, .hi = 1000000000,
+         .meta = "WARMUP", .help = "untimed iterations before them (5)"},
+        {.name = "-g", .kind = SDNN_FLAG_INT, .dst = &o->nrep, .lo = 1, .hi = BC_MAX_REPLICAS,
+         .meta = "NREPLICAS", .help = "replicas, each a rank with its own buffers (2)"},
+        {.name = "-z", .kind = SDNN_FLAG_STR, .dst = &zlist, .meta = "CODECS", .help = zhelp},
+        {.name = "-r", .kind = SDNN_FLAG_DOUBLE, .dst = &o->params.topk_ratio, .lo = 0,
+         .lo_open = 1, .hi = 1, .meta = "RATIO", .help = "topk: fraction of entries kept (0.01)"},
+        {.name = "-k", .kind = SDNN_FLAG_INT, .dst = &o->params.int8_chunk, .lo = 1,
+         .hi = BC_MAX_CHUNK, .meta = "CHUNK", .help = "int8: elements per scale (256)"},
+        {.name = "-s", .kind = SDNN_FLAG_SWITCH, .dst = &o->params.stochastic,
+         .help = "int8: stochastic rounding (default nearest)"},
+        {.name = "-c", .kind = SDNN_FLAG_INT, .dst = &o->check, .lo = 0, .hi = 1, .meta = "0|1",
+         .help = "check every result (1)"},
+        {.name = "-J", .kind = SDNN_FLAG_STR, .dst = &o->json, .meta = "FILE",
+         .help = "also write the settings and rows as JSON (atomically)"},
+        {.name = "-d", .kind = SDNN_FLAG_STR, .dst = &o->backend, .meta = "BACKEND", .help = dhelp},
+    };
+    const sdnn_command cmd = {
+        .name = "scalednn bench-comm", .args = "", .min_pos = 0, .max_pos = 0, .flags = flags,
+        .nflags = (int)(sizeof flags / sizeof flags[0]),
+        .notes = "Exit status: 0 all checks passed, 1 a check or a collective failed,\n"
+                 "2 bad usage.\n",
+    };
+    int np;
+    int parsed = sdnn_args_parse(&cmd, argc, argv, 1, NULL, &np);
+    if (parsed != SDNN_ARGS_OK) return parsed == SDNN_ARGS_HELP ? 0 : 2;
     if (bc_parse_codecs(o, zlist)) return 2;
     if (o->minbytes > o->maxbytes) {
         fprintf(stderr, "bench-comm: -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);

@@ -14,9 +14,7 @@ int sdnn_cmd_classifier(int argc, char **argv)
     if (argc >= 1 && strcmp(argv[0], "train") == 0)
         return sdnn_train_command(SDNN_TASK_CLASSIFIER, argc, argv);
     if (argc >= 1 && strcmp(argv[0], "valid") == 0) return sdnn_cmd_classifier_valid(argc, argv);
-    fprintf(stderr, "usage: darknet classifier train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
-                    "                                [-max_batches N] [-csv FILE] [-seed S]\n"
-                    "                                [-map [-map_every N] [-target TOP1]]\n"
-                    "       darknet classifier valid DATA CFG WEIGHTS\n");
-    return 1;
+    fprintf(stderr, "usage: darknet classifier train|valid ... (-h after the command lists its "
+                    "flags)\n");
+    return 2;
 }

@@ -21,73 +21,52 @@
 #include "replicas.h"
 #include "datacheck.h"
 
-static int usage(void)
-{
-    fprintf(stderr,
-            "usage: darknet detector train DATA CFG [WEIGHTS] [-gpus 0,1,...] [-clear]\n"
-            "                              [-max_batches N] [-csv FILE] [-seed S]\n"
-            "                              [-skip_bad_labels] (drop bad boxes, counted)\n"
-            "                              [-map [-map_every N] [-target MAP]] (mAP on valid=\n"
-            "                              every N iterations, default 100; stop at MAP)\n"
-            "       darknet detector test DATA CFG WEIGHTS IMAGE [-thresh T] [-out NAME]\n"
-            "       darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]\n");
-    return 1;
-}
-
-/* Arguments that are not flags or flag values, in order. */
-static int positional(int argc, char **argv, char **out, int max)
-{
-    static const char *with_value[] = {"-gpus", "-max_batches", "-csv", "-seed", "-thresh",
-                                       "-hier", "-out", "-threads", "-map_every", "-target",
-                                       "-iou", "-nms"};
-    int n = 0;
-    for (int i = 0; i < argc; ++i) {
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k)
-                if (strcmp(argv[i], with_value[k]) == 0) {
-                    ++i;
-                    break;
-                }
-            continue;
-        }
-        if (n < max) out[n] = argv[i];
-        ++n;
-    }
-    return n;
-}
-
+/* detector/classifier train DATA CFG [WEIGHTS] flags...: one flag table for
+ * both (train.c runs them). */
 int sdnn_train_command(sdnn_task task, int argc, char **argv)
 {
-    /* argv: train DATA CFG [WEIGHTS] flags... */
-    char *pos[4] = {0};
-    int np = positional(argc - 1, argv + 1, pos, 4);
-    if (np < 2 || np > 3) return usage();
-    sdnn_train_job job = {0};
-    job.task = task;
+    sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1};
+    const char *csv = NULL;
+    int map = 0;
+    long every = 100;
+    double target = 0;
+    const int detector = task == SDNN_TASK_DETECTOR;
+    const sdnn_flag flags[] = {
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &job.gpus, .parse = sdnn_flag_parse_gpus,
+         .meta = "LIST", .help = "replicas, one per id: 0,1,2,3 (0)"},
+        {.name = "-clear", .kind = SDNN_FLAG_SWITCH, .dst = &job.clear,
+         .help = "start from iteration 0 with the WEIGHTS given"},
+        {.name = "-max_batches", .kind = SDNN_FLAG_INT, .dst = &job.max_batches, .lo = 1,
+         .hi = 2147483647.0, .meta = "N", .help = "iterations (the cfg's max_batches)"},
+        {.name = "-csv", .kind = SDNN_FLAG_STR, .dst = &csv, .meta = "FILE",
+         .help = "per-iteration CSV (the cfg's csv=, else BACKUP/CFG.csv)"},
+        {.name = "-seed", .kind = SDNN_FLAG_LONG, .dst = &job.seed, .lo = 0, .hi = 4294967295.0,
+         .meta = "S", .help = "random seed (time-based, as Darknet)"},
+        {.name = "-threads", .kind = SDNN_FLAG_INT, .dst = &job.loader_threads, .lo = 1,
+         .hi = 1024, .meta = "N", .help = "loader threads"},
+        {.name = "-skip_bad_labels", .kind = SDNN_FLAG_SWITCH, .dst = &job.skip_bad_labels,
+         .help = "drop bad boxes (counted) instead of stopping"},
+        {.name = "-map", .kind = SDNN_FLAG_SWITCH, .dst = &map,
+         .help = detector ? "mAP@0.5 on valid= every -map_every iterations"
+                          : "top-1 on valid= every -map_every iterations"},
+        {.name = "-map_every", .kind = SDNN_FLAG_LONG, .dst = &every, .lo = 1, .hi = 2147483647.0,
+         .meta = "N", .help = "iterations between -map evaluations (100)"},
+        {.name = "-target", .kind = SDNN_FLAG_DOUBLE, .dst = &target, .lo = 0, .lo_open = 1,
+         .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached"},
+    };
+    const sdnn_command cmd = {
+        .name = detector ? "detector train" : "classifier train", .args = "DATA CFG [WEIGHTS]",
+        .min_pos = 2, .max_pos = 3, .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    const char *pos[3] = {0};
+    int np;
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
-    job.clear = find_arg(argc, argv, "-clear");
-    job.skip_bad_labels = find_arg(argc, argv, "-skip_bad_labels");
-    /* Strict values (flags.h): nothing is silently coerced. */
-    const char *gpus = NULL, *csv = NULL;
-    long max_batches, seed, threads, every;
-    double target;
-    if (sdnn_flag_str(argc, argv, "-gpus", &gpus) || sdnn_flag_str(argc, argv, "-csv", &csv) ||
-        sdnn_flag_long(argc, argv, "-max_batches", 0, 1, 2147483647L, &max_batches) ||
-        sdnn_flag_long(argc, argv, "-seed", -1, 0, 4294967295L, &seed) ||
-        sdnn_flag_long(argc, argv, "-threads", 0, 1, 1024, &threads) ||
-        sdnn_flag_long(argc, argv, "-map_every", 100, 1, 2147483647L, &every) ||
-        sdnn_flag_double(argc, argv, "-target", 0, 0, 1, 1, &target))
-        return 1;
-    job.gpus = gpus ? gpus : "0";
     job.nreplicas = sdnn_flag_gpus(job.gpus);
-    if (job.nreplicas < 1) return 1;
-    job.max_batches = (int)max_batches;
     job.csv = csv;
-    job.seed = seed;
-    job.loader_threads = (int)threads;
-    int map = find_arg(argc, argv, "-map");
     job.map_every = map ? (int)every : 0;
     job.target = target;
     return sdnn_train(&job);
@@ -95,22 +74,32 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
 
 static int test_detector(int argc, char **argv)
 {
-    char *pos[5] = {0};
-    int np = positional(argc - 1, argv + 1, pos, 5);
-    if (np != 4) return usage();
-    const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
-    double thresh_d, hier_d;
+    double thresh_d = .5, hier_d = .5;
     const char *out_s = NULL;
-    if (sdnn_flag_double(argc, argv, "-thresh", .5, 0, 0, 1, &thresh_d) ||
-        sdnn_flag_double(argc, argv, "-hier", .5, 0, 0, 1, &hier_d) ||
-        sdnn_flag_str(argc, argv, "-out", &out_s))
-        return 1;
+    const sdnn_flag flags[] = {
+        {.name = "-thresh", .kind = SDNN_FLAG_DOUBLE, .dst = &thresh_d, .lo = 0, .hi = 1,
+         .meta = "T", .help = "score threshold (0.5)"},
+        {.name = "-hier", .kind = SDNN_FLAG_DOUBLE, .dst = &hier_d, .lo = 0, .hi = 1,
+         .meta = "T", .help = "hierarchy threshold (0.5)"},
+        {.name = "-out", .kind = SDNN_FLAG_STR, .dst = &out_s, .meta = "NAME",
+         .help = "the image with boxes, NAME.jpg (predictions)"},
+    };
+    const sdnn_command cmd = {
+        .name = "detector test", .args = "DATA CFG WEIGHTS IMAGE", .min_pos = 4, .max_pos = 4,
+        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    const char *pos[4] = {0};
+    int np;
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
     float thresh = (float)thresh_d, hier = (float)hier_d;
     const char *outname = out_s ? out_s : "predictions";
     /* Darknet formats NAME.jpg into a 256-byte buffer. */
     if (strlen(outname) > 240) {
-        fprintf(stderr, "error: -out %.40s...: name too long (at most 240 characters)\n", outname);
-        return 1;
+        char shown[48];
+        snprintf(shown, sizeof shown, "%.40s...", outname);
+        return sdnn_args_bad(&cmd, "-out", shown, "a name of at most 240 characters");
     }
     const char *files[][2] = {{"data file", datacfg}, {"cfg file", cfgfile},
                               {"weights file", weights}, {"image", imgpath}};
@@ -190,9 +179,11 @@ static int test_detector(int argc, char **argv)
 int sdnn_cmd_detector(int argc, char **argv)
 {
     /* argv[0] == "train" | "test" | "map" */
-    if (argc < 1) return usage();
-    if (strcmp(argv[0], "train") == 0) return sdnn_train_command(SDNN_TASK_DETECTOR, argc, argv);
-    if (strcmp(argv[0], "test") == 0) return test_detector(argc, argv);
-    if (strcmp(argv[0], "map") == 0) return sdnn_cmd_detector_map(argc, argv);
-    return usage();
+    if (argc >= 1 && strcmp(argv[0], "train") == 0)
+        return sdnn_train_command(SDNN_TASK_DETECTOR, argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "test") == 0) return test_detector(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "map") == 0) return sdnn_cmd_detector_map(argc, argv);
+    fprintf(stderr, "usage: darknet detector train|test|map ... (-h after the command lists its "
+                    "flags)\n");
+    return 2;
 }

@@ -7,6 +7,7 @@
  */
 #include "dialect.h"
 #include "evaluate.h"
+#include "flags.h"
 #include "datacheck.h"
 #include "config.h"
 #include "replicas.h"
@@ -316,47 +317,10 @@ sdnn_status sdnn_classifier_eval(network *net, char **paths, int n, char **label
 /* ---- the commands --------------------------------------------------------- */
 
 typedef struct eval_args {
-    char *pos[3];
+    const char *pos[3];
     int npos;
     float iou, thresh, nms;
 } eval_args;
-
-/* Positional arguments and the float flags allowed (names[i] with value
- * *vals[i]); anything else is an error. */
-static int parse_args(const char *cmd, int argc, char **argv, const char *const *names,
-                      float *const *vals, int nflags, eval_args *a)
-{
-    a->npos = 0;
-    for (int i = 1; i < argc; ++i) {
-        if (argv[i][0] != '-' || argv[i][1] == '\0') {
-            if (a->npos < 3) a->pos[a->npos] = argv[i];
-            ++a->npos;
-            continue;
-        }
-        int f = 0;
-        while (f < nflags && strcmp(argv[i], names[f]) != 0) ++f;
-        if (f == nflags) {
-            fprintf(stderr, "error: %s: unknown option %s\n", cmd, argv[i]);
-            return -1;
-        }
-        char *end = NULL;
-        if (i + 1 < argc) {
-            errno = 0;
-            *vals[f] = strtof(argv[i + 1], &end);
-        }
-        if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || errno || !isfinite(*vals[f])) {
-            fprintf(stderr, "error: %s: %s needs a number\n", cmd, argv[i]);
-            return -1;
-        }
-        ++i;
-    }
-    if (a->npos != 3) {
-        fprintf(stderr, "error: %s: expected DATA CFG WEIGHTS, got %d argument%s\n", cmd, a->npos,
-                a->npos == 1 ? "" : "s");
-        return -1;
-    }
-    return 0;
-}
 
 /* What the two commands share: files checked, the [scalednn] section
  * stripped, the network parsed and the weights loaded, the valid list
@@ -456,20 +420,20 @@ static char **read_names(const char *datacfg, const char *key, const char *file,
 int sdnn_cmd_detector_map(int argc, char **argv)
 {
     eval_args a = {.iou = .5f, .thresh = .005f, .nms = .45f};
-    static const char *const names[] = {"-iou", "-thresh", "-nms"};
-    float *const vals[] = {&a.iou, &a.thresh, &a.nms};
-    if (parse_args("detector map", argc, argv, names, vals, 3, &a) != 0) {
-        fprintf(stderr, "usage: darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] "
-                        "[-nms 0.45]\n");
-        return 1;
-    }
-    if (!(a.iou > 0 && a.iou <= 1) || !(a.thresh >= 0 && a.thresh < 1) ||
-        !(a.nms > 0 && a.nms <= 1)) {
-        fprintf(stderr, "error: detector map: -iou %g must be in (0, 1], -thresh %g in [0, 1), "
-                        "-nms %g in (0, 1]\n",
-                (double)a.iou, (double)a.thresh, (double)a.nms);
-        return 1;
-    }
+    const sdnn_flag flags[] = {
+        {.name = "-iou", .kind = SDNN_FLAG_FLOAT, .dst = &a.iou, .lo = 0, .lo_open = 1, .hi = 1,
+         .meta = "X", .help = "a detection matches a truth at IoU >= X (0.5)"},
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T", .help = "probability above which a box is a detection (0.005)"},
+        {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
+         .meta = "X", .help = "non-maximum suppression threshold (0.45)"},
+    };
+    const sdnn_command cmd = {
+        .name = "detector map", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
+        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
     loaded L;
     if (load_all(&a, &L) != 0) return 1;
     const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
@@ -553,10 +517,11 @@ out:
 int sdnn_cmd_classifier_valid(int argc, char **argv)
 {
     eval_args a = {0};
-    if (parse_args("classifier valid", argc, argv, NULL, NULL, 0, &a) != 0) {
-        fprintf(stderr, "usage: darknet classifier valid DATA CFG WEIGHTS\n");
-        return 1;
-    }
+    const sdnn_command cmd = {
+        .name = "classifier valid", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
+    };
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
     const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
     loaded L;
     if (load_all(&a, &L) != 0) return 1;

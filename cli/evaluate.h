@@ -25,7 +25,7 @@ typedef struct sdnn_map_eval_opts {
     float nms;    /* do_nms_sort threshold, (0, 1] */
 } sdnn_map_eval_opts;
 
-#define SDNN_MAP_EVAL_OPTS_INIT {0.5f, 0.005f, 0.45f}
+#define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f }
 
 /* Classes of the network's detection layers ([yolo], [region], [detection]);
  * -1 when it has none or they disagree. */

@@ -5,23 +5,8 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int sdnn_flag_str(int argc, char **argv, const char *name, const char **val)
-{
-    *val = NULL;
-    for (int i = 0; i < argc && argv[i]; ++i) {
-        if (strcmp(argv[i], name) != 0) continue;
-        if (i + 1 >= argc || !argv[i + 1] || !argv[i + 1][0]) {
-            fprintf(stderr, "error: %s needs a value (it is the last argument)\n", name);
-            return -1;
-        }
-        *val = argv[i + 1];
-    }
-    return 0;
-}
 
 /* Decimal only: strtod would also take "0x10", "inf" and "nan". */
 static int decimal(const char *s)
@@ -31,41 +16,142 @@ static int decimal(const char *s)
     return *s != '\0';
 }
 
-int sdnn_flag_long(int argc, char **argv, const char *name, long def, long lo, long hi, long *out)
+static int is_help(const char *a)
 {
-    const char *v;
-    *out = def;
-    if (sdnn_flag_str(argc, argv, name, &v)) return -1;
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || errno == ERANGE || x < lo || x > hi) {
-        fprintf(stderr, "error: %s %s: expected an integer >= %ld and <= %ld\n", name, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return strcmp(a, "-h") == 0 || strcmp(a, "-help") == 0 || strcmp(a, "--help") == 0;
 }
 
-int sdnn_flag_double(int argc, char **argv, const char *name, double def, double lo, int lo_open,
-                     double hi, double *out)
+/* The flag of c called a (or, with c->dashdash, --name for -name). */
+static const sdnn_flag *find_flag(const sdnn_command *c, const char *a)
 {
-    const char *v;
-    *out = def;
-    if (sdnn_flag_str(argc, argv, name, &v)) return -1;
-    if (!v) return 0;
-    char *end;
+    if (c->dashdash && a[0] == '-' && a[1] == '-' && a[2] != '\0') ++a;
+    for (int k = 0; k < c->nflags; ++k)
+        if (strcmp(c->flags[k].name, a) == 0) return &c->flags[k];
+    return NULL;
+}
+
+static int bad(const sdnn_command *c, const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "error: darknet %s: ", c->name);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    sdnn_args_usage(c, stderr);
+    return SDNN_ARGS_BAD;
+}
+
+int sdnn_args_bad(const sdnn_command *c, const char *flag, const char *value, const char *what)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s %s: expected %s", flag, value ? value : "", what);
+    return bad(c, "%s%s", msg, "");
+}
+
+/* Store value v of flag f; SDNN_ARGS_OK or SDNN_ARGS_BAD after a message. */
+static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
+{
+    char what[160];
+    char *end = NULL;
     errno = 0;
-    double x = strtod(v, &end);
-    if (!decimal(v) || end == v || *end != '\0' || errno == ERANGE || !isfinite(x) ||
-        (lo_open ? !(x > lo) : !(x >= lo)) || !(x <= hi)) {
-        fprintf(stderr, "error: %s %s: expected a number %s %g and <= %g\n", name, v,
-                lo_open ? ">" : ">=", lo, hi);
-        return -1;
+    switch (f->kind) {
+    case SDNN_FLAG_SWITCH:
+        *(int *)f->dst = 1;
+        return SDNN_ARGS_OK;
+    case SDNN_FLAG_STR:
+        *(const char **)f->dst = v;
+        return SDNN_ARGS_OK;
+    case SDNN_FLAG_INT:
+    case SDNN_FLAG_LONG: {
+        long x = strtol(v, &end, 10);
+        if (end == v || *end != '\0' || errno == ERANGE || x < (long)f->lo || x > (long)f->hi) {
+            snprintf(what, sizeof what, "an integer >= %ld and <= %ld", (long)f->lo, (long)f->hi);
+            return sdnn_args_bad(c, f->name, v, what);
+        }
+        if (f->kind == SDNN_FLAG_INT) *(int *)f->dst = (int)x;
+        else *(long *)f->dst = x;
+        return SDNN_ARGS_OK;
     }
-    *out = x;
-    return 0;
+    case SDNN_FLAG_DOUBLE:
+    case SDNN_FLAG_FLOAT: {
+        double x = strtod(v, &end);
+        if (!decimal(v) || end == v || *end != '\0' || errno == ERANGE || !isfinite(x) ||
+            (f->lo_open ? !(x > f->lo) : !(x >= f->lo)) ||
+            (f->hi_open ? !(x < f->hi) : !(x <= f->hi))) {
+            snprintf(what, sizeof what, "a number %s %g and %s %g", f->lo_open ? ">" : ">=", f->lo,
+                     f->hi_open ? "<" : "<=", f->hi);
+            return sdnn_args_bad(c, f->name, v, what);
+        }
+        if (f->kind == SDNN_FLAG_FLOAT) *(float *)f->dst = (float)x;
+        else *(double *)f->dst = x;
+        return SDNN_ARGS_OK;
+    }
+    case SDNN_FLAG_CUSTOM:
+        if (f->parse(f->name, v, f->dst) == 0) return SDNN_ARGS_OK;
+        sdnn_args_usage(c, stderr);
+        return SDNN_ARGS_BAD;
+    }
+    return SDNN_ARGS_BAD;
+}
+
+int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, const char **pos,
+                    int *npos)
+{
+    int np = 0;
+    *npos = 0;
+    for (int i = first; i < argc; ++i) {
+        const char *a = argv[i];
+        if (!a) continue;
+        if (a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9')) {
+            if (np == c->max_pos) return bad(c, "unexpected argument %s%s", a, "");
+            pos[np++] = a;
+            continue;
+        }
+        if (is_help(a)) {
+            sdnn_args_usage(c, stdout);
+            return SDNN_ARGS_HELP;
+        }
+        const sdnn_flag *f = find_flag(c, a);
+        if (!f) return bad(c, "unknown flag %s%s (-h lists the flags)", a, "");
+        if (f->seen) *f->seen = 1;
+        if (f->kind == SDNN_FLAG_SWITCH) {
+            *(int *)f->dst = 1;
+            continue;
+        }
+        if (i + 1 >= argc || !argv[i + 1] || !argv[i + 1][0])
+            return bad(c, "%s needs a value (%s)", f->name, f->meta ? f->meta : "a value");
+        int st = store(c, f, argv[++i]);
+        if (st != SDNN_ARGS_OK) return st;
+    }
+    *npos = np;
+    if (np < c->min_pos) {
+        fprintf(stderr, "error: darknet %s: expected %s\n", c->name, c->args);
+        sdnn_args_usage(c, stderr);
+        return SDNN_ARGS_BAD;
+    }
+    return SDNN_ARGS_OK;
+}
+
+void sdnn_args_usage(const sdnn_command *c, FILE *f)
+{
+    int col = fprintf(f, "usage: darknet %s%s%s", c->name, c->args[0] ? " " : "", c->args);
+    int indent = (int)strlen("usage: darknet ") + (int)strlen(c->name) + 1;
+    for (int k = 0; k < c->nflags; ++k) {
+        const sdnn_flag *fl = &c->flags[k];
+        char item[96];
+        if (fl->kind == SDNN_FLAG_SWITCH) snprintf(item, sizeof item, " [%s]", fl->name);
+        else snprintf(item, sizeof item, " [%s %s]", fl->name, fl->meta ? fl->meta : "X");
+        if (col + (int)strlen(item) > 96) col = fprintf(f, "\n%*s", indent - 1, "") - 1;
+        col += fprintf(f, "%s", item);
+    }
+    fputc('\n', f);
+    for (int k = 0; k < c->nflags; ++k) {
+        const sdnn_flag *fl = &c->flags[k];
+        if (!fl->help) continue;
+        char head[64];
+        if (fl->kind == SDNN_FLAG_SWITCH) snprintf(head, sizeof head, "%s", fl->name);
+        else snprintf(head, sizeof head, "%s %s", fl->name, fl->meta ? fl->meta : "X");
+        fprintf(f, "  %-20s %s\n", head, fl->help);
+    }
+    if (c->notes) fprintf(f, "%s", c->notes);
 }
 
 int sdnn_flag_gpus(const char *list)
@@ -93,4 +179,12 @@ bad:
     fprintf(stderr, "error: -gpus %s: expected a comma-separated list of ids, e.g. 0,1,2,3\n",
             list ? list : "");
     return -1;
+}
+
+int sdnn_flag_parse_gpus(const char *flag, const char *value, void *dst)
+{
+    (void)flag;
+    if (sdnn_flag_gpus(value) < 1) return -1;
+    *(const char **)dst = value;
+    return 0;
 }

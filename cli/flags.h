@@ -1,25 +1,82 @@
 /*
- * flags: strict command-line values.  Darknet's find_int_arg/atoi read
- * "-max_batches -5" or "-seed abc" as numbers, wrap "99999999999", and give
- * the default when a flag is the last argument with no value; these report
- * each of those on stderr naming the flag and what is allowed, and return
- * -1 (the caller exits 1).  argv may hold NULL entries (Darknet's del_arg).
+ * flags: the one command-line parser of ./darknet's commands.
+ *
+ * Each command describes itself once, in an sdnn_command: its name, its
+ * positional arguments and a table of flags (name, kind, where the value
+ * goes, range, value name, one line of help).  sdnn_args_parse reads argv
+ * against the table and sdnn_args_usage prints the usage text from it, so
+ * the two cannot disagree.  The convention is Darknet's: single-dash flags
+ * followed by their value (`-max_batches 100`), switches without one
+ * (`-clear`), positionals in order, `-h`/`-help`/`--help` for the usage.
+ *
+ * Values are strict: Darknet's find_int_arg/atoi read "-max_batches -5" or
+ * "-seed abc" as numbers, wrap "99999999999", and give the default when a
+ * flag is the last argument; here each of those, an unknown flag and a
+ * wrong number of positionals is bad usage: one message on stderr naming
+ * the flag and what is allowed, the usage text, exit status 2.  argv may
+ * hold NULL entries (Darknet's del_arg).
  */
 #ifndef SDNN_FLAGS_H
 #define SDNN_FLAGS_H
 
-/* *val = the value after `name`, or NULL when the flag is absent. */
-int sdnn_flag_str(int argc, char **argv, const char *name, const char **val);
+#include <stdio.h>
 
-/* An integer in [lo, hi]; *out = def when absent. */
-int sdnn_flag_long(int argc, char **argv, const char *name, long def, long lo, long hi, long *out);
+typedef enum {
+    SDNN_FLAG_SWITCH, /* no value; *(int *)dst = 1 */
+    SDNN_FLAG_STR,    /* *(const char **)dst = the value */
+    SDNN_FLAG_INT,    /* *(int *)dst: an integer in [lo, hi] */
+    SDNN_FLAG_LONG,   /* *(long *)dst: an integer in [lo, hi] */
+    SDNN_FLAG_DOUBLE, /* *(double *)dst: a finite decimal number in lo..hi (lo_open, hi_open) */
+    SDNN_FLAG_FLOAT,  /* *(float *)dst: the same, stored as a float */
+    SDNN_FLAG_CUSTOM, /* parse(flag, value, dst): 0, or -1 after a message naming the flag */
+} sdnn_flag_kind;
 
-/* A finite number in [lo, hi] (lo excluded when lo_open); *out = def when absent. */
-int sdnn_flag_double(int argc, char **argv, const char *name, double def, double lo, int lo_open,
-                     double hi, double *out);
+typedef struct sdnn_flag {
+    const char *name;    /* "-gpus" */
+    sdnn_flag_kind kind;
+    void *dst;
+    double lo, hi;       /* INT, LONG, DOUBLE */
+    int lo_open, hi_open; /* DOUBLE: lo / hi excluded */
+    const char *meta;    /* the value in the usage text: "LIST" */
+    const char *help;    /* one line, or NULL (then the flag is listed only in the synopsis) */
+    int (*parse)(const char *flag, const char *value, void *dst); /* CUSTOM */
+    int *seen;           /* NULL, or set to 1 when the flag is given */
+} sdnn_flag;
 
-/* -gpus LIST: ids 0..1023, comma-separated, each once; the replica count
- * or -1 (reported). */
+typedef struct sdnn_command {
+    const char *name;    /* "detector train" */
+    const char *args;    /* the positionals in the synopsis: "DATA CFG [WEIGHTS]" */
+    int min_pos, max_pos;
+    const sdnn_flag *flags;
+    int nflags;
+    const char *notes;   /* lines printed after the flags, or NULL */
+    int dashdash;        /* 1: `--flag` is also read as `-flag` (scripts of an older syntax) */
+} sdnn_command;
+
+#define SDNN_ARGS_OK 0
+#define SDNN_ARGS_HELP 1  /* -h: the usage went to stdout; the command exits 0 */
+#define SDNN_ARGS_BAD 2   /* bad usage: message and usage on stderr; exit 2 */
+
+/* Read argv[first..argc) against c: positionals into pos[0..c->max_pos)
+ * (*npos = their count), flag values into their dst.  Returns one of
+ * SDNN_ARGS_OK, SDNN_ARGS_HELP, SDNN_ARGS_BAD. */
+int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, const char **pos,
+                    int *npos);
+
+/* "usage: darknet NAME ARGS [-flag META] ...", then one line per flag with
+ * help, then the notes. */
+void sdnn_args_usage(const sdnn_command *c, FILE *f);
+
+/* Report a bad value of `flag` ("error: FLAG VALUE: expected WHAT") and
+ * return SDNN_ARGS_BAD; for checks a command makes after parsing. */
+int sdnn_args_bad(const sdnn_command *c, const char *flag, const char *value, const char *what);
+
+/* -gpus LIST: ids 0..1023, comma-separated, each once; the replica count,
+ * or -1 after a message. */
 int sdnn_flag_gpus(const char *list);
+
+/* SDNN_FLAG_CUSTOM parser of -gpus: *(const char **)dst = the list once it
+ * is valid. */
+int sdnn_flag_parse_gpus(const char *flag, const char *value, void *dst);
 
 #endif

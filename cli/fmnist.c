@@ -18,6 +18,8 @@
 #include "commands.h"
 #include "saveio.h"
 
+#include "flags.h"
+
 #include <darknet.h>
 
 #include <errno.h>
@@ -307,71 +309,28 @@ done:
 
 /* ---- the command -------------------------------------------------------- */
 
-static void fm_usage(void)
-{
-    fprintf(stderr, "usage: darknet scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n"
-                    "  -n N       training images, the first N (default 2000, 0 = all)\n"
-                    "  -valid N   validation images, the first N of the test set"
-                    " (default 500, 0 = all)\n"
-                    "  -src DIR   the gzipped IDX files (default " FM_DEFAULT_SRC ")\n");
-}
-
-static int fm_parse_count(const char *opt, const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < 0 || v > 100000000L) {
-        fprintf(stderr, "fmnist: %s wants a count >= 0 (0 = all), got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 int sdnn_cmd_fmnist(int argc, char **argv)
 {
-    const char *outdir = NULL, *src = FM_DEFAULT_SRC;
+    const char *src = FM_DEFAULT_SRC;
     long n_train = 2000, n_valid = 500;
-
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "-help") || !strcmp(a, "--help")) {
-            fm_usage();
-            return 0;
-        }
-        if (a[0] == '-' && a[1] != '\0') {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "fmnist: option %s needs a value\n", a);
-                fm_usage();
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(a, "-n")) {
-                if (fm_parse_count(a, v, &n_train)) return 2;
-            } else if (!strcmp(a, "-valid")) {
-                if (fm_parse_count(a, v, &n_valid)) return 2;
-            } else if (!strcmp(a, "-src")) {
-                src = v;
-            } else {
-                fprintf(stderr, "fmnist: unknown option %s\n", a);
-                fm_usage();
-                return 2;
-            }
-        } else if (!outdir) {
-            outdir = a;
-        } else {
-            fprintf(stderr, "fmnist: unexpected argument '%s' (OUTDIR is already '%s')\n", a,
-                    outdir);
-            fm_usage();
-            return 2;
-        }
-    }
-    if (!outdir || !outdir[0]) {
-        fprintf(stderr, "fmnist: missing OUTDIR\n");
-        fm_usage();
-        return 2;
-    }
+    const sdnn_flag flags[] = {
+        {.name = "-n", .kind = SDNN_FLAG_LONG, .dst = &n_train, .lo = 0, .hi = 100000000,
+         .meta = "N", .help = "training images, the first N (2000, 0 = all)"},
+        {.name = "-valid", .kind = SDNN_FLAG_LONG, .dst = &n_valid, .lo = 0, .hi = 100000000,
+         .meta = "N", .help = "validation images, the first N of the test set (500, 0 = all)"},
+        {.name = "-src", .kind = SDNN_FLAG_STR, .dst = &src, .meta = "DIR",
+         .help = "the gzipped IDX files (" FM_DEFAULT_SRC ")"},
+    };
+    const sdnn_command cmd = {
+        .name = "scalednn fmnist", .args = "OUTDIR", .min_pos = 1, .max_pos = 1, .flags = flags,
+        .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    const char *pos[1] = {0};
+    int np;
+    int parsed = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
+    if (parsed != SDNN_ARGS_OK) return parsed == SDNN_ARGS_HELP ? 0 : 2;
+    const char *outdir = pos[0];
+    if (!outdir[0]) return sdnn_args_bad(&cmd, "OUTDIR", "", "a directory");
     char out[PATH_MAX];
     size_t len = strlen(outdir);
     if (len + 64 >= sizeof out) {

@@ -18,6 +18,8 @@
 #include "commands.h"
 #include "saveio.h"
 
+#include "flags.h"
+
 #include <darknet.h>
 
 #include <errno.h>
@@ -313,29 +315,18 @@ static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
 
 /* ---- files ------------------------------------------------------------ */
 
-static int gs_parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+/* -seed: an unsigned 64-bit integer (decimal, or 0x... as strtoull reads it). */
+static int gs_parse_seed(const char *flag, const char *v, void *dst)
 {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "gen-shapes: %s wants an integer in [%ld, %ld], got '%s'\n",
-                opt, lo, hi, s);
+    unsigned long long s = strtoull(v, &end, 0);
+    if (errno || end == v || *end != '\0' || v[0] == '-') {
+        fprintf(stderr, "error: %s %s: expected an unsigned integer\n", flag, v);
         return -1;
     }
-    *out = v;
+    *(uint64_t *)dst = (uint64_t)s;
     return 0;
-}
-
-static void gs_usage(void)
-{
-    fprintf(stderr, "usage: darknet scalednn gen-shapes OUTDIR [-n N] [-valid N]"
-                    " [-seed S] [-size PX]\n"
-                    "  -n N       training images (default 512)\n"
-                    "  -valid N   validation images (default 64)\n"
-                    "  -seed S    PRNG seed, unsigned integer (default 1)\n"
-                    "  -size PX   image width and height (default 64, %d..%d)\n",
-            GS_MIN_SIZE, GS_MAX_SIZE);
 }
 
 /* Writes one split; returns the number of objects, or -1 on error. */
@@ -407,57 +398,28 @@ static long gs_split(const char *out, const char *split, int split_id, int count
 
 int sdnn_cmd_gen_shapes(int argc, char **argv)
 {
-    const char *outdir = NULL;
     long n_train = 512, n_valid = 64, size = 64;
     uint64_t seed = 1;
-
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "-help") || !strcmp(a, "--help")) {
-            gs_usage();
-            return 0;
-        }
-        if (a[0] == '-' && a[1] != '\0') {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "gen-shapes: option %s needs a value\n", a);
-                gs_usage();
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(a, "-n")) {
-                if (gs_parse_int(a, v, 1, GS_MAX_COUNT, &n_train)) return 2;
-            } else if (!strcmp(a, "-valid")) {
-                if (gs_parse_int(a, v, 0, GS_MAX_COUNT, &n_valid)) return 2;
-            } else if (!strcmp(a, "-size")) {
-                if (gs_parse_int(a, v, GS_MIN_SIZE, GS_MAX_SIZE, &size)) return 2;
-            } else if (!strcmp(a, "-seed")) {
-                char *end;
-                errno = 0;
-                unsigned long long s = strtoull(v, &end, 0);
-                if (errno || end == v || *end != '\0' || v[0] == '-') {
-                    fprintf(stderr, "gen-shapes: -seed wants an unsigned integer, got '%s'\n", v);
-                    return 2;
-                }
-                seed = (uint64_t)s;
-            } else {
-                fprintf(stderr, "gen-shapes: unknown option %s\n", a);
-                gs_usage();
-                return 2;
-            }
-        } else if (!outdir) {
-            outdir = a;
-        } else {
-            fprintf(stderr, "gen-shapes: unexpected argument '%s' (OUTDIR is already '%s')\n",
-                    a, outdir);
-            gs_usage();
-            return 2;
-        }
-    }
-    if (!outdir || !outdir[0]) {
-        fprintf(stderr, "gen-shapes: missing OUTDIR\n");
-        gs_usage();
-        return 2;
-    }
+    const sdnn_flag flags[] = {
+        {.name = "-n", .kind = SDNN_FLAG_LONG, .dst = &n_train, .lo = 1, .hi = GS_MAX_COUNT,
+         .meta = "N", .help = "training images (512)"},
+        {.name = "-valid", .kind = SDNN_FLAG_LONG, .dst = &n_valid, .lo = 0, .hi = GS_MAX_COUNT,
+         .meta = "N", .help = "validation images (64)"},
+        {.name = "-seed", .kind = SDNN_FLAG_CUSTOM, .dst = &seed, .parse = gs_parse_seed,
+         .meta = "S", .help = "PRNG seed, unsigned integer (1)"},
+        {.name = "-size", .kind = SDNN_FLAG_LONG, .dst = &size, .lo = GS_MIN_SIZE,
+         .hi = GS_MAX_SIZE, .meta = "PX", .help = "image width and height (64)"},
+    };
+    const sdnn_command cmd = {
+        .name = "scalednn gen-shapes", .args = "OUTDIR", .min_pos = 1, .max_pos = 1,
+        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    const char *pos[1] = {0};
+    int np;
+    int parsed = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
+    if (parsed != SDNN_ARGS_OK) return parsed == SDNN_ARGS_HELP ? 0 : 2;
+    const char *outdir = pos[0];
+    if (!outdir[0]) return sdnn_args_bad(&cmd, "OUTDIR", "", "a directory");
 
     /* OUTDIR as given, less trailing slashes ("/" stays "/"). */
     char out[PATH_MAX];

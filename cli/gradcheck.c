@@ -4,82 +4,40 @@
  */
 #include "gradcheck_cmd.h"
 #include "gradcheck.h"
+#include "flags.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int usage(void)
-{
-    fprintf(stderr, "usage: darknet scalednn gradcheck CFG [-engine %s] [-samples N] "
-                    "[-seed S] [-eps E]\n"
-                    "  -samples N  elements checked per weights/biases/scales tensor (8)\n"
-                    "  -seed S     weights, batch and dropout draws (1)\n"
-                    "  -eps E      finite-difference step (1e-3)\n",
-            sdnn_gradcheck_engines());
-    return 2;
-}
-
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "gradcheck: %s %s: expected an integer in [%ld, %ld]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 int sdnn_cmd_gradcheck(int argc, char **argv)
 {
     sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
-    const char *cfg = NULL;
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        if (a[0] != '-') {
-            if (cfg) {
-                fprintf(stderr, "gradcheck: one cfg only (%s, then %s)\n", cfg, a);
-                return usage();
-            }
-            cfg = a;
-            continue;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage();
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "gradcheck: %s needs a value\n", a);
-            return usage();
-        }
-        const char *v = argv[++i];
-        long x;
-        if (strcmp(a, "-engine") == 0) {
-            o.engine = v;
-        } else if (strcmp(a, "-samples") == 0) {
-            if (parse_long(a, v, 1, 1000000, &x)) return 2;
-            o.samples = (int)x;
-        } else if (strcmp(a, "-seed") == 0) {
-            if (parse_long(a, v, 0, 0x7fffffffL, &x)) return 2;
-            o.seed = (uint64_t)x;
-        } else if (strcmp(a, "-eps") == 0) {
-            char *end = NULL;
-            errno = 0;
-            o.eps = strtod(v, &end);
-            if (end == v || *end || errno || !(o.eps > 0) || !(o.eps < 1)) {
-                fprintf(stderr, "gradcheck: -eps %s: expected a step > 0 and < 1\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "gradcheck: unknown option %s\n", a);
-            return usage();
-        }
-    }
-    if (!cfg) return usage();
+    long seed = (long)o.seed;
+    char engines[128];
+    snprintf(engines, sizeof engines, "what runs the step: %s (%s)", sdnn_gradcheck_engines(),
+             o.engine);
+    const sdnn_flag flags[] = {
+        {.name = "-engine", .kind = SDNN_FLAG_STR, .dst = &o.engine, .meta = "NAME",
+         .help = engines},
+        {.name = "-samples", .kind = SDNN_FLAG_INT, .dst = &o.samples, .lo = 1, .hi = 1000000,
+         .meta = "N", .help = "elements checked per weights/biases/scales tensor (8)"},
+        {.name = "-seed", .kind = SDNN_FLAG_LONG, .dst = &seed, .lo = 0, .hi = 0x7fffffff,
+         .meta = "S", .help = "weights, batch and dropout draws (1)"},
+        {.name = "-eps", .kind = SDNN_FLAG_DOUBLE, .dst = &o.eps, .lo = 0, .lo_open = 1, .hi = 1,
+         .hi_open = 1, .meta = "E", .help = "finite-difference step (1e-3)"},
+    };
+    const sdnn_command cmd = {
+        .name = "scalednn gradcheck", .args = "CFG", .min_pos = 1, .max_pos = 1, .flags = flags,
+        .nflags = (int)(sizeof flags / sizeof flags[0]),
+    };
+    const char *pos[1] = {0};
+    int np;
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    const char *cfg = pos[0];
+    o.seed = (uint64_t)seed;
     if (sdnn_gradcheck_engine_check(o.engine) != SDNN_OK) {
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         return 2;

@@ -6,25 +6,22 @@
 #include "commands.h"
 #include "gradcheck_cmd.h"
 #include "plan_cmd.h"
+#include "config.h"
 
 #include <stdio.h>
 #include <string.h>
 
+/* The commands; each prints its own flags from its flag table (-h). */
 static int usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s detector train|test|map ...\n"
             "       %s classifier train|valid ...\n"
-            "       %s scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX]\n"
-            "       %s scalednn fmnist OUTDIR [-n N] [-valid N] [-src DIR]\n"
-            "       %s scalednn bench-comm [-b MIN] [-e MAX] [-f F] [-n N] [-w W] [-g REPLICAS]\n"
-            "                              [-z CODEC[,CODEC...]] [-J FILE] (-h for all)\n"
-            "       %s scalednn plan DATA CFG [-gpus LIST] [-link NAME] [-compress_allow LIST] (-h)\n"
-            "       %s scalednn simulate CFG --topology pcie|nvlink|eth|ib [--gpus N] [--nodes M]\n"
-            "                              [--speed F] [--csv FILE] (-h)\n"
-            "       %s scalednn gradcheck CFG [-engine cpu|gpu] [-samples N] [-seed S] [-eps E]\n",
-            prog, prog, prog, prog, prog, prog, prog, prog);
-    return 1;
+            "       %s scalednn gen-shapes|fmnist|bench-comm|plan|simulate|gradcheck ...\n"
+            "       %s scalednn keys       (the [scalednn] cfg keys)\n"
+            "Each command takes -h for its arguments and flags (-flag value, Darknet's style).\n",
+            prog, prog, prog, prog);
+    return 2;
 }
 
 int main(int argc, char **argv)
@@ -39,6 +36,10 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "plan") == 0) return sdnn_cmd_plan(argc - 2, argv + 2);
         if (strcmp(argv[2], "simulate") == 0) return sdnn_cmd_simulate(argc - 2, argv + 2);
         if (strcmp(argv[2], "gradcheck") == 0) return sdnn_cmd_gradcheck(argc - 2, argv + 2);
+        if (strcmp(argv[2], "keys") == 0 && argc == 3) {
+            sdnn_config_print_keys(stdout);
+            return 0;
+        }
     }
     return usage(argv[0]);
 }

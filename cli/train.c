@@ -30,23 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int sdnn_parse_gpus(const char *list)
-{
-    if (!list || !*list) return -1;
-    int n = 0;
-    const char *p = list;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 1023) return -1;
-        ++n;
-        if (*end == '\0') return n;
-        if (*end != ',') return -1;
-        p = end + 1;
-    }
-}
-
 static int fail(const char *what)
 {
     fprintf(stderr, "error: %s\n", what);

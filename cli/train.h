@@ -32,9 +32,5 @@ int sdnn_train(const sdnn_train_job *job);
 /* `detector train` / `classifier train` with argv[0] == "train". */
 int sdnn_train_command(sdnn_task task, int argc, char **argv);
 
-/* Free a list from Darknet's read_data_cfg (its free_list leaves the
- * key/value pairs). */
-/* Parse "0,1,2" into a replica count; -1 on malformed input. */
-int sdnn_parse_gpus(const char *list);
 
 #endif

@@ -1,7 +1,8 @@
-# mk/mpi.mk — the MPI backend (plugin/comm/comm_mpi.c) and its tests, included by
-# the Makefile.  MPI=1 (the default when mpicc is found) compiles everything
-# with -DSDNN_MPI=1 and OpenMPI's include flags and links with its libraries;
-# MPI=0 builds comm_mpi.c as a stub whose available() is 0.
+# mk/mpi.mk — the MPI backend (plugin/comm/comm_mpi.c and its mpi_*.c) and its
+# tests, included by the Makefile.  MPI=1 (the default when mpicc is found)
+# compiles everything with -DSDNN_MPI=1 and OpenMPI's include flags and links
+# with its libraries; MPI=0 builds comm_mpi.c as a stub whose available() is 0
+# (the mpi_*.c files are then empty).
 #
 # Also builds the programs of tests/mpi/ (run under mpirun by
 # tests/test_mpi.c and tests/mpi/run.sh) as part of `make tests`.

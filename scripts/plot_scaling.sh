@@ -1,5 +1,5 @@
 #!/bin/sh
-# Scaling chart of a `./darknet scalednn simulate ... --csv FILE` CSV:
+# Scaling chart of a `./darknet scalednn simulate ... -csv FILE` CSV:
 # scaling efficiency (single-GPU step / step) against the number of GPUs,
 # one line per variant (stock, no-overlap, overlap, overlap+CODEC, planned).
 #

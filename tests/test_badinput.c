@@ -434,7 +434,7 @@ static void test_cfg_errors_through_binary(void **state)
     assert_true(rc != 0);
     assert_has(out, "empty.cfg: no sections");
     free(out);
-    rc = run_bin(&out, "scalednn simulate %s --topology pcie", P("empty.cfg"));
+    rc = run_bin(&out, "scalednn simulate %s -topology pcie", P("empty.cfg"));
     assert_true(rc != 0);
     assert_has(out, "empty.cfg: no sections");
     free(out);
@@ -1137,18 +1137,31 @@ static void test_degenerate_runs_keep_final(void **state)
 
 /* ---- class 8: nothing silently coerced --------------------------------------------- */
 
-static void expect_train_error(const char *data, const char *cfg, const char *args, const char *want)
+/* want_rc: 2 for bad usage (a flag or its value, cli/flags.h), 1 for bad
+ * input files. */
+static void expect_exit(const char *data, const char *cfg, const char *args, int want_rc,
+                        const char *want)
 {
     place_good("e8", "shapes_final.weights");
     place_good("e8", "shapes.backup");
     char *out;
     int rc = run_bin(&out, "detector train %s %s %s", data, cfg, args);
-    if (rc != 1) printf("exit %d for %s\n", rc, args);
-    assert_int_equal(rc, 1);
+    if (rc != want_rc) printf("exit %d for %s\n", rc, args);
+    assert_int_equal(rc, want_rc);
     assert_has(out, want);
     free(out);
     assert_good("e8", "shapes_final.weights");
     assert_good("e8", "shapes.backup");
+}
+
+static void expect_train_error(const char *data, const char *cfg, const char *args, const char *want)
+{
+    expect_exit(data, cfg, args, 1, want);
+}
+
+static void expect_usage_error(const char *data, const char *cfg, const char *args, const char *want)
+{
+    expect_exit(data, cfg, args, 2, want);
 }
 
 static void test_no_silent_coercions(void **state)
@@ -1156,15 +1169,15 @@ static void test_no_silent_coercions(void **state)
     (void)state;
     char data[600];
     snprintf(data, sizeof data, "%s", data_file("e8", NULL));
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches -5", "-max_batches -5: expected an integer >= 1");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 99999999999",
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches -5", "-max_batches -5: expected an integer >= 1");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 99999999999",
                        "-max_batches 99999999999: expected an integer >= 1 and <= 2147483647");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 4x", "-max_batches 4x");
-    expect_train_error(data, "cfg/shapes.cfg", "-seed abc", "-seed abc: expected an integer");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus", "-gpus needs a value");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus 0,0", "-gpus 0,0: id 0 is listed twice");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -target 1.5", "-target 1.5");
-    expect_train_error(data, "cfg/shapes.cfg", "-max_batches 2 -map_every 0", "-map_every 0");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 4x", "-max_batches 4x");
+    expect_usage_error(data, "cfg/shapes.cfg", "-seed abc", "-seed abc: expected an integer");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus", "-gpus needs a value");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 2 -gpus 0,0", "-gpus 0,0: id 0 is listed twice");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 2 -target 1.5", "-target 1.5");
+    expect_usage_error(data, "cfg/shapes.cfg", "-max_batches 2 -map_every 0", "-map_every 0");
     char *cfg = malloc(strlen(g_shapes_cfg) + 64);
     sprintf(cfg, "[scalednn]\nbucket_mb=0x10\n%s", g_shapes_cfg);
     put_text(P("e8.cfg"), cfg);
@@ -1193,7 +1206,7 @@ static void test_no_silent_coercions(void **state)
     char *out;
     int rc = run_bin(&out, "detector test %s cfg/shapes.cfg %s %s -thresh 7", data, P("e8/shapes_final.weights"),
                      P("shapes/images/train/000001.png"));
-    assert_int_equal(rc, 1);
+    assert_int_equal(rc, 2);
     assert_has(out, "-thresh 7: expected a number >= 0 and <= 1");
     free(out);
     assert_good("e8", "shapes_final.weights");

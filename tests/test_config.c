@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "config.h"
 #include "replicas.h"
 
@@ -306,12 +307,21 @@ typedef struct bad_case {
     const char *allowed; /* what the message must say is allowed */
 } bad_case;
 
-#define KEYS                                                             \
-    "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
-    "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
-    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
-    "comm_timeout_s, fix_1x1_delta, engine"
+/* The key list the messages give: the table's names in table order, built
+ * from sdnn_config_key_name (test_keys_match_readme checks the table itself
+ * against README). */
+#define KEYS "<the key table>"
+static const char *key_list(void)
+{
+    static char buf[1024];
+    size_t at = 0;
+    for (size_t i = 0; i < sdnn_config_key_count(); ++i)
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%s", i ? ", " : "",
+                               sdnn_config_key_name(i));
+    return buf;
+}
+static const char *expand(const char *s) { return strcmp(s, KEYS) == 0 ? key_list() : s; }
+
 #define BUCKET "> 0 and <= 4096"
 #define INTERVAL ">= 1 and <= 1000000"
 #define BACKENDS "(local, mpi, nccl, auto)"
@@ -412,7 +422,7 @@ static void test_bad_value(void **state)
     assert_msg_has(NAME);
     assert_msg_has(c->line); /* key and value */
     assert_msg_has(c->what);
-    assert_msg_has(c->allowed);
+    assert_msg_has(expand(c->allowed));
 }
 
 static void test_message_examples(void **state)
@@ -564,7 +574,9 @@ static void test_long_unknown_key_is_shortened(void **state)
     strcpy(text + n + 4000, "=1\n");
     parse_fails(text, SDNN_ERR_INVALID);
     assert_msg_starts(NAME ":2: [scalednn] kkkk");
-    assert_msg_has("...=1: unknown key (" KEYS ")");
+    char want[1100];
+    snprintf(want, sizeof want, "...=1: unknown key (%s)", key_list());
+    assert_msg_has(want);
 }
 
 /* ---- backends across processes ------------------------------------------- */
@@ -655,6 +667,146 @@ static void test_describe(void **state)
                              "interval=16 compress=none csv=/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, 10);
     assert_string_equal(buf, "mode=stoc");
+}
+
+/* ---- the key table is the only list ------------------------------------------ */
+
+static int table_has(const char *key)
+{
+    for (size_t i = 0; i < sdnn_config_key_count(); ++i)
+        if (strcmp(sdnn_config_key_name(i), key) == 0) return 1;
+    return 0;
+}
+
+/* README's [scalednn] example names every key of the table (as `key=` or
+ * `#key=`), and nothing else. */
+static void test_keys_match_readme(void **state)
+{
+    (void)state;
+    FILE *f = fopen("README.md", "r");
+    if (!f) print_error("README.md: %s (run from the repository root)\n", strerror(errno));
+    assert_non_null(f);
+    char line[512];
+    int in = 0, nread = 0;
+    char seen[64][32];
+    while (fgets(line, sizeof line, f)) {
+        if (!in) {
+            in = strcmp(line, "    [scalednn]\n") == 0;
+            continue;
+        }
+        if (line[0] != ' ' && line[0] != '\n') break;
+        const char *p = line;
+        while (*p == ' ') ++p;
+        if (*p == '#') ++p;
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (n == 0 || p[n] != '=') continue;
+        char key[32];
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        if (!table_has(key)) print_error("README names %s, which is not a key\n", key);
+        assert_true(table_has(key));
+        assert_true(nread < 64);
+        snprintf(seen[nread++], sizeof seen[0], "%s", key);
+    }
+    fclose(f);
+    assert_true(in);
+    for (size_t i = 0; i < sdnn_config_key_count(); ++i) {
+        int found = 0;
+        for (int j = 0; j < nread; ++j) found |= strcmp(seen[j], sdnn_config_key_name(i)) == 0;
+        if (!found) print_error("key %s is not in README's [scalednn] example\n",
+                                sdnn_config_key_name(i));
+        assert_true(found);
+    }
+    assert_int_equal(sdnn_config_key_name(sdnn_config_key_count()), NULL);
+}
+
+/* Every codec of the registry is accepted by compress= and compress_allow=,
+ * and a bad name's message lists each of them; `scalednn keys` names them
+ * and every key. */
+static void test_codecs_from_registry(void **state)
+{
+    (void)state;
+    char names[256];
+    snprintf(names, sizeof names, "%s", sdnn_codec_names());
+    int count = 0;
+    for (char *save = NULL, *tok = strtok_r(names, ", ", &save); tok;
+         tok = strtok_r(NULL, ", ", &save), ++count) {
+        char text[256];
+        sdnn_config cfg;
+        snprintf(text, sizeof text, "[scalednn]\ncompress=%s\n", tok);
+        free(parse_ok(text, &cfg));
+        assert_string_equal(cfg.compress, tok);
+        snprintf(text, sizeof text, "[scalednn]\ncompress=auto\ncompress_allow=none,%s\n", tok);
+        free(parse_ok(text, &cfg));
+        parse_fails("[scalednn]\ncompress=fp12\n", SDNN_ERR_INVALID);
+        assert_msg_has(tok);
+        parse_fails("[scalednn]\ncompress=auto\ncompress_allow=none,fp12\n", SDNN_ERR_INVALID);
+        assert_msg_has(tok);
+    }
+    assert_true(count >= 5);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    sdnn_config_print_keys(f);
+    fclose(f);
+    for (size_t i = 0; i < sdnn_config_key_count(); ++i) {
+        char want[64];
+        snprintf(want, sizeof want, "\n  %s ", sdnn_config_key_name(i));
+        assert_non_null(strstr(text, want));
+    }
+    const char *line = strstr(text, "\n  compress ");
+    assert_non_null(line);
+    char want[300];
+    snprintf(want, sizeof want, "a codec (%s, auto) (default none)", sdnn_codec_names());
+    assert_non_null(strstr(line, want));
+    assert_non_null(strstr(text, "interval             an integer >= 1 and <= 1000000 (default 4)"));
+    free(text);
+}
+
+/* The printed settings follow the table: a codec's own keys only with it. */
+static void test_describe_codec_keys(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char desc[512];
+    free(parse_ok("[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
+                  "topk_warmup=100\ncompress_min_kb=16\n", &cfg));
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_string_equal(desc, "mode=scalednn backend=local bucket_mb=auto overlap=1 interval=4 "
+                              "compress=topk csv=- topk_ratio=0.05 topk_momentum=0.9 "
+                              "topk_warmup=100 error_feedback=1 compress_min_kb=16");
+    free(parse_ok("[scalednn]\ncompress=int8\nint8_chunk=64\n", &cfg));
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "compress=int8 csv=- int8_chunk=64 stochastic_rounding=0 "
+                                 "error_feedback=0 compress_min_kb=0"));
+    free(parse_ok("[scalednn]\ncompress=auto\n", &cfg));
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "compress=auto csv=- compress_allow=none,fp16,int8 "
+                                 "error_feedback=0"));
+}
+
+/* What every process must share comes from the table's groups (agree.c). */
+static void test_describe_groups(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    char buf[512];
+    free(parse_ok("[scalednn]\nmode=stock\ninterval=8\nbucket_mb=2\nlink=eth1g\n", &cfg));
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_MODE, buf, sizeof buf);
+    assert_string_equal(buf, "mode=stock interval=8");
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_BUCKETS, buf, sizeof buf);
+    assert_string_equal(buf, "bucket_mb=2 overlap=1 link=eth1g link_gbps=0 link_us=0 "
+                             "profile_iters=5 replan_drift=0.25");
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_CODEC, buf, sizeof buf);
+    assert_string_equal(buf, "compress=none topk_ratio=0.01 topk_momentum=0 topk_warmup=0 "
+                             "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8 "
+                             "error_feedback=0 compress_min_kb=0");
+    /* paths and per-process settings are no group's */
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_OWN, buf, sizeof buf);
+    assert_non_null(strstr(buf, "csv=-"));
+    assert_null(strstr(buf, "compress="));
+    sdnn_config_describe_group(&cfg, SDNN_KEYS_MODE, buf, 6);
+    assert_string_equal(buf, "mode=");
 }
 
 /* ---- load: files, memfd and Darknet --------------------------------------- */
@@ -803,6 +955,10 @@ int main(void)
         cmocka_unit_test(test_fix_1x1_delta_key),
         cmocka_unit_test(test_engine_key),
         cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_keys_match_readme),
+        cmocka_unit_test(test_codecs_from_registry),
+        cmocka_unit_test(test_describe_codec_keys),
+        cmocka_unit_test(test_describe_groups),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),
         cmocka_unit_test(test_load_missing_file),

@@ -187,8 +187,8 @@ static void test_simulate_command(void **state)
     assert_non_null(mkdtemp(dir));
     char path[256];
     /* default on pcie: the V100 PCIe model, named with its figures */
-    int rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 8 "
-                    "--csv %s/gpu.csv >%s/gpu.log 2>&1", bin, dir, dir);
+    int rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology pcie -gpus 8 "
+                    "-csv %s/gpu.csv >%s/gpu.log 2>&1", bin, dir, dir);
     if (rc) tu_run("tail -5 %s/gpu.log", dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/gpu.log", dir);
@@ -203,8 +203,8 @@ static void test_simulate_command(void **state)
     double stock_gpu = csv_eff(csv, "stock", 8), overlap_gpu = csv_eff(csv, "overlap", 8);
     free(csv);
     /* --device cpu: this machine's profile, as before */
-    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 8 "
-                "--device cpu --iters 2 --csv %s/cpu.csv >%s/cpu.log 2>&1", bin, dir, dir);
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology pcie -gpus 8 "
+                "-device cpu -iters 2 -csv %s/cpu.csv >%s/cpu.log 2>&1", bin, dir, dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/cpu.log", dir);
     log = tu_slurp(path);
@@ -222,22 +222,22 @@ static void test_simulate_command(void **state)
     assert_true(stock_gpu < stock_cpu - 0.1);
     assert_true(overlap_gpu > stock_gpu);
     /* bad devices */
-    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --device v200 "
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology pcie -device v200 "
                 ">%s/bad.log 2>&1", bin, dir);
     assert_int_equal(rc, 2);
     snprintf(path, sizeof path, "%s/bad.log", dir);
     log = tu_slurp(path);
-    assert_non_null(strstr(log, "--device v200: unknown device (v100, "));
+    assert_non_null(strstr(log, "-device v200: unknown device (v100, "));
     free(log);
-    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --device v100 "
-                "--profile %s/none.prof >%s/bad2.log 2>&1", bin, dir, dir);
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology pcie -device v100 "
+                "-profile %s/none.prof >%s/bad2.log 2>&1", bin, dir, dir);
     assert_int_equal(rc, 2);
     snprintf(path, sizeof path, "%s/bad2.log", dir);
     log = tu_slurp(path);
-    assert_non_null(strstr(log, "--device and --profile are alternatives"));
+    assert_non_null(strstr(log, "-device and -profile are alternatives"));
     free(log);
     /* a cfg without [scalednn] (bucket_mb=auto) simulates too */
-    rc = tu_run("%s scalednn simulate cfg/shapes.cfg --topology nvlink --gpus 4 >%s/auto.log "
+    rc = tu_run("%s scalednn simulate cfg/shapes.cfg -topology nvlink -gpus 4 >%s/auto.log "
                 "2>&1", bin, dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/auto.log", dir);

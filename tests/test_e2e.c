@@ -276,8 +276,8 @@ static void test_plan_and_simulate(void **state)
     assert_non_null(strstr(log, "predicted: "));
     assert_non_null(strstr(log, "cfg plan (bucket_mb=0.25"));
     free(log);
-    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology pcie --gpus 4 --iters 2 "
-             "--csv %s/sim.csv >%s/sim.log 2>&1", g_bin, g_dir, g_dir);
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology pcie -gpus 4 -iters 2 "
+             "-csv %s/sim.csv >%s/sim.log 2>&1", g_bin, g_dir, g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/sim.csv", g_dir);
     char *csv = tu_slurp(path);
@@ -290,12 +290,12 @@ static void test_plan_and_simulate(void **state)
         assert_non_null(strstr(csv, want));
     }
     free(csv);
-    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg --topology torus >%s/sim2.log 2>&1",
+    rc = tu_run("%s scalednn simulate cfg/shapes-scalednn.cfg -topology torus >%s/sim2.log 2>&1",
              g_bin, g_dir);
     assert_int_equal(rc, 2);
     snprintf(path, sizeof path, "%s/sim2.log", g_dir);
     log = tu_slurp(path);
-    assert_non_null(strstr(log, "--topology torus: unknown topology"));
+    assert_non_null(strstr(log, "-topology torus: unknown topology"));
     free(log);
 }
 

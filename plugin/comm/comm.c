@@ -38,6 +38,59 @@ const char *sdnn_comm_available_names(void)
     return available_names;
 }
 
+static char known_names[128];
+static pthread_once_t known_once = PTHREAD_ONCE_INIT;
+
+static void list_known(void)
+{
+    size_t len = 0;
+    size_t nr = sizeof registry / sizeof registry[0], np = sizeof planned / sizeof planned[0];
+    for (size_t i = 0; i < nr + np; ++i) {
+        const char *name = i < nr ? registry[i]->name : planned[i - nr];
+        int w = snprintf(known_names + len, sizeof known_names - len, "%s%s", len ? ", " : "",
+                         name);
+        if (w < 0 || (size_t)w >= sizeof known_names - len) break;
+        len += (size_t)w;
+    }
+}
+
+static char built_names[128];
+static pthread_once_t built_once = PTHREAD_ONCE_INIT;
+
+static void list_built(void)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i) {
+        if (!registry[i]->built) continue;
+        int w = snprintf(built_names + len, sizeof built_names - len, "%s%s", len ? ", " : "",
+                         registry[i]->name);
+        if (w < 0 || (size_t)w >= sizeof built_names - len) break;
+        len += (size_t)w;
+    }
+}
+
+const char *sdnn_comm_built_names(void)
+{
+    pthread_once(&built_once, list_built);
+    return built_names;
+}
+
+const char *sdnn_comm_names(void)
+{
+    pthread_once(&known_once, list_known);
+    return known_names;
+}
+
+int sdnn_comm_known(const char *name)
+{
+    if (!name) return -1;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i]->built ? 1 : 0;
+    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; ++i)
+        if (strcmp(planned[i], name) == 0) return 0;
+    return -1;
+}
+
 sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out)
 {
     const sdnn_comm_opts opts = SDNN_COMM_OPTS_INIT;

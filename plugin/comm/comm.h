@@ -36,7 +36,7 @@ typedef struct sdnn_comm_opts {
     double timeout_s;
 } sdnn_comm_opts;
 
-#define SDNN_COMM_OPTS_INIT { SDNN_COMM_TIMEOUT_S }
+#define SDNN_COMM_OPTS_INIT { .timeout_s = SDNN_COMM_TIMEOUT_S }
 
 typedef struct sdnn_comm_ops {
     const char *name;
@@ -80,6 +80,10 @@ typedef struct sdnn_comm_ops {
     /* NULL, or why available() is 0 (appended to sdnn_comm_open's
      * message). */
     const char *(*unavailable_reason)(void);
+    /* 1 when this build has the backend's code, so a cfg may name it
+     * (available() also needs the process to be started for it: mpi under
+     * mpirun); 0 for a stub (mpi in an MPI=0 build). */
+    int built;
 } sdnn_comm_ops;
 
 struct sdnn_comm {
@@ -118,6 +122,15 @@ sdnn_status sdnn_comm_barrier(sdnn_comm *c);
 
 /* Names of the backends this build has, comma-separated (for messages). */
 const char *sdnn_comm_available_names(void);
+/* Every backend name the registry knows, available here or not, and the
+ * ones later issues bring ("local, mpi, nccl"), comma-separated. */
+const char *sdnn_comm_names(void);
+/* 1: `name` is a backend this build has (`built`); 0: a known name this
+ * build lacks (MPI=0, or a later issue's); -1: not a backend name. */
+int sdnn_comm_known(const char *name);
+/* The backends this build has (`built`), comma-separated: what a cfg may
+ * name ("local, mpi"). */
+const char *sdnn_comm_built_names(void);
 
 /* The reference kernel: out[i] = (in[0][i] + ... + in[nin-1][i]) * (1/nin),
  * summed in index order.  Exposed for benchmarks and other backends. */

@@ -296,6 +296,7 @@ static void local_destroy(sdnn_comm *c)
 
 const sdnn_comm_ops sdnn_comm_local_ops = {
     .name = "local",
+    .built = 1,
     .available = local_available,
     .init = local_init,
     .allreduce_mean = local_allreduce_mean,

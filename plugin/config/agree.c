@@ -40,21 +40,10 @@ static void describe(network *const *nets, int n, const sdnn_config *c, char out
              net->subdivisions, (unsigned long long)h);
     snprintf(out[F_RATE], TEXT, "learning_rate=%g momentum=%g decay=%g policy=%d burn_in=%d",
              net->learning_rate, net->momentum, net->decay, (int)net->policy, net->burn_in);
-    snprintf(out[F_MODE], TEXT, "mode=%s interval=%d",
-             c->mode == SDNN_MODE_STOCK ? "stock" : "scalednn", c->interval);
-    snprintf(out[F_CODEC], TEXT,
-             "compress=%s error_feedback=%d compress_min_kb=%g topk_ratio=%g topk_momentum=%g "
-             "topk_warmup=%d int8_chunk=%d stochastic_rounding=%d compress_allow=%s",
-             c->compress, c->error_feedback, c->compress_min_kb, c->topk_ratio, c->topk_momentum,
-             c->topk_warmup, c->int8_chunk, c->stochastic_rounding, c->compress_allow);
-    char bucket[32];
-    if (c->bucket_mb > 0) snprintf(bucket, sizeof bucket, "%g", c->bucket_mb);
-    else snprintf(bucket, sizeof bucket, "auto");
-    snprintf(out[F_BUCKETS], TEXT,
-             "bucket_mb=%s overlap=%d profile_iters=%d replan_drift=%g link=%s link_gbps=%g "
-             "link_us=%g",
-             bucket, c->overlap, c->profile_iters, c->replan_drift, c->link[0] ? c->link : "probe",
-             c->link_gbps, c->link_us);
+    /* the [scalednn] keys every process must share: the key table's groups */
+    sdnn_config_describe_group(c, SDNN_KEYS_MODE, out[F_MODE], TEXT);
+    sdnn_config_describe_group(c, SDNN_KEYS_CODEC, out[F_CODEC], TEXT);
+    sdnn_config_describe_group(c, SDNN_KEYS_BUCKETS, out[F_BUCKETS], TEXT);
     snprintf(out[F_MAX_BATCHES], TEXT, "max_batches=%d", net->max_batches);
     snprintf(out[F_REPLICAS], TEXT, "%d replica%s", n, n == 1 ? "" : "s");
     size_t per = (size_t)net->batch * (size_t)net->subdivisions;

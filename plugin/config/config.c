@@ -14,8 +14,12 @@
 #include "cfgcheck.h"
 
 #include "engine.h"
+#include "codec.h"
+#include "comm.h"
 
 #include <ctype.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,14 +29,6 @@
 #include <unistd.h>
 
 #define SECTION_HEADER "[scalednn]"
-#define KNOWN_KEYS                                                       \
-    "mode, backend, bucket_mb, overlap, interval, compress, csv, "         \
-    "compress_min_kb, topk_ratio, int8_chunk, error_feedback, "            \
-    "stochastic_rounding, topk_momentum, topk_warmup, timeline, "          \
-    "compress_allow, link, link_gbps, link_us, profile_iters, replan_drift, " \
-    "comm_timeout_s, fix_1x1_delta, engine"
-#define BUCKET_MB_MAX 4096.0
-#define INTERVAL_MAX 1000000L
 #define SHOWN_MAX 200 /* longest key or value quoted in full in a message */
 
 /* The key=value line being checked, for messages. */
@@ -42,14 +38,6 @@ typedef struct line_ref {
     const char *key;   /* whitespace-free */
     const char *value; /* whitespace-free; NULL when the line has no '=' */
 } line_ref;
-
-typedef sdnn_status (*value_parser)(const line_ref *lr, sdnn_config *cfg);
-
-typedef struct key_spec {
-    const char *key;
-    value_parser parse;
-    const char *allowed; /* what the value may be, for messages */
-} key_spec;
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -70,80 +58,317 @@ static sdnn_status line_error(const line_ref *lr, sdnn_status st,
                       SHOWN_MAX, val, val_cut ? "..." : "", what);
 }
 
-/* "expected <allowed>" for a value that does not parse. */
-static sdnn_status expected(const line_ref *lr, const char *allowed)
+/* ---- the key table -------------------------------------------------------
+ *
+ * g_keys is the only list of the section's keys: parsing, the messages
+ * (what a value may be, which keys exist), the combination checks (which
+ * codec a key belongs to), sdnn_config_describe and `scalednn keys` all
+ * read it.  Names of codecs, backends, engines and links come from their
+ * registries through `names`.  Defaults are SDNN_CONFIG_INIT's, read
+ * through `off`. */
+
+typedef enum {
+    KT_MODE,  /* mode=: sdnn_mode */
+    KT_NAME,  /* char[size], checked by `check` */
+    KT_BOOL,  /* int, exactly 0 or 1 */
+    KT_INT,   /* int in [lo, hi] */
+    KT_NUM,   /* double in lo..hi (lo_open/hi_open exclude the ends) */
+    KT_PATH,  /* char[size] */
+} key_type;
+
+typedef struct key_spec key_spec;
+
+/* KT_NAME: SDNN_OK when lr->value is allowed, else the message. */
+typedef sdnn_status (*name_check)(const key_spec *k, const line_ref *lr);
+
+struct key_spec {
+    const char *key;
+    key_type type;
+    size_t off;                 /* offsetof(sdnn_config, field) */
+    size_t size;                /* sizeof the field */
+    double lo, hi;              /* KT_INT, KT_NUM */
+    int lo_open, hi_open;       /* KT_NUM */
+    int auto_zero;              /* KT_NUM: the value `auto` stores 0 */
+    name_check check;           /* KT_NAME */
+    const char *(*names)(void); /* the %s of `allowed`: a registry's names */
+    const char *allowed;        /* what the value may be */
+    const char *expect;         /* a bad value's "expected ..." when it says more */
+    const char *codec;          /* the key belongs to compress=codec ("*": any
+                                 * codec but none); NULL: to every setting */
+    int shown;                  /* printed by sdnn_config_describe */
+    sdnn_key_group group;       /* what every process must share (agree.c) */
+    const char *def_text;       /* the default when the field's value does not say it */
+    const char *help;           /* one line for `scalednn keys` */
+};
+
+enum {
+    K_MODE, K_BACKEND, K_ENGINE, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
+    K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
+    K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
+    K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
+};
+
+static const char *const g_modes[] = { [SDNN_MODE_SCALEDNN] = "scalednn",
+                                       [SDNN_MODE_STOCK] = "stock" };
+
+static const char *mode_names(void) { return "scalednn, stock"; }
+
+/* The lossy codecs of the registry, "fp16, bf16, int8, topk". */
+static char g_lossy[128];
+static pthread_once_t g_lossy_once = PTHREAD_ONCE_INIT;
+
+static void lossy_build(void)
 {
-    char what[256];
+    size_t at = 0;
+    const char *p = sdnn_codec_names();
+    while (*p) {
+        const char *end = strstr(p, ", ");
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)len, p);
+        const sdnn_codec_ops *c = sdnn_codec_find(name);
+        if (c && c->lossy) {
+            int w = snprintf(g_lossy + at, sizeof g_lossy - at, "%s%s", at ? ", " : "", name);
+            if (w < 0 || (size_t)w >= sizeof g_lossy - at) break;
+            at += (size_t)w;
+        }
+        if (!end) break;
+        p = end + 2;
+    }
+}
+
+static const char *lossy_names(void)
+{
+    pthread_once(&g_lossy_once, lossy_build);
+    return g_lossy;
+}
+
+static sdnn_status check_backend(const key_spec *k, const line_ref *lr);
+static sdnn_status check_engine(const key_spec *k, const line_ref *lr);
+static sdnn_status check_compress(const key_spec *k, const line_ref *lr);
+static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr);
+static sdnn_status check_link(const key_spec *k, const line_ref *lr);
+
+#define F(field) offsetof(sdnn_config, field), sizeof ((sdnn_config *)0)->field
+
+static const key_spec g_keys[N_KEYS] = {
+    [K_MODE] = {
+        .key = "mode", .type = KT_MODE, F(mode), .names = mode_names,
+        .allowed = "scalednn or stock", .shown = 1,
+        .help = "scalednn: gradients averaged every step; stock: Darknet's weight averaging",
+        .group = SDNN_KEYS_MODE },
+    [K_BACKEND] = {
+        .key = "backend", .type = KT_NAME, F(backend), .check = check_backend,
+        .names = sdnn_comm_built_names, .allowed = "a backend (available: %s, auto)", .shown = 1,
+        .help = "local: replicas of one process; mpi: processes started by mpirun too; "
+            "auto: mpi under mpirun with more than one process" },
+    [K_ENGINE] = {
+        .key = "engine", .type = KT_NAME, F(engine), .check = check_engine,
+        .names = sdnn_engine_names, .allowed = "an engine (%s) or auto",
+        .help = "what trains the replicas; auto: gpu when it can run them, else cpu" },
+    [K_COMM_TIMEOUT] = {
+        .key = "comm_timeout_s", .type = KT_NUM, F(comm_timeout_s), .lo = 0.0, .hi = 86400.0,
+        .lo_open = 1, .allowed = "a number of seconds > 0 and <= 86400",
+        .help = "mpi: seconds without progress from a peer before a step fails" },
+    [K_FIX_1X1_DELTA] = {
+        .key = "fix_1x1_delta", .type = KT_BOOL, F(fix_1x1_delta), .allowed = "0 or 1",
+        .expect = "0 (Darknet's overwriting 1x1 backward) or 1 (adds, the default)",
+        .help = "1: a 1x1 convolution's backward adds to its input's delta; "
+            "0: Debian's libdarknet, which overwrites it" },
+    [K_BUCKET_MB] = {
+        .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0, .hi = 4096.0, .lo_open = 1,
+        .auto_zero = 1, .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,
+        .help = "exchange bucket size; auto: planned from a profile of the first steps",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_OVERLAP] = {
+        .key = "overlap", .type = KT_BOOL, F(overlap), .allowed = "0 or 1", .shown = 1,
+        .help = "1: a bucket's exchange starts as soon as its layers' backward is done",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_INTERVAL] = {
+        .key = "interval", .type = KT_INT, F(interval), .lo = 1, .hi = 1000000,
+        .allowed = "an integer >= 1 and <= 1000000", .shown = 1,
+        .help = "stock mode: iterations between weight averages", .group = SDNN_KEYS_MODE },
+    [K_COMPRESS] = {
+        .key = "compress", .type = KT_NAME, F(compress), .check = check_compress,
+        .names = sdnn_codec_names, .allowed = "a codec (%s, auto)", .shown = 1,
+        .help = "gradient codec; auto: the planner picks per bucket among compress_allow",
+        .group = SDNN_KEYS_CODEC },
+    [K_CSV] = {
+        .key = "csv", .type = KT_PATH, F(csv), .allowed = "a file path", .shown = 1,
+        .def_text = "BACKUP/CFG.csv", .help = "per-iteration CSV" },
+    [K_TOPK_RATIO] = {
+        .key = "topk_ratio", .type = KT_NUM, F(topk_ratio), .lo = 0.0, .hi = 1.0, .lo_open = 1,
+        .allowed = "a fraction > 0 and <= 1 (e.g. 0.01)", .codec = "topk", .shown = 1,
+        .help = "fraction of each bucket kept", .group = SDNN_KEYS_CODEC },
+    [K_TOPK_MOMENTUM] = {
+        .key = "topk_momentum", .type = KT_NUM, F(topk_momentum), .lo = 0.0, .hi = 1.0,
+        .hi_open = 1, .allowed = "a number >= 0 and < 1 (e.g. 0.9)", .codec = "topk", .shown = 1,
+        .help = "DGC momentum correction (needs error_feedback=1 and [net] momentum=0)",
+        .group = SDNN_KEYS_CODEC },
+    [K_TOPK_WARMUP] = {
+        .key = "topk_warmup", .type = KT_INT, F(topk_warmup), .lo = 0, .hi = 100000000,
+        .allowed = "an integer number of iterations >= 0", .codec = "topk", .shown = 1,
+        .help = "iterations over which the kept fraction falls from 1 to topk_ratio",
+        .group = SDNN_KEYS_CODEC },
+    [K_INT8_CHUNK] = {
+        .key = "int8_chunk", .type = KT_INT, F(int8_chunk), .lo = 1, .hi = 1048576,
+        .allowed = "an integer >= 1 and <= 1048576", .codec = "int8", .shown = 1,
+        .help = "elements per scale", .group = SDNN_KEYS_CODEC },
+    [K_STOCHASTIC] = {
+        .key = "stochastic_rounding", .type = KT_BOOL, F(stochastic_rounding),
+        .allowed = "0 or 1", .codec = "int8", .shown = 1,
+        .help = "1: stochastic rounding, 0: nearest even", .group = SDNN_KEYS_CODEC },
+    [K_COMPRESS_ALLOW] = {
+        .key = "compress_allow", .type = KT_NAME, F(compress_allow),
+        .check = check_compress_allow, .names = sdnn_codec_names,
+        .allowed = "a comma-separated list of codecs (%s) including none", .codec = "auto",
+        .shown = 1, .help = "compress=auto: the codecs the planner may choose",
+        .group = SDNN_KEYS_CODEC },
+    [K_ERROR_FEEDBACK] = {
+        .key = "error_feedback", .type = KT_BOOL, F(error_feedback), .allowed = "0 or 1",
+        .codec = "*", .shown = 1, .def_text = "1 for topk, else 0",
+        .help = "keep what a lossy codec did not send and add it to the next step",
+        .group = SDNN_KEYS_CODEC },
+    [K_COMPRESS_MIN_KB] = {
+        .key = "compress_min_kb", .type = KT_NUM, F(compress_min_kb), .lo = 0.0, .hi = 4194304.0,
+        .allowed = "a number of KiB >= 0 and <= 4194304", .codec = "*", .shown = 1,
+        .help = "buckets smaller than this stay uncompressed", .group = SDNN_KEYS_CODEC },
+    [K_TIMELINE] = {
+        .key = "timeline", .type = KT_PATH, F(timeline),
+        .allowed = "a file path (Chrome trace JSON)",
+        .help = "Chrome trace of every step (ui.perfetto.dev, chrome://tracing)" },
+    [K_LINK] = {
+        .key = "link", .type = KT_NAME, F(link), .check = check_link, .names = sdnn_link_names,
+        .allowed = "a link name (%s)", .def_text = "probe the backend",
+        .help = "bucket_mb=auto: the planner's link model", .group = SDNN_KEYS_BUCKETS },
+    [K_LINK_GBPS] = {
+        .key = "link_gbps", .type = KT_NUM, F(link_gbps), .lo = 0.0, .hi = 1e6, .lo_open = 1,
+        .allowed = "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)", .def_text = "unset",
+        .help = "bucket_mb=auto: an explicit link's bandwidth", .group = SDNN_KEYS_BUCKETS },
+    [K_LINK_US] = {
+        .key = "link_us", .type = KT_NUM, F(link_us), .lo = 0.0, .hi = 1e7,
+        .allowed = "a latency in microseconds >= 0", .help = "with link_gbps: the link's latency",
+        .group = SDNN_KEYS_BUCKETS },
+    [K_PROFILE_ITERS] = {
+        .key = "profile_iters", .type = KT_INT, F(profile_iters), .lo = 1, .hi = 100000,
+        .allowed = "an integer number of steps >= 1",
+        .help = "bucket_mb=auto: steps profiled before planning", .group = SDNN_KEYS_BUCKETS },
+    [K_REPLAN_DRIFT] = {
+        .key = "replan_drift", .type = KT_NUM, F(replan_drift), .lo = 0.0, .hi = 100.0,
+        .lo_open = 1, .allowed = "a fraction > 0 (e.g. 0.25)",
+        .help = "re-plan when the step drifts this fraction from the prediction",
+        .group = SDNN_KEYS_BUCKETS },
+};
+
+#undef F
+
+/* What key k's value may be, registry names filled in. */
+static void allowed_text(const key_spec *k, char *buf, size_t len)
+{
+    if (k->names && strstr(k->allowed, "%s")) snprintf(buf, len, k->allowed, k->names());
+    else snprintf(buf, len, "%s", k->allowed);
+}
+
+/* "expected <allowed>" for a value that does not parse. */
+static sdnn_status expected(const key_spec *k, const line_ref *lr)
+{
+    char allowed[256], what[300];
+    if (k->expect) snprintf(allowed, sizeof allowed, "%s", k->expect);
+    else allowed_text(k, allowed, sizeof allowed);
     snprintf(what, sizeof what, "expected %s", allowed);
     return line_error(lr, SDNN_ERR_INVALID, what);
 }
 
-/* ---- value parsers ----------------------------------------------------- */
-
-static int in_list(const char *s, const char *const *list)
+/* "mode, backend, ..." in table order. */
+static void key_names(char *buf, size_t len)
 {
-    for (; *list != NULL; list++)
-        if (strcmp(s, *list) == 0) return 1;
-    return 0;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < N_KEYS; ++k) {
+        int w = snprintf(buf + at, len - at, "%s%s", k ? ", " : "", g_keys[k].key);
+        if (w < 0 || (size_t)w >= len - at) break;
+        at += (size_t)w;
+    }
 }
 
-static sdnn_status parse_mode(const line_ref *lr, sdnn_config *cfg)
+/* ---- the registry-named values ----------------------------------------- */
+
+/* backend=: a name from the comm registry this build has, or auto (resolved
+ * when the trainer opens its backend, sdnn_config_backend: the same cfg
+ * trains alone or under mpirun). */
+static sdnn_status check_backend(const key_spec *k, const line_ref *lr)
 {
-    if (strcmp(lr->value, "scalednn") == 0)
-        cfg->mode = SDNN_MODE_SCALEDNN;
-    else if (strcmp(lr->value, "stock") == 0)
-        cfg->mode = SDNN_MODE_STOCK;
-    else
+    char what[256], allowed[192];
+    if (strcmp(lr->value, "auto") == 0) return SDNN_OK;
+    int known = sdnn_comm_known(lr->value);
+    if (known == 1) return SDNN_OK;
+    if (known == 0) {
+        allowed_text(k, allowed, sizeof allowed);
+        snprintf(what, sizeof what, "not available in this build (available: %s, auto)",
+                 sdnn_comm_built_names());
+        return line_error(lr, SDNN_ERR_UNSUPPORTED, what);
+    }
+    snprintf(what, sizeof what, "unknown backend (%s, auto)", sdnn_comm_names());
+    return line_error(lr, SDNN_ERR_INVALID, what);
+}
+
+/* engine=: a name from the engine registry (engine.c) or auto; what auto
+ * becomes is decided when the trainer starts (it needs -gpus). */
+static sdnn_status check_engine(const key_spec *k, const line_ref *lr)
+{
+    (void)k;
+    if (strcmp(lr->value, "auto") == 0 || sdnn_engine_find(lr->value)) return SDNN_OK;
+    char what[192];
+    snprintf(what, sizeof what, "unknown engine (%s, auto)", sdnn_engine_names());
+    return line_error(lr, SDNN_ERR_INVALID, what);
+}
+
+/* compress=: a codec of the registry (codec.c) or auto. */
+static sdnn_status check_compress(const key_spec *k, const line_ref *lr)
+{
+    (void)k;
+    if (strcmp(lr->value, "auto") == 0 || sdnn_codec_find(lr->value)) return SDNN_OK;
+    char what[192];
+    snprintf(what, sizeof what, "unknown codec (%s, auto)", sdnn_codec_names());
+    return line_error(lr, SDNN_ERR_INVALID, what);
+}
+
+/* compress_allow=: codecs of the registry, comma-separated, none among them. */
+static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr)
+{
+    if (strlen(lr->value) >= k->size) return expected(k, lr);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", lr->value);
+    int lossless = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        const sdnn_codec_ops *c = sdnn_codec_find(tok);
+        if (!c) {
+            char what[192];
+            snprintf(what, sizeof what, "unknown codec %.32s in the list (%s)", tok,
+                     sdnn_codec_names());
+            return line_error(lr, SDNN_ERR_INVALID, what);
+        }
+        lossless |= !c->lossy;
+    }
+    if (!lossless)
         return line_error(lr, SDNN_ERR_INVALID,
-                          "unknown mode (scalednn, stock)");
+                          "the list must include none (small buckets stay uncompressed)");
     return SDNN_OK;
 }
 
-/* Backends this build can name in a cfg.  "auto" is resolved when the
- * trainer opens its backend (sdnn_config_backend), not here: the same cfg
- * trains alone or under mpirun. */
-#if SDNN_MPI
-#define BACKENDS_HERE "local, mpi, auto"
-#else
-#define BACKENDS_HERE "local, auto"
-#endif
-
-static sdnn_status parse_backend(const line_ref *lr, sdnn_config *cfg)
+/* link=: a named link of the cost model (costmodel.c). */
+static sdnn_status check_link(const key_spec *k, const line_ref *lr)
 {
-    static const char *const here[] = { "local", "auto",
-#if SDNN_MPI
-                                        "mpi",
-#endif
-                                        NULL };
-    static const char *const later[] = { "mpi", "nccl", NULL };
-    if (in_list(lr->value, here)) {
-        snprintf(cfg->backend, sizeof cfg->backend, "%s", lr->value);
-        return SDNN_OK;
-    }
-    if (in_list(lr->value, later))
-        return line_error(lr, SDNN_ERR_UNSUPPORTED,
-                          "not available in this build (available: " BACKENDS_HERE ")");
-    return line_error(lr, SDNN_ERR_INVALID,
-                      "unknown backend (local, mpi, nccl, auto)");
+    sdnn_link l;
+    if (strlen(lr->value) < k->size && sdnn_link_find(lr->value, &l) == SDNN_OK) return SDNN_OK;
+    sdnn_clear_error();
+    char what[256];
+    snprintf(what, sizeof what, "unknown link (%s)", sdnn_link_names());
+    return line_error(lr, SDNN_ERR_INVALID, what);
 }
 
-
-static sdnn_status parse_compress(const line_ref *lr, sdnn_config *cfg)
-{
-    static const char *const codecs[] = { "none", "fp16", "bf16", "int8",
-                                          "topk", NULL };
-    static const char *const later[] = { NULL };
-    if (in_list(lr->value, codecs) || strcmp(lr->value, "auto") == 0) {
-        snprintf(cfg->compress, sizeof cfg->compress, "%s", lr->value);
-        return SDNN_OK;
-    }
-    if (in_list(lr->value, later))
-        return line_error(lr, SDNN_ERR_UNSUPPORTED,
-                          "not available in this build (available: none, "
-                          "fp16, bf16, int8, topk)");
-    return line_error(lr, SDNN_ERR_INVALID,
-                      "unknown codec (none, fp16, bf16, int8, topk, auto)");
-}
+/* ---- numbers --------------------------------------------------------------- */
 
 /* Decimal notation only: strtod also reads "0x10" (as 16), "inf", "nan". */
 static int decimal_text(const char *s)
@@ -153,7 +378,7 @@ static int decimal_text(const char *s)
     return *s != '\0';
 }
 
-/* A finite number in [lo, hi] (hi_open: [lo, hi)). */
+/* A finite number in [lo, hi] (lo_open: > lo, hi_open: < hi). */
 static int parse_number(const char *text, double lo, double hi, int lo_open,
                         int hi_open, double *out)
 {
@@ -180,255 +405,126 @@ static int parse_integer(const char *text, long lo, long hi, long *out)
     return 1;
 }
 
-static sdnn_status parse_compress_min_kb(const line_ref *lr, sdnn_config *cfg)
+/* Store lr->value into key k's field of cfg, or say what is wrong. */
+static sdnn_status parse_value(const key_spec *k, const line_ref *lr, sdnn_config *cfg)
 {
-    if (!parse_number(lr->value, 0.0, 4194304.0, 0, 0, &cfg->compress_min_kb))
-        return expected(lr, "a number of KiB >= 0 and <= 4194304");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_topk_ratio(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 1.0, 1, 0, &cfg->topk_ratio))
-        return expected(lr, "a fraction > 0 and <= 1 (e.g. 0.01)");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_int8_chunk(const line_ref *lr, sdnn_config *cfg)
-{
-    long v;
-    if (!parse_integer(lr->value, 1, 1048576, &v))
-        return expected(lr, "an integer >= 1 and <= 1048576");
-    cfg->int8_chunk = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_error_feedback(const line_ref *lr, sdnn_config *cfg)
-{
-    long v;
-    if (!parse_integer(lr->value, 0, 1, &v) || strlen(lr->value) != 1)
-        return expected(lr, "0 or 1");
-    cfg->error_feedback = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_stochastic(const line_ref *lr, sdnn_config *cfg)
-{
-    long v;
-    if (!parse_integer(lr->value, 0, 1, &v) || strlen(lr->value) != 1)
-        return expected(lr, "0 or 1");
-    cfg->stochastic_rounding = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_topk_momentum(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 1.0, 0, 1, &cfg->topk_momentum))
-        return expected(lr, "a number >= 0 and < 1 (e.g. 0.9)");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_topk_warmup(const line_ref *lr, sdnn_config *cfg)
-{
-    long v;
-    if (!parse_integer(lr->value, 0, 100000000L, &v))
-        return expected(lr, "an integer number of iterations >= 0");
-    cfg->topk_warmup = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_bucket_mb(const line_ref *lr, sdnn_config *cfg)
-{
-    static const char allowed[] = "auto or a number of MiB > 0 and <= 4096";
-    if (strcmp(lr->value, "auto") == 0) {
-        cfg->bucket_mb = 0.0;
+    char *field = (char *)cfg + k->off;
+    const char *v = lr->value;
+    long l;
+    double d;
+    switch (k->type) {
+    case KT_MODE:
+        for (size_t m = 0; m < sizeof g_modes / sizeof g_modes[0]; ++m)
+            if (strcmp(v, g_modes[m]) == 0) {
+                *(sdnn_mode *)(void *)field = (sdnn_mode)m;
+                return SDNN_OK;
+            }
+        return line_error(lr, SDNN_ERR_INVALID, "unknown mode (scalednn, stock)");
+    case KT_NAME:
+        SDNN_CHECK(k->check(k, lr));
+        if (strlen(v) >= k->size) return expected(k, lr);
+        snprintf(field, k->size, "%s", v);
         return SDNN_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(lr->value, &end);
-    if (!decimal_text(lr->value) || end == lr->value || *end != '\0' || errno == ERANGE || !isfinite(v) ||
-        !(v > 0.0) || v > BUCKET_MB_MAX)
-        return expected(lr, allowed);
-    cfg->bucket_mb = v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_overlap(const line_ref *lr, sdnn_config *cfg)
-{
-    if (strcmp(lr->value, "0") == 0)
-        cfg->overlap = 0;
-    else if (strcmp(lr->value, "1") == 0)
-        cfg->overlap = 1;
-    else
-        return expected(lr, "0 or 1");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_interval(const line_ref *lr, sdnn_config *cfg)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(lr->value, &end, 10);
-    if (end == lr->value || *end != '\0' || errno == ERANGE || v < 1 ||
-        v > INTERVAL_MAX)
-        return expected(lr, "an integer >= 1 and <= 1000000");
-    cfg->interval = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_path(const line_ref *lr, char *dst, size_t size)
-{
-    if (strlen(lr->value) >= size) {
-        char what[96];
-        snprintf(what, sizeof what, "path too long (at most %zu characters)", size - 1);
-        return line_error(lr, SDNN_ERR_INVALID, what);
-    }
-    snprintf(dst, size, "%s", lr->value);
-    return SDNN_OK;
-}
-
-static sdnn_status parse_csv(const line_ref *lr, sdnn_config *cfg)
-{
-    return parse_path(lr, cfg->csv, sizeof cfg->csv);
-}
-
-static sdnn_status parse_timeline(const line_ref *lr, sdnn_config *cfg)
-{
-    return parse_path(lr, cfg->timeline, sizeof cfg->timeline);
-}
-
-static sdnn_status parse_compress_allow(const line_ref *lr, sdnn_config *cfg)
-{
-    static const char *const codecs[] = { "none", "fp16", "bf16", "int8",
-                                          "topk", NULL };
-    if (strlen(lr->value) >= sizeof cfg->compress_allow)
-        return expected(lr, "a comma-separated list of codecs (none, fp16, bf16, int8, topk)");
-    char buf[sizeof cfg->compress_allow];
-    snprintf(buf, sizeof buf, "%s", lr->value);
-    int lossless = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!in_list(tok, codecs)) {
-            char what[160];
-            snprintf(what, sizeof what, "unknown codec %.32s in the list (none, fp16, bf16, "
-                     "int8, topk)", tok);
+    case KT_PATH:
+        if (strlen(v) >= k->size) {
+            char what[96];
+            snprintf(what, sizeof what, "path too long (at most %zu characters)", k->size - 1);
             return line_error(lr, SDNN_ERR_INVALID, what);
         }
-        lossless |= strcmp(tok, "none") == 0;
+        snprintf(field, k->size, "%s", v);
+        return SDNN_OK;
+    case KT_BOOL:
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return expected(k, lr);
+        *(int *)(void *)field = v[0] == '1';
+        return SDNN_OK;
+    case KT_INT:
+        if (!parse_integer(v, (long)k->lo, (long)k->hi, &l)) return expected(k, lr);
+        *(int *)(void *)field = (int)l;
+        return SDNN_OK;
+    case KT_NUM:
+        if (k->auto_zero && strcmp(v, "auto") == 0) d = 0.0;
+        else if (!parse_number(v, k->lo, k->hi, k->lo_open, k->hi_open, &d))
+            return expected(k, lr);
+        *(double *)(void *)field = d;
+        return SDNN_OK;
     }
-    if (!lossless)
-        return line_error(lr, SDNN_ERR_INVALID,
-                          "the list must include none (small buckets stay uncompressed)");
-    snprintf(cfg->compress_allow, sizeof cfg->compress_allow, "%s", lr->value);
-    return SDNN_OK;
+    return expected(k, lr);
 }
 
-static sdnn_status parse_link(const line_ref *lr, sdnn_config *cfg)
+/* Key k's value in cfg as a cfg would write it ("-" for an empty path). */
+static void format_value(const key_spec *k, const sdnn_config *cfg, char *buf, size_t len)
 {
-    sdnn_link l;
-    if (strlen(lr->value) >= sizeof cfg->link || sdnn_link_find(lr->value, &l) != SDNN_OK) {
-        char what[256];
-        snprintf(what, sizeof what, "unknown link (%s)", sdnn_link_names());
-        sdnn_clear_error();
-        return line_error(lr, SDNN_ERR_INVALID, what);
+    const char *field = (const char *)cfg + k->off;
+    switch (k->type) {
+    case KT_MODE: {
+        int m = *(const int *)(const void *)field;
+        snprintf(buf, len, "%s", m >= 0 && m < (int)(sizeof g_modes / sizeof g_modes[0])
+                                     ? g_modes[m] : "?");
+        return;
     }
-    snprintf(cfg->link, sizeof cfg->link, "%s", lr->value);
-    return SDNN_OK;
-}
-
-static sdnn_status parse_link_gbps(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 1e6, 1, 0, &cfg->link_gbps))
-        return expected(lr, "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_link_us(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 1e7, 0, 0, &cfg->link_us))
-        return expected(lr, "a latency in microseconds >= 0");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_profile_iters(const line_ref *lr, sdnn_config *cfg)
-{
-    long v;
-    if (!parse_integer(lr->value, 1, 100000, &v))
-        return expected(lr, "an integer number of steps >= 1");
-    cfg->profile_iters = (int)v;
-    return SDNN_OK;
-}
-
-static sdnn_status parse_replan_drift(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 100.0, 1, 0, &cfg->replan_drift))
-        return expected(lr, "a fraction > 0 (e.g. 0.25)");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_comm_timeout(const line_ref *lr, sdnn_config *cfg)
-{
-    if (!parse_number(lr->value, 0.0, 86400.0, 1, 0, &cfg->comm_timeout_s))
-        return expected(lr, "a number of seconds > 0 and <= 86400");
-    return SDNN_OK;
-}
-
-static sdnn_status parse_fix_1x1_delta(const line_ref *lr, sdnn_config *cfg)
-{
-    if (strcmp(lr->value, "0") == 0)
-        cfg->fix_1x1_delta = 0;
-    else if (strcmp(lr->value, "1") == 0)
-        cfg->fix_1x1_delta = 1;
-    else
-        return expected(lr, "0 (Darknet's overwriting 1x1 backward) or 1 (adds, the default)");
-    return SDNN_OK;
-}
-
-/* engine=: a name from the engine registry (engine.c) or auto; what auto
- * becomes is decided when the trainer starts (it needs -gpus). */
-static sdnn_status parse_engine(const line_ref *lr, sdnn_config *cfg)
-{
-    if (strcmp(lr->value, "auto") != 0 && !sdnn_engine_find(lr->value)) {
-        char what[192];
-        snprintf(what, sizeof what, "unknown engine (%s, auto)", sdnn_engine_names());
-        return line_error(lr, SDNN_ERR_INVALID, what);
+    case KT_NAME:
+    case KT_PATH:
+        snprintf(buf, len, "%s", field[0] ? field : "-");
+        return;
+    case KT_BOOL:
+    case KT_INT:
+        snprintf(buf, len, "%d", *(const int *)(const void *)field);
+        return;
+    case KT_NUM: {
+        double d = *(const double *)(const void *)field;
+        if (k->auto_zero && d == 0.0) snprintf(buf, len, "auto");
+        else snprintf(buf, len, "%g", d);
+        return;
     }
-    snprintf(cfg->engine, sizeof cfg->engine, "%s", lr->value);
-    return SDNN_OK;
+    }
+    snprintf(buf, len, "?");
 }
 
-static const key_spec g_keys[] = {
-    { "mode", parse_mode, "scalednn or stock" },
-    { "backend", parse_backend, "a backend (available: " BACKENDS_HERE ")" },
-    { "bucket_mb", parse_bucket_mb, "auto or a number of MiB > 0 and <= 4096" },
-    { "overlap", parse_overlap, "0 or 1" },
-    { "interval", parse_interval, "an integer >= 1 and <= 1000000" },
-    { "compress", parse_compress, "a codec (none, fp16, bf16, int8, topk, auto)" },
-    { "csv", parse_csv, "a file path" },
-    { "compress_min_kb", parse_compress_min_kb, "a number of KiB >= 0" },
-    { "topk_ratio", parse_topk_ratio, "a fraction > 0 and <= 1" },
-    { "int8_chunk", parse_int8_chunk, "an integer >= 1 and <= 1048576" },
-    { "error_feedback", parse_error_feedback, "0 or 1" },
-    { "stochastic_rounding", parse_stochastic, "0 or 1" },
-    { "topk_momentum", parse_topk_momentum, "a number >= 0 and < 1" },
-    { "topk_warmup", parse_topk_warmup, "an integer >= 0" },
-    { "timeline", parse_timeline, "a file path (Chrome trace JSON)" },
-    { "compress_allow", parse_compress_allow, "a list of codecs including none" },
-    { "link", parse_link, "a link name" },
-    { "link_gbps", parse_link_gbps, "a bandwidth in Gbit/s" },
-    { "link_us", parse_link_us, "a latency in microseconds" },
-    { "profile_iters", parse_profile_iters, "an integer >= 1" },
-    { "replan_drift", parse_replan_drift, "a fraction > 0" },
-    { "comm_timeout_s", parse_comm_timeout, "a number of seconds > 0" },
-    { "fix_1x1_delta", parse_fix_1x1_delta, "0 or 1" },
-    { "engine", parse_engine, "an engine (cpu, gpu) or auto" },
-};
-enum { K_MODE, K_BACKEND, K_BUCKET_MB, K_OVERLAP, K_INTERVAL, K_COMPRESS, K_CSV,
-       K_COMPRESS_MIN_KB, K_TOPK_RATIO, K_INT8_CHUNK, K_ERROR_FEEDBACK,
-       K_STOCHASTIC, K_TOPK_MOMENTUM, K_TOPK_WARMUP, K_TIMELINE, K_COMPRESS_ALLOW,
-       K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, K_COMM_TIMEOUT,
-       K_FIX_1X1_DELTA, K_ENGINE };
-#define N_KEYS (sizeof g_keys / sizeof g_keys[0])
+/* Does key k mean something for cfg's compress=? */
+static int key_applies(const key_spec *k, const sdnn_config *cfg)
+{
+    if (!k->codec) return 1;
+    if (strcmp(k->codec, "*") == 0) return strcmp(cfg->compress, "none") != 0;
+    return strcmp(k->codec, cfg->compress) == 0;
+}
+
+void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,
+                                size_t len)
+{
+    if (buf == NULL || len == 0) return;
+    buf[0] = '\0';
+    size_t at = 0;
+    for (size_t i = 0; i < N_KEYS && at + 1 < len; ++i) {
+        const key_spec *k = &g_keys[i];
+        if (k->group != group) continue;
+        char v[1100];
+        format_value(k, cfg, v, sizeof v);
+        int w = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "", k->key, v);
+        if (w < 0) break;
+        at += (size_t)w < len - at ? (size_t)w : len - at - 1;
+    }
+}
+
+size_t sdnn_config_key_count(void) { return N_KEYS; }
+
+const char *sdnn_config_key_name(size_t i) { return i < N_KEYS ? g_keys[i].key : NULL; }
+
+void sdnn_config_print_keys(FILE *f)
+{
+    const sdnn_config def = SDNN_CONFIG_INIT;
+    fprintf(f, "[scalednn] keys (key=value lines of the cfg's [scalednn] section):\n");
+    for (size_t i = 0; i < N_KEYS; ++i) {
+        const key_spec *k = &g_keys[i];
+        char allowed[256], dv[64];
+        allowed_text(k, allowed, sizeof allowed);
+        if (k->def_text) snprintf(dv, sizeof dv, "%s", k->def_text);
+        else format_value(k, &def, dv, sizeof dv);
+        fprintf(f, "  %-20s %s (default %s)", k->key, allowed, dv);
+        if (k->codec && strcmp(k->codec, "*") == 0) fprintf(f, "; with a codec");
+        else if (k->codec) fprintf(f, "; compress=%s only", k->codec);
+        fprintf(f, "\n  %-20s %s\n", "", k->help);
+    }
+}
 
 /* ---- the line loop ------------------------------------------------------- */
 
@@ -472,32 +568,34 @@ static sdnn_status on_header(parse_state *ps, int lineno)
 static sdnn_status on_key_value(parse_state *ps, int lineno)
 {
     line_ref lr = { ps->name, lineno, ps->line, NULL };
+    char keys[512], what[600];
+    key_names(keys, sizeof keys);
     char *eq = strchr(ps->line, '=');
-    if (eq == NULL)
-        return line_error(&lr, SDNN_ERR_INVALID,
-                          "expected key=value (keys: " KNOWN_KEYS ")");
+    if (eq == NULL) {
+        snprintf(what, sizeof what, "expected key=value (keys: %s)", keys);
+        return line_error(&lr, SDNN_ERR_INVALID, what);
+    }
     *eq = '\0';
     lr.value = eq + 1;
     for (size_t k = 0; k < N_KEYS; k++) {
         if (strcmp(lr.key, g_keys[k].key) != 0) continue;
         if (ps->key_line[k] != 0) {
-            char what[128];
             snprintf(what, sizeof what,
-                     "repeated key (first at line %d); "
-                     "each key may appear once",
+                     "repeated key (first at line %d); each key may appear once",
                      ps->key_line[k]);
             return line_error(&lr, SDNN_ERR_INVALID, what);
         }
         ps->key_line[k] = lineno;
         if (lr.value[0] == '\0') {
-            char what[160];
-            snprintf(what, sizeof what, "empty value; expected %s",
-                     g_keys[k].allowed);
+            char allowed[256];
+            allowed_text(&g_keys[k], allowed, sizeof allowed);
+            snprintf(what, sizeof what, "empty value; expected %s", allowed);
             return line_error(&lr, SDNN_ERR_INVALID, what);
         }
-        return g_keys[k].parse(&lr, ps->cfg);
+        return parse_value(&g_keys[k], &lr, ps->cfg);
     }
-    return line_error(&lr, SDNN_ERR_INVALID, "unknown key (" KNOWN_KEYS ")");
+    snprintf(what, sizeof what, "unknown key (%s)", keys);
+    return line_error(&lr, SDNN_ERR_INVALID, what);
 }
 
 /* Handle one line; `text` has `len` bytes, `full` counting its newline. */
@@ -550,39 +648,38 @@ static sdnn_status check_combinations(parse_state *ps)
     const int *set = ps->key_line;
     char what[256];
     int none = strcmp(c->compress, "none") == 0;
-    int topk = strcmp(c->compress, "topk") == 0;
-    int int8 = strcmp(c->compress, "int8") == 0;
+    int autoc = strcmp(c->compress, "auto") == 0;
     if (c->mode == SDNN_MODE_STOCK && !none)
         return combination_error(ps, K_COMPRESS,
                                  "compression needs mode=scalednn (stock mode "
                                  "averages weights, uncompressed, as Darknet does)");
-    static const struct { int key; const char *codec; } only[] = {
-        { K_TOPK_RATIO, "topk" }, { K_TOPK_MOMENTUM, "topk" },
-        { K_TOPK_WARMUP, "topk" }, { K_INT8_CHUNK, "int8" },
-        { K_STOCHASTIC, "int8" },
-    };
-    for (size_t i = 0; i < sizeof only / sizeof only[0]; i++) {
-        if (!set[only[i].key] || strcmp(c->compress, only[i].codec) == 0) continue;
-        snprintf(what, sizeof what, "applies to compress=%s only (compress=%s%s)",
-                 only[i].codec, c->compress, set[K_COMPRESS] ? "" : ", the default");
-        return combination_error(ps, only[i].key, what);
+    /* The keys of one codec (the table's `codec`). */
+    for (int k = 0; k < N_KEYS; k++) {
+        const char *only = g_keys[k].codec;
+        if (!set[k] || !only || strcmp(only, "*") == 0 || key_applies(&g_keys[k], c)) continue;
+        snprintf(what, sizeof what, "applies to compress=%s only (compress=%s%s)", only,
+                 c->compress, set[K_COMPRESS] ? "" : ", the default");
+        return combination_error(ps, k, what);
     }
-    if (none && set[K_COMPRESS_MIN_KB])
-        return combination_error(ps, K_COMPRESS_MIN_KB,
-                                 "needs a codec (compress=fp16, bf16, int8 or topk)");
-    if (none && c->error_feedback == 1)
-        return combination_error(ps, K_ERROR_FEEDBACK,
-                                 "needs a lossy codec (compress=fp16, bf16, int8 "
-                                 "or topk); compress=none loses nothing");
-    if (c->error_feedback < 0) c->error_feedback = topk;
+    if (none && set[K_COMPRESS_MIN_KB]) {
+        snprintf(what, sizeof what, "needs a codec (compress=%s)", lossy_names());
+        return combination_error(ps, K_COMPRESS_MIN_KB, what);
+    }
+    if (none && c->error_feedback == 1) {
+        snprintf(what, sizeof what, "needs a lossy codec (compress=%s); compress=none loses "
+                 "nothing", lossy_names());
+        return combination_error(ps, K_ERROR_FEEDBACK, what);
+    }
+    if (c->error_feedback < 0) {
+        /* Default: on for a sparse codec (topk), whose residual is most of
+         * the gradient; off for the dense ones. */
+        const sdnn_codec_ops *codec = sdnn_codec_find(c->compress);
+        c->error_feedback = codec && !codec->dense;
+    }
     if (c->topk_momentum > 0 && !c->error_feedback)
         return combination_error(ps, K_TOPK_MOMENTUM,
                                  "momentum correction accumulates in the error-"
                                  "feedback residual; it needs error_feedback=1");
-    (void)int8;
-    int autoc = strcmp(c->compress, "auto") == 0;
-    if (set[K_COMPRESS_ALLOW] && !autoc)
-        return combination_error(ps, K_COMPRESS_ALLOW, "applies to compress=auto only");
     if (autoc && set[K_ERROR_FEEDBACK] && c->error_feedback)
         return combination_error(ps, K_ERROR_FEEDBACK,
                                  "with compress=auto error feedback follows the codec chosen "
@@ -754,34 +851,18 @@ void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s)
 void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
 {
     if (buf == NULL || len == 0) return;
-    if (cfg == NULL) {
-        buf[0] = '\0';
-        return;
+    buf[0] = '\0';
+    if (cfg == NULL) return;
+    size_t at = 0;
+    for (size_t i = 0; i < N_KEYS && at + 1 < len; ++i) {
+        const key_spec *k = &g_keys[i];
+        if (!k->shown || !key_applies(k, cfg)) continue;
+        char v[1100];
+        format_value(k, cfg, v, sizeof v);
+        int w = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "", k->key, v);
+        if (w < 0) break;
+        at += (size_t)w < len - at ? (size_t)w : len - at - 1;
     }
-    char bucket[32];
-    if (cfg->bucket_mb > 0) snprintf(bucket, sizeof bucket, "%g", cfg->bucket_mb);
-    else snprintf(bucket, sizeof bucket, "auto");
-    snprintf(buf, len,
-             "mode=%s backend=%s bucket_mb=%s overlap=%d interval=%d "
-             "compress=%s csv=%s",
-             cfg->mode == SDNN_MODE_STOCK ? "stock" : "scalednn", cfg->backend,
-             bucket, cfg->overlap, cfg->interval, cfg->compress,
-             cfg->csv[0] != '\0' ? cfg->csv : "-");
-    size_t used = strlen(buf);
-    if (strcmp(cfg->compress, "none") == 0 || used + 1 >= len) return;
-    char extra[256];
-    if (strcmp(cfg->compress, "topk") == 0)
-        snprintf(extra, sizeof extra, " topk_ratio=%g topk_momentum=%g topk_warmup=%d",
-                 cfg->topk_ratio, cfg->topk_momentum, cfg->topk_warmup);
-    else if (strcmp(cfg->compress, "int8") == 0)
-        snprintf(extra, sizeof extra, " int8_chunk=%d stochastic_rounding=%d",
-                 cfg->int8_chunk, cfg->stochastic_rounding);
-    else if (strcmp(cfg->compress, "auto") == 0)
-        snprintf(extra, sizeof extra, " compress_allow=%s", cfg->compress_allow);
-    else
-        extra[0] = '\0';
-    snprintf(buf + used, len - used, "%s error_feedback=%d compress_min_kb=%g", extra,
-             cfg->error_feedback, cfg->compress_min_kb);
 }
 
 const char *sdnn_config_backend(const sdnn_config *cfg)

@@ -11,19 +11,29 @@
 
 #include "scalednn.h"
 #include <stddef.h>
+#include <stdio.h>
 
 typedef enum { SDNN_MODE_SCALEDNN = 0, SDNN_MODE_STOCK = 1 } sdnn_mode;
+
+/* Which settings every process of a run must share (agree.c compares them
+ * at start); the key table gives each key its group. */
+typedef enum {
+    SDNN_KEYS_OWN = 0,   /* may differ between processes (paths, backend, timeouts) */
+    SDNN_KEYS_MODE,      /* mode and its interval */
+    SDNN_KEYS_CODEC,     /* the codec and its options */
+    SDNN_KEYS_BUCKETS,   /* buckets and the planner */
+} sdnn_key_group;
 
 typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
-    char backend[16];   /* backend=local|mpi|auto (nccl: later builds); see
-                         * sdnn_config_backend for what auto becomes */
+    char backend[16];   /* backend=: a name of the comm registry (comm.c) or auto;
+                         * see sdnn_config_backend for what auto becomes */
     double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB;
                          * 0 = auto (planned from the profile, the default) */
     int overlap;        /* overlap=0|1 */
     int interval;       /* interval=<int >= 1>: stock-mode sync period */
-    char compress[16];  /* compress=none|fp16|bf16|int8|topk|auto */
+    char compress[16];  /* compress=: a codec of the registry (codec.c) or auto */
     char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
     double compress_min_kb; /* buckets below this many KiB stay uncompressed */
     double topk_ratio;  /* topk: fraction kept, (0, 1] */
@@ -44,14 +54,21 @@ typedef struct sdnn_config {
     int fix_1x1_delta;  /* fix_1x1_delta=0|1: a 1x1 convolution's backward adds to
                          * its input's delta (1, the default) or overwrites it as
                          * Debian's libdarknet does (0); see hooks.h */
-    char engine[16];    /* engine=cpu|gpu|auto (names: engine.c's registry);
+    char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
 } sdnn_config;
 
-/* Defaults: the values a [scalednn] section without keys gets. */
-#define SDNN_CONFIG_INIT                                            \
-    { 0, SDNN_MODE_SCALEDNN, "local", 0.0, 1, 4, "none", "",        \
-      0.0, 0.01, 256, -1, 0, 0.0, 0, "", "none,fp16,int8", "", 0.0, 0.0, 5, 0.25, 60.0, 1, "cpu" }
+/* Defaults: the values a [scalednn] section without keys gets (the key
+ * table in config.c reads them for `scalednn keys`). */
+#define SDNN_CONFIG_INIT                                                       \
+    { .present = 0, .mode = SDNN_MODE_SCALEDNN, .backend = "local", .bucket_mb = 0.0, \
+      .overlap = 1, .interval = 4, .compress = "none", .csv = "",               \
+      .compress_min_kb = 0.0, .topk_ratio = 0.01, .int8_chunk = 256,            \
+      .error_feedback = -1, .stochastic_rounding = 0, .topk_momentum = 0.0,     \
+      .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
+      .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
+      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1,         \
+      .engine = "cpu" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {
@@ -83,7 +100,19 @@ void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
  * (OMPI_COMM_WORLD_SIZE > 1) and to "local" otherwise. */
 const char *sdnn_config_backend(const sdnn_config *cfg);
 
-/* One line describing the settings, for the start-of-training banner. */
+/* One line describing the settings, for the start-of-training banner:
+ * the key table's shown keys that apply to cfg's codec, "key=value ...". */
 void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);
+
+/* The key table (config.c), the only list of the section's keys: how many,
+ * the i-th name (NULL past the end), and every key with what it may be, its
+ * default and one line of help (`./darknet scalednn keys`). */
+size_t sdnn_config_key_count(void);
+const char *sdnn_config_key_name(size_t i);
+void sdnn_config_print_keys(FILE *f);
+
+/* "key=value ..." of every key of `group`, in table order. */
+void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,
+                                size_t len);
 
 #endif
