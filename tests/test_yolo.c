@@ -642,6 +642,37 @@ static void test_v7tiny_train_map(void **state)
     train_reload_map("shapes-v7tiny-scalednn", "shapes-v7tiny", "-gpus 0,1");
 }
 
+/* The real-size cfgs: checked (every key of the fork's yolov4-tiny and
+ * yolov7-tiny built or refused by name; the heads' channels against
+ * masks x (classes + 5)), and their layer walk without building the
+ * networks (416x416 at batch 8 is large for CI). */
+static void test_real_size_cfgs(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *path;
+        int layers, heads[3];
+    } cfgs[] = {{"cfg/yolov4-tiny-dialect.cfg", 38, {29, 36, -1}},
+                {"cfg/yolov4-tiny-dialect-scalednn.cfg", 38, {29, 36, -1}},
+                {"cfg/yolov7-tiny-dialect.cfg", 99, {89, 93, 97}},
+                {"cfg/yolov7-tiny-dialect-scalednn.cfg", 99, {89, 93, 97}}};
+    for (int c = 0; c < 4; ++c) {
+        if (sdnn_cfg_check_file(cfgs[c].path) != SDNN_OK)
+            fail_msg("%s: %s", cfgs[c].path, sdnn_last_error());
+        char *text = tu_slurp(cfgs[c].path);
+        assert_non_null(text);
+        long chan[128];
+        int n = 0;
+        assert_int_equal(sdnn_cfg_channels(cfgs[c].path, text, chan, 128, &n), SDNN_OK);
+        free(text);
+        assert_int_equal(n, cfgs[c].layers);
+        for (int h = 0; h < 3 && cfgs[c].heads[h] >= 0; ++h) {
+            assert_int_equal(chan[cfgs[c].heads[h]], 255); /* 3 x (80 + 5) */
+            assert_int_equal(chan[cfgs[c].heads[h] + 1], 255);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_layer_iou_thresh_average),
         cmocka_unit_test(test_nms_kinds),
         cmocka_unit_test(test_dialect_nms_uses_last_head),
+        cmocka_unit_test(test_real_size_cfgs),
         cmocka_unit_test(test_v4tiny_train_map),
         cmocka_unit_test(test_v7tiny_train_map),
     };
