@@ -150,7 +150,7 @@ static int test_detector(int argc, char **argv)
     int nboxes = 0;
     layer l = net->layers[net->n - 1];
     detection *dets = get_network_boxes(net, im.w, im.h, thresh, hier, 0, 1, &nboxes);
-    do_nms_sort(dets, nboxes, l.classes, .45f);
+    sdnn_dialect_nms(net, dets, nboxes, l.classes, .45f);
     for (int i = 0; i < nboxes; ++i)
         for (int j = 0; j < l.classes; ++j)
             if (dets[i].prob[j] > thresh) {

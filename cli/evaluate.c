@@ -165,7 +165,7 @@ static sdnn_status detect(network *net, const char *path, const sdnn_map_eval_op
     network_predict(net, sized.data);
     int nboxes = 0;
     detection *d = get_network_boxes(net, im.w, im.h, o->thresh, .5f, 0, 1, &nboxes);
-    do_nms_sort(d, nboxes, classes, o->nms);
+    sdnn_dialect_nms(net, d, nboxes, classes, o->nms);
     sdnn_status st = SDNN_OK;
     *ndets = 0;
     for (int i = 0; i < nboxes && st == SDNN_OK; ++i)
