@@ -38,6 +38,17 @@ static fix_scratch *g_fix;
 
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx) { tl_ctx = ctx; }
 
+void sdnn_hooks_bind_callbacks(const sdnn_engine_callbacks *cb)
+{
+    if (tl_ctx) tl_ctx->cb = cb;
+}
+
+/* The callbacks of context c, or NULL when there are none (stock mode). */
+static const sdnn_engine_callbacks *callbacks(const sdnn_hook_ctx *c)
+{
+    return c ? c->cb : NULL;
+}
+
 /* Darknet's maxpool keeps index -1 for a window of NaNs and its backward
  * then writes before the start of the input's delta; catch that first. */
 static int maxpool_indexes_valid(const layer *l)
@@ -82,13 +93,15 @@ static void hook_forward(layer l, network net)
 static void backward_body(layer l, network net, float *add, size_t nadd)
 {
     sdnn_hook_ctx *c = tl_ctx;
-    if (c && c->ex) {
+    const sdnn_engine_callbacks *cb = callbacks(c);
+    if (cb) {
         /* After a failure anywhere, the rest of the backward pass is
          * skipped: its values are garbage and Darknet's code is not safe on
          * non-finite input. */
-        if (sdnn_exchange_aborted(c->ex)) return;
-        if (l.type == MAXPOOL && l.indexes && !maxpool_indexes_valid(&l)) {
-            sdnn_exchange_report_nonfinite_input(c->ex, c->replica, net.index);
+        if (cb->aborted && cb->aborted(cb->user)) return;
+        if (cb->nonfinite_input && l.type == MAXPOOL && l.indexes &&
+            !maxpool_indexes_valid(&l)) {
+            cb->nonfinite_input(cb->user, c->replica, net.index);
             return;
         }
     }
@@ -107,12 +120,12 @@ static void backward_body(layer l, network net, float *add, size_t nadd)
                                t1, c->iteration, net.index, subdivision(&net),
                                sdnn_layer_type_name(l.type));
     }
-    if (!c || !c->ex || !l.update) return;
+    if (!cb || !cb->backward_done || !l.update) return;
     /* seen was advanced before this subdivision's forward; the update comes
      * after the subdivision that makes seen/batch a multiple of
      * subdivisions, so only then are the layer's gradients complete. */
     if ((*net.seen / (size_t)net.batch) % (size_t)net.subdivisions != 0) return;
-    sdnn_exchange_layer_done(c->ex, c->replica, net.index);
+    cb->backward_done(cb->user, c->replica, net.index);
 }
 
 static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0); }
@@ -150,9 +163,10 @@ static void hook_backward_fix(layer l, network net)
     float *s = scratch_for(net.layers, n);
     if (!s) {
         sdnn_hook_ctx *c = tl_ctx;
+        const sdnn_engine_callbacks *cb = callbacks(c);
         SDNN_ERROR(SDNN_ERR_NOMEM, "layer %d: no memory for the 1x1 delta fix's scratch buffer",
                    net.index);
-        if (c && c->ex) sdnn_exchange_abort(c->ex, SDNN_ERR_NOMEM);
+        if (cb && cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_NOMEM);
         return;
     }
     /* A 1x1 layer whose output is not its input's size (stride or pad)
@@ -222,19 +236,21 @@ static int find_layer(sdnn_hook_ctx *c, const layer *l)
 static void hook_update(layer l, update_args a)
 {
     sdnn_hook_ctx *c = tl_ctx;
-    if (!c || (!c->ex && !c->tl)) {
+    const sdnn_engine_callbacks *cb = callbacks(c);
+    int wait = cb && cb->before_update;
+    if (!c || (!wait && !c->tl)) {
         g_update[l.type](l, a);
         return;
     }
     double t0 = c->tl ? sdnn_now_s() : 0;
     int i = find_layer(c, &l);
-    if (c->ex) {
+    if (wait) {
         if (i < 0) {
             SDNN_ERROR(SDNN_ERR_INTERNAL, "update of an unknown layer on replica %d", c->replica);
-            sdnn_exchange_abort(c->ex, SDNN_ERR_INTERNAL);
+            if (cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_INTERNAL);
             return;
         }
-        if (sdnn_exchange_layer_wait(c->ex, c->replica, i) != 0) return;
+        if (cb->before_update(cb->user, c->replica, i) != 0) return;
     }
     double u0 = c->prof ? sdnn_now_s() : 0;
     g_update[l.type](l, a);

@@ -5,10 +5,11 @@
  * and l.update(l, args) with no index.  The wrappers find the replica
  * through a thread-local context (each replica trains in its own thread),
  * the layer through net.index (forward, backward) or its parameter pointers
- * (update), tell the exchange, record the timeline, and call Darknet's own
- * function.  Without a context (a thread that is not a replica) they are
+ * (update), call the scheduler's callbacks (the engine table's
+ * sdnn_engine_callbacks, registered by the exchange), record the timeline,
+ * and call Darknet's own function.  Without a context (a thread that is not a replica) they are
  * transparent.  Forward is wrapped only for a timeline or the planner's
- * profile: the exchange has no use for it.
+ * profile: the scheduler has no use for it.
  *
  * The 1x1 delta fix (fix_1x1_delta=1, issue 17): Debian's libdarknet
  * computes the input gradient of a size=1 convolution with a gemm whose
@@ -24,13 +25,16 @@
 #ifndef SDNN_HOOKS_H
 #define SDNN_HOOKS_H
 
-#include "exchange.h"
+#include "engine.h"
 #include "scalednn.h"
 #include "timeline.h"
 #include <darknet.h>
 
 typedef struct sdnn_hook_ctx {
-    sdnn_exchange *ex;   /* NULL: stock mode, only the timeline is recorded */
+    /* The scheduler's callbacks (the cpu engine's, set by its bind_thread
+     * through sdnn_hooks_bind_callbacks); NULL, or none set: stock mode,
+     * only the timeline and the profile are recorded. */
+    const sdnn_engine_callbacks *cb;
     sdnn_timeline *tl;   /* NULL: no timeline */
     int replica;
     int iteration;       /* the step's iteration, for the timeline */
@@ -61,5 +65,10 @@ void sdnn_hooks_uninstall(network *net);
 
 /* Context of the calling thread (NULL to clear). */
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx);
+/* The callbacks the hooks of the calling thread call (backward_done after
+ * a layer's last-subdivision backward, before_update before its update,
+ * nonfinite_input, aborted, abort): stored in the thread's context, when
+ * it has one.  The cpu engine calls it from bind_thread. */
+void sdnn_hooks_bind_callbacks(const sdnn_engine_callbacks *cb);
 
 #endif

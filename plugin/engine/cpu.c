@@ -81,7 +81,11 @@ static void cpu_set_callbacks(sdnn_engine *e, const sdnn_engine_callbacks *cb)
 
 static void cpu_bind_thread(sdnn_engine *e, int r)
 {
-    (void)e; (void)r;   /* the hooks find the replica through the caller's context */
+    /* The hooks find the replica through the thread's hook context (the
+     * caller's); they reach the scheduler through this engine's
+     * callbacks. */
+    cpu_engine *c = e->impl;
+    sdnn_hooks_bind_callbacks(r >= 0 ? &c->cb : NULL);
 }
 
 static sdnn_status cpu_train(sdnn_engine *e, int r, data slice, float *loss)
@@ -194,6 +198,20 @@ static sdnn_status cpu_sync(sdnn_engine *e, int r)
     return SDNN_OK;
 }
 
+static sdnn_status cpu_buf_read(sdnn_engine *e, int r, const float *src, float *host, size_t n)
+{
+    (void)e; (void)r;
+    if (n) memcpy(host, src, n * sizeof(float));
+    return SDNN_OK;
+}
+
+static sdnn_status cpu_buf_write(sdnn_engine *e, int r, float *dst, const float *host, size_t n)
+{
+    (void)e; (void)r;
+    if (n) memcpy(dst, host, n * sizeof(float));
+    return SDNN_OK;
+}
+
 static sdnn_status cpu_move(sdnn_engine *e, unsigned what)
 {
     (void)e; (void)what;   /* the host networks are the engine's own */
@@ -228,4 +246,9 @@ const sdnn_engine_ops sdnn_engine_cpu = {
     .pull = cpu_move,
     .push = cpu_move,
     .resize = cpu_resize,
+    .comm_open = NULL,        /* the host comm as it is */
+    .buf_read = cpu_buf_read,
+    .buf_write = cpu_buf_write,
+    .set_timeline = NULL,     /* the hooks record the replicas' spans */
+    .nonfinite_at = NULL,     /* pack() checks at once */
 };

@@ -31,6 +31,8 @@ static void list_names(void)
 
 const sdnn_engine_ops *const *sdnn_engine_list(void) { return registry; }
 
+const sdnn_engine_ops *sdnn_engine_host(void) { return &sdnn_engine_cpu; }
+
 const char *sdnn_engine_names(void)
 {
     pthread_once(&names_once, list_names);

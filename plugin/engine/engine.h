@@ -101,6 +101,16 @@ typedef struct sdnn_engine_callbacks {
     int (*before_update)(void *user, int r, int layer);
     /* The input of `layer` on replica r is not finite (a forward check). */
     void (*nonfinite_input)(void *user, int r, int layer);
+    /* Added for the exchange through the table (issue 13, step side): */
+    /* 1 once the step was stopped (anywhere): the engine skips the rest of
+     * replica r's backward, whose values are no longer used and may not be
+     * safe to compute (Darknet's code on non-finite input). */
+    int (*aborted)(void *user);
+    /* Stop the step with `s` because the engine failed on replica r in the
+     * middle of train() (no memory in a hook, an unknown layer); the
+     * message is already set with SDNN_ERROR.  Waiters on every replica
+     * return, so train() can finish. */
+    void (*abort)(void *user, int r, sdnn_status s);
 } sdnn_engine_callbacks;
 
 /* What an engine is created with. */
@@ -200,6 +210,15 @@ typedef struct sdnn_engine_ops {
     sdnn_status (*buf_write)(sdnn_engine *e, int r, float *dst, const float *host, size_t n);
     /* Device work as timeline spans (NULL tl: none).  May be NULL (host). */
     void (*set_timeline)(sdnn_engine *e, struct sdnn_timeline *tl);
+
+    /* Added for the exchange through the table (issue 13, step side): */
+    /* After sync(e, r) returned SDNN_ERR_NONFINITE from the deferred check:
+     * the layer and tensor element of the first non-finite value pack()
+     * found on replica r in this step (1), or 0 when none was recorded.
+     * The exchange then stops the step with the message the host check
+     * gives (iteration, layer, tensor[element], replica).  May be NULL (a
+     * host engine checks at once; the exchange reports sync's message). */
+    int (*nonfinite_at)(sdnn_engine *e, int r, int *layer, sdnn_engine_bad *bad);
 } sdnn_engine_ops;
 
 struct sdnn_engine {
@@ -213,6 +232,10 @@ struct sdnn_engine {
 const sdnn_engine_ops *sdnn_engine_find(const char *name);
 /* Registered engines, NULL-terminated, in registry order. */
 const sdnn_engine_ops *const *sdnn_engine_list(void);
+/* The engine that trains the host networks themselves (host memory, no
+ * copies): what an exchange made on bare networks (sdnn_exchange_create)
+ * drives. */
+const sdnn_engine_ops *sdnn_engine_host(void);
 /* "cpu, gpu" (every registered name), for messages and usage text. */
 const char *sdnn_engine_names(void);
 

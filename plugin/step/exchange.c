@@ -1,147 +1,68 @@
 /*
- * exchange: buckets, the comm thread and the per-step protocol (see
- * exchange.h).  All shared state is guarded by one mutex; the heavy work
- * (packing, unpacking, the reduction) runs outside it.  The comm thread is
- * fed through a FIFO of bucket numbers so buckets cross the link in the
- * order their gradients became ready.
+ * exchange: the bucket buffers and the per-step protocol (see exchange.h),
+ * driven through the engine table: every bucket buffer comes from the
+ * engine (buf_alloc) and is touched only by the engine's ops (snapshot,
+ * pack, check, ef_step, apply, buf_read/buf_write) and by the comm the
+ * engine gives (comm_open).  When buckets may leave, the comm thread and
+ * the waits are the scheduler's (scheduler.c); the .ef format is efstate.c's.
  */
 #include "exchange.h"
-#include "layout.h"
-#include "clock.h"
 #include "collective.h"
+#include "efstate.h"
+#include "layout.h"
 #include "replicas.h"
-#include "saveio.h"
+#include "scheduler.h"
+#include "clock.h"
 #include "timeline.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct slot {
-    int bucket;            /* -1: not exchanged */
-    size_t offset;         /* first float of this layer in its bucket */
-    int np;
-    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER]; /* replica 0's views; others via rp */
-} slot;
 
 typedef struct bucket {
     int lo, hi;            /* layers hi down to lo */
     size_t count;
-    float **pack;          /* [nrep] fresh gradients */
+    int nlayers;
+    float **pack;          /* [nrep] fresh gradients (engine buffers) */
     float **snap;          /* [nrep] snapshots */
-    float *mean;           /* uncompressed: the mean every replica reads */
+    float *mean;           /* the mean every replica reads (replica 0's buffer);
+                            * compressed: outs[0] */
     const sdnn_codec_ops *codec; /* NULL: uncompressed */
     float **outs;          /* compressed: [nrep] each replica's decoded mean */
     float **resid;         /* error feedback: [nrep] residuals, NULL without */
     float **vel;           /* momentum correction: [nrep] velocities */
-    unsigned char **efbuf; /* error feedback: [nrep] encode scratch */
-    int *rem_r;            /* [nrep] layers of this bucket each replica still owes */
-    int remaining;         /* layer x replica completions still expected */
-    int nlayers;
-    int done;
-    double ready_t;        /* when the last replica packed it */
+    float **efbuf;         /* error feedback: [nrep] encode scratch */
 } bucket;
 
 struct sdnn_exchange {
-    network **nets;
+    sdnn_engine *eng;
+    int own_eng;                       /* made by sdnn_exchange_create */
     int nrep;
-    sdnn_comm *comm;
-    int overlap;
+    sdnn_comm *comm;                   /* the collectives' (the engine's, or host) */
     int world;
     int nlayers;
-    slot *slots;                       /* [nlayers] */
-    sdnn_param *rp;                    /* [nrep][nlayers][MAX] */
+    sdnn_layout lay;                   /* each layer's bucket and offset */
     int nb;
     bucket *b;
-    size_t total;                      /* floats exchanged per replica */
+    const char **labels;               /* [nb] codec names, for the timeline */
+    size_t *efcount;                   /* [nb] floats of state (0: none), for .ef */
     sdnn_exchange_opts opts;
     sdnn_codec_params step_params;     /* this step's (topk ratio warm-up) */
     uint64_t seed;
     int has_ef;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv;                 /* bucket done, abort */
-    pthread_cond_t qcv;                /* queue has work, stop */
-    pthread_t thread;
-    int thread_started;
-    int stop;
-    int *queue;
-    int qhead, qtail;
-    int buckets_ready;
-    int aborted;
-    sdnn_status err;
+    sdnn_sched *sched;
+    const float **in;                  /* [nrep] the comm thread's inputs */
     int iteration;
-    double *wait_s;                    /* [nrep] waits on the exchange itself */
-    double *sync_s;                    /* [nrep] waits for slower replicas */
-    double comm_s;
-    int exchanged;
-    size_t wire;                       /* bytes sent between ranks this step */
     sdnn_timeline *tl;                 /* NULL: no timeline */
 };
 
 #define SDNN_STREAM_SEED 0x5ca1ed5ca1edull
 
-static sdnn_param *rparams(sdnn_exchange *ex, int r, int layer)
+static void buf_free(sdnn_exchange *ex, int r, float *p)
 {
-    return ex->rp + ((size_t)r * (size_t)ex->nlayers + (size_t)layer) * SDNN_MAX_PARAMS_PER_LAYER;
-}
-
-static void *comm_main(void *arg)
-{
-    sdnn_exchange *ex = arg;
-    const float **in = calloc((size_t)ex->nrep, sizeof *in);
-    pthread_mutex_lock(&ex->mu);
-    for (;;) {
-        while (!ex->stop && ex->qhead == ex->qtail) pthread_cond_wait(&ex->qcv, &ex->mu);
-        if (ex->stop) break;
-        int k = ex->queue[ex->qhead++];
-        int aborted = ex->aborted;
-        pthread_mutex_unlock(&ex->mu);
-
-        sdnn_status st = SDNN_OK;
-        size_t wire = 0;
-        double t0 = sdnn_now_s();
-        if (!aborted) {
-            bucket *bk = &ex->b[k];
-            if (!in) {
-                st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory in the comm thread");
-            } else if (bk->codec) {
-                for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
-                uint64_t stream = sdnn_stream_mix(ex->seed, (uint64_t)ex->iteration, (uint64_t)k);
-                st = sdnn_comm_allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params,
-                                                         stream, in, ex->nrep, bk->outs,
-                                                         bk->count, &wire);
-            } else {
-                for (int r = 0; r < ex->nrep; ++r) in[r] = bk->pack[r];
-                /* wire: what a ring sends (sdnn_comm_allreduce_mean). */
-                st = sdnn_comm_allreduce_mean(ex->comm, in, ex->nrep, bk->mean, bk->count, &wire);
-            }
-        }
-        double t1 = sdnn_now_s();
-        if (ex->tl) {
-            const sdnn_codec_ops *c = ex->b[k].codec;
-            sdnn_timeline_span(ex->tl, SDNN_TL_TRACK_COMM, SDNN_TL_ALLREDUCE, t0, t1,
-                               ex->iteration, k, (double)wire, c ? c->name : "none");
-        }
-
-        pthread_mutex_lock(&ex->mu);
-        ex->comm_s += t1 - t0;
-        ex->wire += wire;
-        ex->exchanged++;
-        ex->b[k].done = 1;
-        if (st != SDNN_OK && !ex->aborted) {
-            ex->aborted = 1;
-            ex->err = st;
-        }
-        pthread_cond_broadcast(&ex->cv);
-    }
-    pthread_mutex_unlock(&ex->mu);
-    free(in);
-    return NULL;
+    if (p) ex->eng->ops->buf_free(ex->eng, r, p);
 }
 
 static void free_buckets(sdnn_exchange *ex)
@@ -150,21 +71,20 @@ static void free_buckets(sdnn_exchange *ex)
     for (int k = 0; k < ex->nb; ++k) {
         bucket *bk = &ex->b[k];
         for (int r = 0; r < ex->nrep; ++r) {
-            if (bk->pack) free(bk->pack[r]);
-            if (bk->snap) free(bk->snap[r]);
-            if (bk->outs && r > 0) free(bk->outs[r]);   /* outs[0] is mean */
-            if (bk->resid) free(bk->resid[r]);
-            if (bk->vel) free(bk->vel[r]);
-            if (bk->efbuf) free(bk->efbuf[r]);
+            if (bk->pack) buf_free(ex, r, bk->pack[r]);
+            if (bk->snap) buf_free(ex, r, bk->snap[r]);
+            if (bk->outs && r > 0) buf_free(ex, r, bk->outs[r]);   /* outs[0] is mean */
+            if (bk->resid) buf_free(ex, r, bk->resid[r]);
+            if (bk->vel) buf_free(ex, r, bk->vel[r]);
+            if (bk->efbuf) buf_free(ex, r, bk->efbuf[r]);
         }
+        buf_free(ex, 0, bk->mean);
         free(bk->pack);
         free(bk->snap);
-        free(bk->mean);
         free(bk->outs);
         free(bk->resid);
         free(bk->vel);
         free(bk->efbuf);
-        free(bk->rem_r);
     }
     free(ex->b);
     ex->b = NULL;
@@ -173,65 +93,21 @@ static void free_buckets(sdnn_exchange *ex)
 void sdnn_exchange_destroy(sdnn_exchange *ex)
 {
     if (!ex) return;
-    if (ex->thread_started) {
-        pthread_mutex_lock(&ex->mu);
-        ex->stop = 1;
-        pthread_cond_broadcast(&ex->qcv);
-        pthread_mutex_unlock(&ex->mu);
-        pthread_join(ex->thread, NULL);
-    }
+    sdnn_sched_destroy(ex->sched);   /* the comm thread first: it reads the buckets */
     free_buckets(ex);
+    sdnn_layout_free(&ex->lay);
     free((void *)ex->opts.plan);
-    free(ex->slots);
-    free(ex->rp);
-    free(ex->queue);
-    free(ex->wait_s);
-    free(ex->sync_s);
-    pthread_mutex_destroy(&ex->mu);
-    pthread_cond_destroy(&ex->cv);
-    pthread_cond_destroy(&ex->qcv);
+    free(ex->labels);
+    free(ex->efcount);
+    free(ex->in);
+    if (ex->own_eng) sdnn_engine_destroy(ex->eng);
     free(ex);
 }
 
-/* Layers at or before the last stopbackward layer never run backward: their
- * gradients are never fresh, so they are not exchanged. */
-static int first_trained_layer(const network *net)
+/* n zero-filled floats of replica r's memory in the engine. */
+static sdnn_status alloc(sdnn_exchange *ex, int r, size_t n, float **out)
 {
-    int first = 0;
-    for (int i = 0; i < net->n; ++i)
-        if (net->layers[i].stopbackward) first = i + 1;
-    return first;
-}
-
-static sdnn_status build_slots(sdnn_exchange *ex)
-{
-    int first = first_trained_layer(ex->nets[0]);
-    for (int i = 0; i < ex->nlayers; ++i) {
-        slot *s = &ex->slots[i];
-        s->bucket = -1;
-        for (int r = 0; r < ex->nrep; ++r) {
-            const layer *l = &ex->nets[r]->layers[i];
-            int np = sdnn_layer_params(l, rparams(ex, r, i));
-            if (np < 0)
-                return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
-                                  "layer %d (%s) has parameters scalednn cannot exchange yet; "
-                                  "use mode=stock for this network",
-                                  i, sdnn_layer_type_name(l->type));
-            if (r == 0) s->np = np;
-            else if (np != s->np)
-                return SDNN_ERROR(SDNN_ERR_INTERNAL, "replica %d layer %d differs", r, i);
-        }
-        memcpy(s->p, rparams(ex, 0, i), sizeof s->p);
-        if (i < first) s->np = 0;
-    }
-    return SDNN_OK;
-}
-
-static size_t slot_floats(const slot *s)
-{
-    size_t n = 0;
-    for (int j = 0; j < s->np; ++j) n += s->p[j].n;
-    return n;
+    return ex->eng->ops->buf_alloc(ex->eng, r, n ? n : 1, out);
 }
 
 /* Compressed-bucket buffers: per-replica outputs, error-feedback state. */
@@ -243,9 +119,7 @@ static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
     bk->outs = calloc((size_t)ex->nrep, sizeof *bk->outs);
     if (!bk->outs) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
     bk->outs[0] = bk->mean;
-    for (int r = 1; r < ex->nrep; ++r)
-        if (!(bk->outs[r] = malloc(bk->count * sizeof(float))))
-            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+    for (int r = 1; r < ex->nrep; ++r) SDNN_CHECK(alloc(ex, r, bk->count, &bk->outs[r]));
     if (!ef) return SDNN_OK;
     ex->has_ef = 1;
     bk->resid = calloc((size_t)ex->nrep, sizeof *bk->resid);
@@ -258,76 +132,80 @@ static sdnn_status alloc_coded(sdnn_exchange *ex, int k)
     sdnn_codec_params widest = o->params;
     if (o->topk_warmup > 0) widest.topk_ratio = 1.0;
     size_t enc = bk->codec->encoded_size(&widest, bk->count);
+    size_t enc_floats = (enc + sizeof(float) - 1) / sizeof(float);
     for (int r = 0; r < ex->nrep; ++r) {
-        bk->resid[r] = calloc(bk->count, sizeof(float));
-        bk->efbuf[r] = malloc(enc ? enc : 1);
-        if (bk->vel) bk->vel[r] = calloc(bk->count, sizeof(float));
-        if (!bk->resid[r] || !bk->efbuf[r] || (bk->vel && !bk->vel[r]))
-            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+        SDNN_CHECK(alloc(ex, r, bk->count, &bk->resid[r]));
+        SDNN_CHECK(alloc(ex, r, enc_floats, &bk->efbuf[r]));
+        if (bk->vel) SDNN_CHECK(alloc(ex, r, bk->count, &bk->vel[r]));
     }
     return SDNN_OK;
 }
 
+/* Every replica's layers hold what replica 0's do (the layout is built on
+ * replica 0). */
+static sdnn_status check_replicas(sdnn_exchange *ex)
+{
+    size_t *counts = calloc((size_t)ex->nlayers + 1, sizeof *counts);
+    if (!counts) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
+    sdnn_status st = SDNN_OK;
+    for (int r = 1; r < ex->nrep && st == SDNN_OK; ++r) {
+        st = sdnn_layout_counts(ex->eng->nets[r], counts);
+        for (int i = 0; st == SDNN_OK && i < ex->nlayers; ++i)
+            if (counts[i] != ex->lay.layer[i].count)
+                st = SDNN_ERROR(SDNN_ERR_INTERNAL, "replica %d layer %d differs", r, i);
+    }
+    free(counts);
+    return st;
+}
+
 static sdnn_status build_buckets(sdnn_exchange *ex, double bucket_mb)
 {
-    int cap = ex->nlayers + 1;
-    if (ex->opts.plan && ex->opts.nplan > cap) cap = ex->opts.nplan;
-    ex->b = calloc((size_t)cap, sizeof *ex->b);
-    size_t *counts = calloc((size_t)ex->nlayers + 1, sizeof *counts);
-    sdnn_layout_range *ranges = ex->opts.plan
-        ? calloc((size_t)ex->opts.nplan + 1, sizeof *ranges) : NULL;
-    if (!ex->b || !counts || (ex->opts.plan && !ranges)) {
-        free(counts);
-        free(ranges);
-        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
-    }
-    for (int i = 0; i < ex->nlayers; ++i) counts[i] = slot_floats(&ex->slots[i]);
-    for (int k = 0; ranges && k < ex->opts.nplan; ++k) {
-        ranges[k].lo = ex->opts.plan[k].lo;
-        ranges[k].hi = ex->opts.plan[k].hi;
+    sdnn_layout_range *ranges = NULL;
+    if (ex->opts.plan) {
+        ranges = calloc((size_t)ex->opts.nplan + 1, sizeof *ranges);
+        if (!ranges) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
+        for (int k = 0; k < ex->opts.nplan; ++k) {
+            ranges[k].lo = ex->opts.plan[k].lo;
+            ranges[k].hi = ex->opts.plan[k].hi;
+        }
     }
     /* The one partition (layout.c) every engine, the planner and the cost
      * model use. */
-    sdnn_layout lay;
-    sdnn_status ls = ranges ? sdnn_layout_plan(counts, ex->nlayers, ranges, ex->opts.nplan, &lay)
-                            : sdnn_layout_fixed(counts, ex->nlayers, bucket_mb, &lay);
-    free(counts);
+    sdnn_status ls = sdnn_layout_build(ex->eng->nets[0], bucket_mb, ranges,
+                                       ranges ? ex->opts.nplan : 0, &ex->lay);
     free(ranges);
     SDNN_CHECK(ls);
-    ex->nb = lay.nbuckets;
-    for (int k = 0; k < lay.nbuckets; ++k) {
-        ex->b[k].lo = lay.bucket[k].lo;
-        ex->b[k].hi = lay.bucket[k].hi;
-        ex->b[k].count = lay.bucket[k].count;
-        ex->b[k].nlayers = lay.bucket[k].nlayers;
-    }
-    for (int i = 0; i < ex->nlayers; ++i) {
-        ex->slots[i].bucket = lay.layer[i].bucket;
-        ex->slots[i].offset = lay.layer[i].offset;
-    }
-    sdnn_layout_free(&lay);
-    ex->total = 0;
+    SDNN_CHECK(check_replicas(ex));
+    ex->nb = ex->lay.nbuckets;
+    size_t cap = ex->nb > 0 ? (size_t)ex->nb : 1;
+    ex->b = calloc(cap, sizeof *ex->b);
+    ex->labels = calloc(cap, sizeof *ex->labels);
+    ex->efcount = calloc(cap, sizeof *ex->efcount);
+    if (!ex->b || !ex->labels || !ex->efcount)
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for buckets");
     for (int k = 0; k < ex->nb; ++k) {
         bucket *bk = &ex->b[k];
-        ex->total += bk->count;
+        bk->lo = ex->lay.bucket[k].lo;
+        bk->hi = ex->lay.bucket[k].hi;
+        bk->count = ex->lay.bucket[k].count;
+        bk->nlayers = ex->lay.bucket[k].nlayers;
+        ex->labels[k] = "none";
         if (ex->world == 1) continue;   /* nothing to pack for a world of one */
         bk->pack = calloc((size_t)ex->nrep, sizeof *bk->pack);
         bk->snap = calloc((size_t)ex->nrep, sizeof *bk->snap);
-        bk->mean = malloc(bk->count * sizeof(float));
-        bk->rem_r = calloc((size_t)ex->nrep, sizeof *bk->rem_r);
-        if (!bk->pack || !bk->snap || !bk->mean || !bk->rem_r)
-            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+        if (!bk->pack || !bk->snap) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+        SDNN_CHECK(alloc(ex, 0, bk->count, &bk->mean));
         const sdnn_codec_ops *c = ex->opts.plan ? ex->opts.plan[k].codec : ex->opts.codec;
         if (c && c != &sdnn_codec_none &&
             (double)bk->count * sizeof(float) >= ex->opts.compress_min_kb * 1024.0) {
             bk->codec = c;
+            ex->labels[k] = c->name;
             SDNN_CHECK(alloc_coded(ex, k));
+            if (bk->resid) ex->efcount[k] = bk->count;
         }
         for (int r = 0; r < ex->nrep; ++r) {
-            bk->pack[r] = malloc(bk->count * sizeof(float));
-            bk->snap[r] = malloc(bk->count * sizeof(float));
-            if (!bk->pack[r] || !bk->snap[r])
-                return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for bucket %d", k);
+            SDNN_CHECK(alloc(ex, r, bk->count, &bk->pack[r]));
+            SDNN_CHECK(alloc(ex, r, bk->count, &bk->snap[r]));
         }
     }
     return SDNN_OK;
@@ -358,61 +236,110 @@ sdnn_status sdnn_exchange_opts_from_config(const sdnn_config *cfg, sdnn_exchange
     return SDNN_OK;
 }
 
-sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
-                                 const sdnn_exchange_opts *opts, sdnn_exchange **out)
+
+/* Bucket k's collective on the comm thread (the scheduler calls it once
+ * every replica's signal is in). */
+static sdnn_status collective(void *user, int k, size_t *wire)
+{
+    sdnn_exchange *ex = user;
+    bucket *bk = &ex->b[k];
+    for (int r = 0; r < ex->nrep; ++r) ex->in[r] = bk->pack[r];
+    if (bk->codec) {
+        uint64_t stream = sdnn_stream_mix(ex->seed, (uint64_t)ex->iteration, (uint64_t)k);
+        return sdnn_comm_allreduce_mean_coded(ex->comm, bk->codec, &ex->step_params, stream,
+                                              ex->in, ex->nrep, bk->outs, bk->count, wire);
+    }
+    /* wire: what a ring sends (sdnn_comm_allreduce_mean). */
+    return sdnn_comm_allreduce_mean(ex->comm, ex->in, ex->nrep, bk->mean, bk->count, wire);
+}
+
+static void cb_backward_done(void *user, int r, int layer)
+{
+    sdnn_exchange_layer_done(user, r, layer);
+}
+
+static int cb_before_update(void *user, int r, int layer)
+{
+    return sdnn_exchange_layer_wait(user, r, layer);
+}
+
+static void cb_nonfinite_input(void *user, int r, int layer)
+{
+    sdnn_exchange_report_nonfinite_input(user, r, layer);
+}
+
+static int cb_aborted(void *user) { return sdnn_exchange_aborted(user); }
+
+static void cb_abort(void *user, int r, sdnn_status s)
+{
+    (void)r;
+    sdnn_exchange_abort(user, s);
+}
+
+sdnn_status sdnn_exchange_create_on(sdnn_engine *e, sdnn_comm *comm,
+                                    const sdnn_exchange_opts *opts, sdnn_exchange **out)
 {
     *out = NULL;
-    if (nrep < 1 || !comm || !opts)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs replicas, a comm and options");
-    double bucket_mb = opts->bucket_mb;
-    int overlap = opts->overlap;
-    if (!(bucket_mb > 0) && !opts->plan)
+    if (!e || e->n < 1 || !comm || !opts)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs an engine, a comm and options");
+    if (!(opts->bucket_mb > 0) && !opts->plan)
         return SDNN_ERROR(SDNN_ERR_INVALID, "bucket_mb must be > 0 (or an explicit plan)");
-    if (opts->codec && opts->codec != &sdnn_codec_none && !sdnn_comm_has_coded(comm))
+    /* The engine's comm over its buffers (a host engine: the host comm). */
+    sdnn_comm *use = NULL;
+    if (e->ops->comm_open) SDNN_CHECK(e->ops->comm_open(e, comm, &use));
+    if (!use) use = comm;
+    if (opts->codec && opts->codec != &sdnn_codec_none && !sdnn_comm_has_coded(use))
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "comm backend %s has no compressed allreduce",
-                          sdnn_comm_name(comm));
+                          sdnn_comm_name(use));
     sdnn_exchange *ex = calloc(1, sizeof *ex);
     if (!ex) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
-    pthread_mutex_init(&ex->mu, NULL);
-    pthread_cond_init(&ex->cv, NULL);
-    pthread_cond_init(&ex->qcv, NULL);
-    ex->nets = nets;
-    ex->nrep = nrep;
-    ex->comm = comm;
+    ex->eng = e;
+    ex->nrep = e->n;
+    ex->comm = use;
     ex->opts = *opts;
+    ex->opts.plan = NULL;
+    sdnn_status st = SDNN_OK;
     if (opts->plan) {
         sdnn_bucket_spec *copy = malloc((size_t)(opts->nplan > 0 ? opts->nplan : 1) * sizeof *copy);
         if (!copy) {
-            free(ex);
-            return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange plan");
+            st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange plan");
+            goto fail;
         }
         memcpy(copy, opts->plan, (size_t)opts->nplan * sizeof *copy);
         ex->opts.plan = copy;
     }
     ex->step_params = opts->params;
     ex->seed = opts->params.seed;
-    ex->overlap = overlap;
-    ex->world = nrep * comm->size;
-    ex->nlayers = nets[0]->n;
-    ex->slots = calloc((size_t)ex->nlayers, sizeof *ex->slots);
-    ex->rp = calloc((size_t)nrep * (size_t)ex->nlayers * SDNN_MAX_PARAMS_PER_LAYER, sizeof *ex->rp);
-    ex->wait_s = calloc((size_t)nrep, sizeof *ex->wait_s);
-    ex->sync_s = calloc((size_t)nrep, sizeof *ex->sync_s);
-    ex->queue = calloc((size_t)ex->nlayers + 1, sizeof *ex->queue);
-    sdnn_status st = SDNN_OK;
-    if (!ex->slots || !ex->rp || !ex->wait_s || !ex->sync_s || !ex->queue) {
+    /* Processes of the host backend times local replicas. */
+    ex->world = ex->nrep * comm->size;
+    ex->nlayers = e->nets[0]->n;
+    ex->in = calloc((size_t)ex->nrep, sizeof *ex->in);
+    if (!ex->in) {
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
         goto fail;
     }
-    SDNN_CHECKGOTO(build_slots(ex), st, fail);
-    SDNN_CHECKGOTO(build_buckets(ex, bucket_mb), st, fail);
-    if (ex->world > 1) {
-        if (pthread_create(&ex->thread, NULL, comm_main, ex) != 0) {
-            st = SDNN_ERROR(SDNN_ERR_SYSTEM, "cannot start the comm thread");
+    SDNN_CHECKGOTO(build_buckets(ex, opts->bucket_mb), st, fail);
+    {
+        int *nl = calloc(ex->nb > 0 ? (size_t)ex->nb : 1, sizeof *nl);
+        if (!nl) {
+            st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the exchange");
             goto fail;
         }
-        ex->thread_started = 1;
+        for (int k = 0; k < ex->nb; ++k) nl[k] = ex->b[k].nlayers;
+        sdnn_sched_opts so = {.nrep = ex->nrep, .nbuckets = ex->nb, .nlayers = nl,
+                              .overlap = opts->overlap, .threaded = ex->world > 1,
+                              .collective = collective, .user = ex, .labels = ex->labels};
+        st = sdnn_sched_create(e, &so, &ex->sched);
+        free(nl);
+        if (st != SDNN_OK) goto fail;
     }
+    sdnn_engine_callbacks cb = {.user = ex,
+                                .backward_done = cb_backward_done,
+                                .before_update = cb_before_update,
+                                .nonfinite_input = cb_nonfinite_input,
+                                .aborted = cb_aborted,
+                                .abort = cb_abort};
+    e->ops->set_callbacks(e, &cb);
     *out = ex;
     return SDNN_OK;
 fail:
@@ -420,6 +347,24 @@ fail:
     return st;
 }
 
+sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
+                                 const sdnn_exchange_opts *opts, sdnn_exchange **out)
+{
+    *out = NULL;
+    if (nrep < 1 || !nets || !comm || !opts)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "exchange needs replicas, a comm and options");
+    sdnn_engine *e = NULL;
+    SDNN_CHECK(sdnn_engine_create(sdnn_engine_host(), nets, nrep, NULL, &e));
+    sdnn_status st = sdnn_exchange_create_on(e, comm, opts, out);
+    if (st != SDNN_OK) {
+        sdnn_engine_destroy(e);
+        return st;
+    }
+    (*out)->own_eng = 1;
+    return SDNN_OK;
+}
+
+sdnn_engine *sdnn_exchange_engine(const sdnn_exchange *ex) { return ex->eng; }
 int sdnn_exchange_world(const sdnn_exchange *ex) { return ex->world; }
 int sdnn_exchange_nbuckets(const sdnn_exchange *ex) { return ex->nb; }
 
@@ -434,7 +379,7 @@ size_t sdnn_exchange_bucket(const sdnn_exchange *ex, int b, int *lo, int *hi)
 int sdnn_exchange_layer_bucket(const sdnn_exchange *ex, int layer)
 {
     if (layer < 0 || layer >= ex->nlayers) return -1;
-    return ex->slots[layer].bucket;
+    return ex->lay.layer[layer].bucket;
 }
 
 const sdnn_codec_ops *sdnn_exchange_bucket_codec(const sdnn_exchange *ex, int b)
@@ -456,254 +401,138 @@ double sdnn_exchange_topk_ratio(const sdnn_exchange *ex, int iteration)
 
 void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration)
 {
-    pthread_mutex_lock(&ex->mu);
-    for (int k = 0; k < ex->nb; ++k) {
-        ex->b[k].remaining = ex->b[k].nlayers * ex->nrep;
-        ex->b[k].done = 0;
-        ex->b[k].ready_t = 0;
-        for (int r = 0; ex->b[k].rem_r && r < ex->nrep; ++r) ex->b[k].rem_r[r] = ex->b[k].nlayers;
-    }
     ex->step_params.topk_ratio = sdnn_exchange_topk_ratio(ex, iteration);
-    ex->wire = 0;
-    ex->qhead = ex->qtail = 0;
-    ex->buckets_ready = 0;
-    ex->aborted = 0;
-    ex->err = SDNN_OK;
     ex->iteration = iteration;
-    for (int r = 0; r < ex->nrep; ++r) ex->wait_s[r] = ex->sync_s[r] = 0;
-    ex->comm_s = 0;
-    ex->exchanged = 0;
-    pthread_mutex_unlock(&ex->mu);
+    sdnn_sched_step_begin(ex->sched, iteration);
 }
 
 void sdnn_exchange_replica_begin(sdnn_exchange *ex, int r)
 {
     if (ex->world == 1) return;
+    sdnn_engine *e = ex->eng;
     for (int i = 0; i < ex->nlayers; ++i) {
-        const slot *s = &ex->slots[i];
-        if (s->bucket < 0) continue;
-        float *dst = ex->b[s->bucket].snap[r] + s->offset;
-        const sdnn_param *p = rparams(ex, r, i);
-        for (int j = 0; j < s->np; ++j) {
-            memcpy(dst, p[j].upd, p[j].n * sizeof(float));
-            dst += p[j].n;
-        }
+        const sdnn_layout_layer *l = &ex->lay.layer[i];
+        if (l->bucket < 0) continue;
+        e->ops->snapshot(e, r, i, ex->b[l->bucket].snap[r] + l->offset);
     }
-}
-
-/* Stop the step; 1 for the caller that stopped it first. */
-static int claim_abort(sdnn_exchange *ex, sdnn_status s)
-{
-    pthread_mutex_lock(&ex->mu);
-    int first = !ex->aborted;
-    if (first) {
-        ex->aborted = 1;
-        ex->err = s;
-    }
-    pthread_cond_broadcast(&ex->cv);
-    pthread_mutex_unlock(&ex->mu);
-    return first;
 }
 
 void sdnn_exchange_abort(sdnn_exchange *ex, sdnn_status s)
 {
-    (void)claim_abort(ex, s);
+    (void)sdnn_sched_abort(ex->sched, s);
 }
 
-static long first_nonfinite(const float *x, size_t n)
+static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_engine_bad *bad)
 {
-    for (size_t i = 0; i < n; ++i)
-        if (!isfinite(x[i])) return (long)i;
-    return -1;
-}
-
-static void report_nonfinite(sdnn_exchange *ex, int r, int layer, const sdnn_param *p, long at)
-{
-    if (!claim_abort(ex, SDNN_ERR_NONFINITE)) return;   /* the first report names it */
+    if (!sdnn_sched_abort(ex->sched, SDNN_ERR_NONFINITE)) return;   /* the first report names it */
     SDNN_ERROR(SDNN_ERR_NONFINITE,
                "non-finite gradient in the step to iteration %d: layer %d (%s) %s[%ld] on replica %d; "
                "training stopped, saved weights are left as they were (lower learning_rate, "
                "raise burn_in, or check the input images)",
-               ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type),
-               p->what, at, r);
+               ex->iteration, layer, sdnn_layer_type_name(ex->eng->nets[r]->layers[layer].type),
+               bad->what ? bad->what : "?", bad->at, r);
 }
 
 void sdnn_exchange_report_nonfinite_input(sdnn_exchange *ex, int r, int layer)
 {
-    if (!claim_abort(ex, SDNN_ERR_NONFINITE)) return;
+    if (!sdnn_sched_abort(ex->sched, SDNN_ERR_NONFINITE)) return;
     SDNN_ERROR(SDNN_ERR_NONFINITE,
                "non-finite activations in the step to iteration %d: the input of layer %d (%s) "
                "on replica %d; training stopped, saved weights are left as they were (check "
                "the input images, lower learning_rate or raise burn_in)",
-               ex->iteration, layer, sdnn_layer_type_name(ex->nets[r]->layers[layer].type), r);
+               ex->iteration, layer, sdnn_layer_type_name(ex->eng->nets[r]->layers[layer].type), r);
 }
 
-int sdnn_exchange_aborted(sdnn_exchange *ex)
-{
-    pthread_mutex_lock(&ex->mu);
-    int a = ex->aborted;
-    pthread_mutex_unlock(&ex->mu);
-    return a;
-}
-
-/* Queue bucket k (mutex held). */
-static void enqueue(sdnn_exchange *ex, int k)
-{
-    ex->b[k].ready_t = sdnn_now_s();
-    ex->queue[ex->qtail++] = k;
-    pthread_cond_signal(&ex->qcv);
-}
+int sdnn_exchange_aborted(sdnn_exchange *ex) { return sdnn_sched_aborted(ex->sched); }
 
 void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer)
 {
-    const slot *s = &ex->slots[layer];
-    if (s->bucket < 0 || sdnn_exchange_aborted(ex)) return;
-    const sdnn_param *p = rparams(ex, r, layer);
+    const sdnn_layout_layer *l = &ex->lay.layer[layer];
+    if (l->bucket < 0 || sdnn_exchange_aborted(ex)) return;
+    sdnn_engine *e = ex->eng;
+    sdnn_engine_bad bad = {0};
     if (ex->world == 1) {
-        for (int j = 0; j < s->np; ++j) {
-            long at = first_nonfinite(p[j].upd, p[j].n);
-            if (at >= 0) {
-                report_nonfinite(ex, r, layer, &p[j], at);
-                return;
-            }
-        }
+        if (e->ops->check(e, r, layer, &bad) != 0) report_nonfinite(ex, r, layer, &bad);
         return;
     }
-    bucket *bk = &ex->b[s->bucket];
-    float *dst = bk->pack[r] + s->offset;
-    const float *snap = bk->snap[r] + s->offset;
+    const int b = l->bucket;
+    bucket *bk = &ex->b[b];
     const int track = SDNN_TL_TRACK_REPLICA0 + r;
     double tp = ex->tl ? sdnn_now_s() : 0;
-    for (int j = 0; j < s->np; ++j) {
-        const float *u = p[j].upd;
-        int bad = 0;
-        for (size_t e = 0; e < p[j].n; ++e) {
-            float g = u[e] - snap[e];
-            bad |= !isfinite(g);
-            dst[e] = g;
-        }
-        if (bad) {
-            report_nonfinite(ex, r, layer, &p[j], first_nonfinite(dst, p[j].n));
-            return;
-        }
-        dst += p[j].n;
-        snap += p[j].n;
+    if (e->ops->pack(e, r, layer, bk->snap[r] + l->offset, bk->pack[r] + l->offset, &bad) != 0) {
+        report_nonfinite(ex, r, layer, &bad);
+        return;
     }
     if (ex->tl)
-        sdnn_timeline_span(ex->tl, track, SDNN_TL_PACK, tp, sdnn_now_s(), ex->iteration, layer,
-                           s->bucket, NULL);
-    pthread_mutex_lock(&ex->mu);
-    int mine_done = --bk->rem_r[r] == 0;
-    pthread_mutex_unlock(&ex->mu);
-    if (mine_done && bk->resid) {
+        sdnn_timeline_span(ex->tl, track, SDNN_TL_PACK, tp, sdnn_now_s(), ex->iteration, layer, b,
+                           NULL);
+    if (!sdnn_sched_layer_packed(ex->sched, r, b)) return;
+    if (bk->resid) {
         /* This replica's part of the bucket is complete: add what earlier
          * steps did not send, and keep what this one will not, here in the
          * replica's own thread. */
         uint64_t stream = sdnn_stream_mix(ex->seed ^ 0xefefefefull, (uint64_t)ex->iteration,
-                                          (uint64_t)s->bucket * 4096u + (uint64_t)r);
+                                          (uint64_t)b * 4096u + (uint64_t)r);
         double te = ex->tl ? sdnn_now_s() : 0;
-        sdnn_codec_ef_step(bk->codec, &ex->step_params, bk->pack[r], bk->resid[r],
-                           bk->vel ? bk->vel[r] : NULL, ex->opts.topk_momentum, bk->count,
-                           bk->efbuf[r], stream);
+        e->ops->ef_step(e, r, bk->codec, &ex->step_params, bk->pack[r], bk->resid[r],
+                        bk->vel ? bk->vel[r] : NULL, ex->opts.topk_momentum, bk->count,
+                        bk->efbuf[r], stream);
         if (ex->tl)
-            sdnn_timeline_span(ex->tl, track, SDNN_TL_ENCODE, te, sdnn_now_s(), ex->iteration,
-                               s->bucket, (double)bk->count, bk->codec->name);
+            sdnn_timeline_span(ex->tl, track, SDNN_TL_ENCODE, te, sdnn_now_s(), ex->iteration, b,
+                               (double)bk->count, bk->codec->name);
     }
-    pthread_mutex_lock(&ex->mu);
-    if (--bk->remaining == 0) {
-        if (ex->overlap) {
-            enqueue(ex, s->bucket);
-        } else if (++ex->buckets_ready == ex->nb) {
-            for (int k = 0; k < ex->nb; ++k) enqueue(ex, k);
-        }
-    }
-    pthread_mutex_unlock(&ex->mu);
+    sdnn_sched_replica_ready(ex->sched, r, b);
 }
 
 int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer)
 {
-    const slot *s = &ex->slots[layer];
-    if (ex->world == 1 || s->bucket < 0) {
-        int aborted;
-        pthread_mutex_lock(&ex->mu);
-        aborted = ex->aborted;
-        pthread_mutex_unlock(&ex->mu);
-        return aborted ? -1 : 0;
-    }
-    bucket *bk = &ex->b[s->bucket];
-    double t0 = sdnn_now_s();
-    pthread_mutex_lock(&ex->mu);
-    while (!bk->done && !ex->aborted) pthread_cond_wait(&ex->cv, &ex->mu);
-    int aborted = ex->aborted;
-    /* Until the bucket was ready the replica waited for slower replicas;
-     * after that, for the exchange itself. */
-    double t1 = sdnn_now_s();
-    double ready = bk->ready_t;
-    if (ready > t0) {
-        ex->sync_s[r] += ready - t0;
-        ex->wait_s[r] += t1 - ready;
-    } else {
-        ex->wait_s[r] += t1 - t0;
-    }
-    pthread_mutex_unlock(&ex->mu);
-    const int track = SDNN_TL_TRACK_REPLICA0 + r;
-    if (ex->tl) {
-        /* The same readings as the counters above: the spans of a step add
-         * up to its sync_wait_s and exposed_s. */
-        if (ready > t0)
-            sdnn_timeline_span(ex->tl, track, SDNN_TL_SYNC_WAIT, t0, ready, ex->iteration, layer,
-                               s->bucket, NULL);
-        sdnn_timeline_span(ex->tl, track, SDNN_TL_EXCHANGE_WAIT, ready > t0 ? ready : t0, t1,
-                           ex->iteration, layer, s->bucket, NULL);
-    }
-    if (aborted) return -1;
-    const float *mean = (bk->codec ? bk->outs[r] : bk->mean) + s->offset;
-    const float *snap = bk->snap[r] + s->offset;
-    const sdnn_param *p = rparams(ex, r, layer);
-    for (int j = 0; j < s->np; ++j) {
-        float *u = p[j].upd;
-        for (size_t e = 0; e < p[j].n; ++e) u[e] = snap[e] + mean[e];
-        mean += p[j].n;
-        snap += p[j].n;
-    }
+    const sdnn_layout_layer *l = &ex->lay.layer[layer];
+    if (ex->world == 1 || l->bucket < 0) return sdnn_exchange_aborted(ex) ? -1 : 0;
+    const int b = l->bucket;
+    if (sdnn_sched_wait(ex->sched, r, b, layer) != 0) return -1;
+    double t1 = ex->tl ? sdnn_now_s() : 0;
+    bucket *bk = &ex->b[b];
+    const float *mean = (bk->codec ? bk->outs[r] : bk->mean) + l->offset;
+    ex->eng->ops->apply(ex->eng, r, layer, bk->snap[r] + l->offset, mean);
     if (ex->tl)
-        sdnn_timeline_span(ex->tl, track, SDNN_TL_UNPACK, t1, sdnn_now_s(), ex->iteration, layer,
-                           s->bucket, NULL);
+        sdnn_timeline_span(ex->tl, SDNN_TL_TRACK_REPLICA0 + r, SDNN_TL_UNPACK, t1, sdnn_now_s(),
+                           ex->iteration, layer, b, NULL);
     return 0;
+}
+
+sdnn_status sdnn_exchange_replica_end(sdnn_exchange *ex, int r)
+{
+    sdnn_engine *e = ex->eng;
+    sdnn_status st = e->ops->sync(e, r);
+    if (st == SDNN_OK) return SDNN_OK;
+    int layer = -1;
+    sdnn_engine_bad bad = {0};
+    if (st == SDNN_ERR_NONFINITE && e->ops->nonfinite_at &&
+        e->ops->nonfinite_at(e, r, &layer, &bad) && layer >= 0 && layer < ex->nlayers)
+        report_nonfinite(ex, r, layer, &bad);   /* the host check's message */
+    else
+        sdnn_exchange_abort(ex, st);            /* sync's own message */
+    return st;
 }
 
 void sdnn_exchange_set_timeline(sdnn_exchange *ex, sdnn_timeline *tl)
 {
-    pthread_mutex_lock(&ex->mu);
     ex->tl = tl;
-    pthread_mutex_unlock(&ex->mu);
+    sdnn_sched_set_timeline(ex->sched, tl);
 }
 
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st)
 {
-    pthread_mutex_lock(&ex->mu);
-    /* Every queued bucket must be through the comm thread before the next
-     * step reuses the buffers; after an abort it skips the work, so this
-     * wait is short. */
-    while (ex->world > 1 && ex->exchanged < ex->qtail)
-        pthread_cond_wait(&ex->cv, &ex->mu);
-    sdnn_status err = ex->aborted ? (ex->err != SDNN_OK ? ex->err : SDNN_ERR_ABORTED) : SDNN_OK;
+    sdnn_sched_stats ss;
+    sdnn_status err = sdnn_sched_step_end(ex->sched, &ss);
     if (st) {
         memset(st, 0, sizeof *st);
-        if (ex->world > 1 && !ex->aborted) {
-            st->bytes = ex->wire;
-            st->buckets = ex->exchanged;
-        }
-        for (int r = 0; r < ex->nrep; ++r) {
-            if (ex->wait_s[r] > st->exposed_s) st->exposed_s = ex->wait_s[r];
-            if (ex->sync_s[r] > st->sync_wait_s) st->sync_wait_s = ex->sync_s[r];
-        }
-        st->comm_s = ex->comm_s;
+        st->bytes = ss.wire;
+        st->buckets = ss.exchanged;
+        st->exposed_s = ss.exposed_s;
+        st->sync_wait_s = ss.sync_wait_s;
+        st->comm_s = ss.comm_s;
     }
-    pthread_mutex_unlock(&ex->mu);
-    if (err == SDNN_OK && ex->world > 1 && ex->exchanged != ex->nb)
-        return SDNN_ERROR(SDNN_ERR_INTERNAL, "step ended with %d of %d buckets exchanged",
-                          ex->exchanged, ex->nb);
     return err;
 }
 
@@ -719,172 +548,91 @@ float *sdnn_exchange_ef_residual(sdnn_exchange *ex, int r, int b, float **veloci
     return ex->b[b].resid[r];
 }
 
-#define EF_MAGIC "SDNNEF01"
-
-typedef struct ef_header {
-    char magic[8];
-    uint32_t nrep;
-    uint32_t nbuckets;
-    uint32_t velocity;     /* 1 when velocities follow each residual */
-    uint32_t reserved;
-    uint64_t seen;
-    char codec[16];
-} ef_header;
-
-static uint64_t fnv1a(const unsigned char *p, size_t n)
+static float *ef_buffer(const sdnn_exchange *ex, int r, int b, int which)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+    const bucket *bk = &ex->b[b];
+    if (!bk->resid) return NULL;
+    if (which == SDNN_EF_VELOCITY) return bk->vel ? bk->vel[r] : NULL;
+    return bk->resid[r];
 }
 
-/* The file's size for this exchange, and the header it must carry. */
-static size_t ef_layout(const sdnn_exchange *ex, uint64_t seen, ef_header *h)
+static sdnn_status ef_read(void *user, int r, int b, int which, float *host, size_t n)
 {
-    memset(h, 0, sizeof *h);
-    memcpy(h->magic, EF_MAGIC, 8);
-    h->nrep = (uint32_t)ex->nrep;
-    h->nbuckets = (uint32_t)ex->nb;
-    h->velocity = ex->opts.topk_momentum > 0;
-    h->seen = seen;
-    snprintf(h->codec, sizeof h->codec, "%s", ex->opts.codec ? ex->opts.codec->name : "none");
-    size_t floats = 0;
-    for (int k = 0; k < ex->nb; ++k)
-        if (ex->b[k].resid) floats += ex->b[k].count * (h->velocity ? 2u : 1u);
-    return sizeof *h + (size_t)ex->nb * sizeof(uint64_t) +
-           floats * (size_t)ex->nrep * sizeof(float) + sizeof(uint64_t);
+    const sdnn_exchange *ex = user;
+    const float *src = ef_buffer(ex, r, b, which);
+    if (!src) return SDNN_ERROR(SDNN_ERR_INTERNAL, "bucket %d keeps no error-feedback state", b);
+    return ex->eng->ops->buf_read(ex->eng, r, src, host, n);
+}
+
+static sdnn_status ef_write(void *user, int r, int b, int which, const float *host, size_t n)
+{
+    const sdnn_exchange *ex = user;
+    float *dst = ef_buffer(ex, r, b, which);
+    if (!dst) return SDNN_ERROR(SDNN_ERR_INTERNAL, "bucket %d keeps no error-feedback state", b);
+    return ex->eng->ops->buf_write(ex->eng, r, dst, host, n);
+}
+
+static sdnn_ef_view ef_view(const sdnn_exchange *ex)
+{
+    sdnn_ef_view v = {.nrep = ex->nrep,
+                      .nbuckets = ex->nb,
+                      .velocity = ex->opts.topk_momentum > 0,
+                      .codec = ex->opts.codec ? ex->opts.codec->name : "none",
+                      .count = ex->efcount,
+                      .user = (void *)ex,
+                      .read = ef_read,
+                      .write = ef_write};
+    return v;
 }
 
 sdnn_status sdnn_exchange_ef_save(const sdnn_exchange *ex, const char *path, uint64_t seen)
 {
     if (!ex->has_ef) return SDNN_OK;
-    ef_header h;
-    size_t size = ef_layout(ex, seen, &h);
-    unsigned char *buf = malloc(size), *p = buf;
-    if (!buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to save %s (%zu bytes)", path, size);
-    memcpy(p, &h, sizeof h);
-    p += sizeof h;
-    for (int k = 0; k < ex->nb; ++k) {
-        uint64_t n = ex->b[k].resid ? ex->b[k].count : 0;
-        memcpy(p, &n, sizeof n);
-        p += sizeof n;
-    }
-    for (int r = 0; r < ex->nrep; ++r)
-        for (int k = 0; k < ex->nb; ++k) {
-            const bucket *bk = &ex->b[k];
-            if (!bk->resid) continue;
-            memcpy(p, bk->resid[r], bk->count * sizeof(float));
-            p += bk->count * sizeof(float);
-            if (h.velocity) {
-                memcpy(p, bk->vel[r], bk->count * sizeof(float));
-                p += bk->count * sizeof(float);
-            }
-        }
-    uint64_t sum = fnv1a(buf, (size_t)(p - buf));
-    memcpy(p, &sum, sizeof sum);
-    sdnn_status st = sdnn_write_file_atomic(path, buf, size);
-    free(buf);
-    return st;
+    sdnn_ef_view v = ef_view(ex);
+    return sdnn_ef_save(&v, path, seen);
 }
 
 sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t seen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    ef_header want;
-    size_t size = ef_layout(ex, seen, &want);
-    unsigned char *buf = malloc(size + 1);
-    if (!buf) {
-        fclose(f);
-        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory to read %s", path);
-    }
-    size_t got = fread(buf, 1, size + 1, f);
-    fclose(f);
-    sdnn_status st = SDNN_OK;
-    ef_header h;
-    if (got < sizeof h) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: %zu bytes, too short for an error-feedback file",
-                        path, got);
-        goto out;
-    }
-    memcpy(&h, buf, sizeof h);
-    if (memcmp(h.magic, EF_MAGIC, 8) != 0) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: not a scalednn error-feedback file", path);
-        goto out;
-    }
-    if (h.nrep != want.nrep || h.nbuckets != want.nbuckets || h.velocity != want.velocity ||
-        strncmp(h.codec, want.codec, sizeof h.codec) != 0) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID,
-                        "%s: saved for %u replicas, %u buckets, compress=%.16s%s; this run has "
-                        "%u replicas, %u buckets, compress=%.16s%s",
-                        path, h.nrep, h.nbuckets, h.codec, h.velocity ? " with momentum" : "",
-                        want.nrep, want.nbuckets, want.codec, want.velocity ? " with momentum" : "");
-        goto out;
-    }
-    if (h.seen != seen) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID,
-                        "%s: saved at %llu images seen, the weights are at %llu (saved by "
-                        "another run, or the save was interrupted between the two files)",
-                        path, (unsigned long long)h.seen, (unsigned long long)seen);
-        goto out;
-    }
-    const unsigned char *p = buf + sizeof h;
-    for (int k = 0; k < ex->nb; ++k) {
-        uint64_t n;
-        memcpy(&n, p, sizeof n);
-        p += sizeof n;
-        uint64_t expect = ex->b[k].resid ? ex->b[k].count : 0;
-        if (n != expect) {
-            st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: bucket %d holds %llu values, this run's has %llu "
-                            "(different cfg or bucket_mb)", path, k, (unsigned long long)n,
-                            (unsigned long long)expect);
-            goto out;
-        }
-    }
-    if (got != size) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: %zu bytes, expected %zu", path, got, size);
-        goto out;
-    }
-    uint64_t sum;
-    memcpy(&sum, buf + size - sizeof sum, sizeof sum);
-    if (sum != fnv1a(buf, size - sizeof sum)) {
-        st = SDNN_ERROR(SDNN_ERR_INVALID, "%s: checksum mismatch (the file is damaged)", path);
-        goto out;
-    }
-    for (int r = 0; r < ex->nrep; ++r)
-        for (int k = 0; k < ex->nb; ++k) {
-            bucket *bk = &ex->b[k];
-            if (!bk->resid) continue;
-            memcpy(bk->resid[r], p, bk->count * sizeof(float));
-            p += bk->count * sizeof(float);
-            if (want.velocity) {
-                memcpy(bk->vel[r], p, bk->count * sizeof(float));
-                p += bk->count * sizeof(float);
-            }
-        }
-out:
-    free(buf);
-    return st;
+    sdnn_ef_view v = ef_view(ex);
+    return sdnn_ef_load(&v, path, seen);
+}
+
+/* One layer's slice of replica r's buffer `which` from src to dst, through
+ * host memory (tmp). */
+static sdnn_status carry_slice(sdnn_exchange *dst, const sdnn_exchange *src, int r, int which,
+                               const sdnn_layout_layer *to, const sdnn_layout_layer *from,
+                               float *tmp)
+{
+    const float *s = ef_buffer(src, r, from->bucket, which);
+    float *d = ef_buffer(dst, r, to->bucket, which);
+    if (!s || !d) return SDNN_OK;
+    SDNN_CHECK(src->eng->ops->buf_read(src->eng, r, s + from->offset, tmp, to->count));
+    return dst->eng->ops->buf_write(dst->eng, r, d + to->offset, tmp, to->count);
 }
 
 int sdnn_exchange_carry_ef(sdnn_exchange *dst, const sdnn_exchange *src)
 {
     if (!dst->has_ef || !src->has_ef || dst->nrep != src->nrep || dst->nlayers != src->nlayers)
         return 0;
+    size_t most = 0;
+    for (int i = 0; i < dst->nlayers; ++i)
+        if (dst->lay.layer[i].count > most) most = dst->lay.layer[i].count;
+    float *tmp = malloc((most ? most : 1) * sizeof *tmp);
+    if (!tmp) return 0;
     int carried = 0;
     for (int i = 0; i < dst->nlayers; ++i) {
-        const slot *a = &src->slots[i], *b = &dst->slots[i];
+        const sdnn_layout_layer *a = &src->lay.layer[i], *b = &dst->lay.layer[i];
         if (a->bucket < 0 || b->bucket < 0) continue;
-        const bucket *from = &src->b[a->bucket];
-        bucket *to = &dst->b[b->bucket];
-        if (!from->resid || !to->resid) continue;
-        size_t n = slot_floats(b);
-        for (int r = 0; r < dst->nrep; ++r) {
-            memcpy(to->resid[r] + b->offset, from->resid[r] + a->offset, n * sizeof(float));
-            if (to->vel && from->vel)
-                memcpy(to->vel[r] + b->offset, from->vel[r] + a->offset, n * sizeof(float));
+        if (!src->b[a->bucket].resid || !dst->b[b->bucket].resid) continue;
+        int ok = 1;
+        for (int r = 0; ok && r < dst->nrep; ++r) {
+            ok = carry_slice(dst, src, r, SDNN_EF_RESIDUAL, b, a, tmp) == SDNN_OK;
+            if (ok && dst->b[b->bucket].vel && src->b[a->bucket].vel)
+                ok = carry_slice(dst, src, r, SDNN_EF_VELOCITY, b, a, tmp) == SDNN_OK;
         }
-        carried++;
+        carried += ok;
     }
+    free(tmp);
     return carried;
 }

@@ -1,5 +1,17 @@
 /*
- * exchange: the scalednn step protocol (DESIGN §4).
+ * exchange: the scalednn step protocol (DESIGN §4), on any engine.
+ *
+ * The exchange drives an engine (engine.h) and never the host networks:
+ * its bucket buffers come from the engine's buf_alloc, each layer's slice
+ * is filled and read by the engine's snapshot / pack (check for a world of
+ * one) / ef_step / apply, the collectives run on the engine's comm
+ * (comm_open; a host engine: the comm given), and the .ef state moves
+ * through buf_read / buf_write.  The scheduler (scheduler.h) decides when a
+ * bucket leaves and when a layer may update; the .ef format is efstate.h's.
+ * Creating an exchange registers its callbacks with the engine
+ * (set_callbacks): from then on the engine's train() calls into this
+ * exchange, until another exchange registers its own (a re-plan) or the
+ * engine is destroyed, so destroy an exchange only between steps.
  *
  * The exchanged layers are grouped, in reverse layer order, into buckets of
  * about bucket_mb MiB.  Per step:
@@ -27,6 +39,7 @@
 #include "codec.h"
 #include "comm.h"
 #include "config.h"
+#include "engine.h"
 #include "scalednn.h"
 #include "timeline.h"
 #include <darknet.h>
@@ -78,9 +91,19 @@ typedef struct sdnn_exchange_stats {
     int buckets;           /* buckets exchanged */
 } sdnn_exchange_stats;
 
+/* The exchange of engine e's replicas (e->n of them; e is not owned and
+ * must outlive the exchange); comm is the host backend (local, or mpi
+ * between processes). */
+sdnn_status sdnn_exchange_create_on(sdnn_engine *e, sdnn_comm *comm,
+                                    const sdnn_exchange_opts *opts, sdnn_exchange **out);
+/* The same on bare host networks: the exchange makes (and owns) an engine
+ * of sdnn_engine_host() on them, without hooks (tests and tools that drive
+ * the protocol themselves). */
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
                                  const sdnn_exchange_opts *opts, sdnn_exchange **out);
 void sdnn_exchange_destroy(sdnn_exchange *ex);
+/* The engine the exchange drives. */
+sdnn_engine *sdnn_exchange_engine(const sdnn_exchange *ex);
 
 int sdnn_exchange_world(const sdnn_exchange *ex);
 int sdnn_exchange_nbuckets(const sdnn_exchange *ex);
@@ -113,7 +136,8 @@ int sdnn_exchange_carry_ef(sdnn_exchange *dst, const sdnn_exchange *src);
 sdnn_status sdnn_exchange_ef_save(const sdnn_exchange *ex, const char *path, uint64_t seen);
 sdnn_status sdnn_exchange_ef_load(sdnn_exchange *ex, const char *path, uint64_t seen);
 /* Replica r's residual (and velocity, NULL without momentum correction)
- * of bucket b; NULL when the bucket keeps none. */
+ * of bucket b; NULL when the bucket keeps none.  Engine memory: only a
+ * host engine's (mem() HOST) may be read or written through it. */
 float *sdnn_exchange_ef_residual(sdnn_exchange *ex, int r, int b, float **velocity);
 
 void sdnn_exchange_step_begin(sdnn_exchange *ex, int iteration);
@@ -121,6 +145,11 @@ void sdnn_exchange_replica_begin(sdnn_exchange *ex, int r);
 void sdnn_exchange_layer_done(sdnn_exchange *ex, int r, int layer);
 /* Returns 0 when the layer may update, -1 when the step was aborted. */
 int sdnn_exchange_layer_wait(sdnn_exchange *ex, int r, int layer);
+/* After replica r's train(): the engine's sync(r).  A failure stops the
+ * step (step_end returns it); SDNN_ERR_NONFINITE from a device engine's
+ * deferred check gets the host check's message (iteration, layer,
+ * tensor[element], replica) when the engine says where (nonfinite_at). */
+sdnn_status sdnn_exchange_replica_end(sdnn_exchange *ex, int r);
 sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st);
 
 /* Record the protocol on tl (NULL: stop recording); call between steps.

@@ -35,6 +35,7 @@ typedef struct worker {
     sdnn_hook_ctx ctx;
     data slice;
     float loss;
+    sdnn_status status;    /* this replica's failure in the step (train, sync) */
 } worker;
 
 struct sdnn_trainer {
@@ -86,6 +87,11 @@ static void run_replica(worker *w)
     double t1 = tl ? sdnn_now_s() : 0;
     sdnn_status ts = t->eng->ops->train(t->eng, w->r, w->slice, &w->loss);
     if (ts != SDNN_OK && t->ex) sdnn_exchange_abort(t->ex, ts);
+    /* Whatever the engine queued for this replica is done (a deferred
+     * check fails here): its failure is the step's. */
+    sdnn_status ss = t->ex ? sdnn_exchange_replica_end(t->ex, w->r)
+                           : t->eng->ops->sync(t->eng, w->r);
+    w->status = ts != SDNN_OK ? ts : ss;
     if (tl)
         sdnn_timeline_span(tl, track, SDNN_TL_TRAIN, t1, sdnn_now_s(), t->iteration, 0, 0, NULL);
 }
@@ -122,10 +128,11 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     pthread_mutex_unlock(&t->mu);
     for (int i = 0; i < t->nthreads; ++i) pthread_join(t->w[i].thread, NULL);
     sdnn_exchange_destroy(t->ex);
+    /* The engine before the comm and the timeline it may hold. */
+    sdnn_engine_destroy(t->eng);
     sdnn_autoplan_destroy(t->ap);
     sdnn_comm_close(t->comm);
     (void)sdnn_timeline_close(t->tl);   /* a failure leaves its message */
-    sdnn_engine_destroy(t->eng);
     for (int r = 0; r < t->n; ++r) {
         if (t->world > 0) t->nets[r]->learning_rate /= (float)t->world;
     }
@@ -256,8 +263,6 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
             }
             SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->comm, cfg, &t->ap), st, fail);
         }
-        SDNN_CHECKGOTO(sdnn_exchange_create(nets, n, t->comm, &t->xo, &t->ex), st, fail);
-        sdnn_exchange_set_timeline(t->ex, t->tl);
     }
     /* scalednn mode needs the hooks; stock mode for a timeline or for the
      * 1x1 delta fix on a network that has the pattern. */
@@ -270,9 +275,16 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
         eo.hook_forward = t->tl != NULL || t->ap != NULL;
-        eo.hooks = t->ex != NULL || t->tl != NULL;
+        eo.hooks = cfg->mode == SDNN_MODE_SCALEDNN || t->tl != NULL;
         SDNN_CHECKGOTO(sdnn_engine_create(eops, nets, n, &eo, &t->eng), st, fail);
         t->hooked = eo.hooks || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0);
+        if (t->eng->ops->set_timeline) t->eng->ops->set_timeline(t->eng, t->tl);
+    }
+    /* The exchange drives the engine's replicas (and registers its
+     * callbacks with it). */
+    if (cfg->mode == SDNN_MODE_SCALEDNN) {
+        SDNN_CHECKGOTO(sdnn_exchange_create_on(t->eng, t->comm, &t->xo, &t->ex), st, fail);
+        sdnn_exchange_set_timeline(t->ex, t->tl);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
@@ -296,7 +308,6 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
         worker *w = &t->w[r];
         w->t = t;
         w->r = r;
-        w->ctx.ex = t->ex;
         w->ctx.tl = t->tl;
         w->ctx.prof = t->ap ? sdnn_autoplan_prof(t->ap, r) : NULL;
         w->ctx.replica = r;
@@ -327,6 +338,7 @@ sdnn_status sdnn_trainer_close_timeline(sdnn_trainer *t)
     if (!t->tl) return SDNN_OK;
     /* No step runs now: the workers read their context at the next one. */
     if (t->ex) sdnn_exchange_set_timeline(t->ex, NULL);
+    if (t->eng->ops->set_timeline) t->eng->ops->set_timeline(t->eng, NULL);
     for (int r = 0; r < t->nthreads; ++r) t->w[r].ctx.tl = NULL;
     sdnn_timeline *tl = t->tl;
     t->tl = NULL;
@@ -343,12 +355,12 @@ static sdnn_status replan(sdnn_trainer *t, const sdnn_bucket_spec *spec, int nb)
     xo.plan = spec;
     xo.nplan = nb;
     sdnn_exchange *ex = NULL;
-    SDNN_CHECK(sdnn_exchange_create(t->nets, t->n, t->comm, &xo, &ex));
+    /* The new exchange registers its callbacks with the engine. */
+    SDNN_CHECK(sdnn_exchange_create_on(t->eng, t->comm, &xo, &ex));
     (void)sdnn_exchange_carry_ef(ex, t->ex);
     sdnn_exchange_set_timeline(ex, t->tl);
     sdnn_exchange_destroy(t->ex);
     t->ex = ex;
-    for (int r = 0; r < t->nthreads; ++r) t->w[r].ctx.ex = ex;
     return SDNN_OK;
 }
 
@@ -398,7 +410,8 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         /* Replica 0's own count: the catch-up comes with the sync. */
         t->iteration = (int)((base + (size_t)per) / (size_t)per);
         run_workers(t);
-        if (sdnn_stock_due(t->nets, t->world, t->cfg.interval)) {
+        for (int r = 0; r < t->n && status == SDNN_OK; ++r) status = t->w[r].status;
+        if (status == SDNN_OK && sdnn_stock_due(t->nets, t->world, t->cfg.interval)) {
             double s0 = sdnn_now_s();
             /* Darknet's host averaging: the engine's copies come to the
              * host networks and go back averaged. */
