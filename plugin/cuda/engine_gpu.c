@@ -104,6 +104,8 @@ typedef struct eg_rep {
     sdnn_devent **x_ev;          /* [2 x layers]: exchange start, end of bucket b */
     char *x_state;               /* [layers]: 1 start recorded, 2 both */
     int x_cur;                   /* bucket of the last ready_wait */
+    int bad_layer;               /* the last deferred finding (nonfinite_at) */
+    sdnn_engine_bad bad_what;
     sdnn_status err;             /* first failure of an op without a status */
     char err_msg[256];
 } eg_rep;
@@ -229,6 +231,7 @@ static sdnn_status create_rep(gpu_engine *E, sdnn_engine *e, const sdnn_engine_o
     R->E = E;
     R->r = r;
     R->x_cur = -1;
+    R->bad_layer = -1;
     sdnn_gpu_options go = SDNN_GPU_OPTIONS_INIT;
     go.device = o->devices ? o->devices[r] : r;
     if (go.device < 0 || go.device >= ndev)
@@ -403,6 +406,7 @@ static sdnn_status backward_hook(void *ctx, sdnn_gpu_net *g, int layer)
     gpu_engine *E = R->E;
     network *net = sdnn_gpu_net_host(g);
     if (!E->hooks || !E->cb.backward_done || !last_subdivision(net)) return SDNN_OK;
+    if (E->cb.aborted && E->cb.aborted(E->cb.user)) return SDNN_OK;
     size_t off, n;
     sdnn_gpu_net_layer_span(g, layer, &off, &n);
     if (n) E->cb.backward_done(E->cb.user, R->r, layer);
@@ -700,6 +704,7 @@ static sdnn_status eg_sync(sdnn_engine *e, int r)
         R->err = SDNN_OK;
         return SDNN_ERROR(st, "engine gpu, replica %d: %s", r, R->err_msg);
     }
+    R->bad_layer = -1;
     if (!R->checked) return SDNN_OK;
     R->checked = 0;
     SDNN_CHECK(sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, R->bad_host, R->bad,
@@ -710,6 +715,9 @@ static sdnn_status eg_sync(sdnn_engine *e, int r)
         const char *what;
         long el;
         name_element(net, i, R->bad_host[i], &what, &el);
+        R->bad_layer = i;
+        R->bad_what.what = what;
+        R->bad_what.at = el;
         SDNN_CHECK(reset_bad(E, R));
         return SDNN_ERROR(SDNN_ERR_NONFINITE,
                           "non-finite gradient in the step to iteration %zu: layer %d (%s) "
@@ -720,6 +728,15 @@ static sdnn_status eg_sync(sdnn_engine *e, int r)
                           what, el, r);
     }
     return SDNN_OK;
+}
+
+static int eg_nonfinite_at(sdnn_engine *e, int r, int *layer, sdnn_engine_bad *bad)
+{
+    eg_rep *R = &((gpu_engine *)e->impl)->rep[r];
+    if (R->bad_layer < 0) return 0;
+    *layer = R->bad_layer;
+    if (bad) *bad = R->bad_what;
+    return 1;
 }
 
 /* ---- host networks ---------------------------------------------------------------- */
@@ -1046,4 +1063,5 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .buf_read = eg_buf_read,
     .buf_write = eg_buf_write,
     .set_timeline = eg_set_timeline,
+    .nonfinite_at = eg_nonfinite_at,
 };
