@@ -97,7 +97,9 @@ static int cb_before(void *u, int r, int layer)
     return c->stop_at >= 0 && layer >= c->stop_at ? -1 : 0;
 }
 
-static int run(void)
+/* devices: NULL (replica r on device r: the NCCL ring) or {0, 0} (both on
+ * device 0: the device ring, every exchange on replica 0's comm stream). */
+static int run(const int *devices)
 {
     for (int r = 0; r < NREP; ++r) {
         nets[r] = gt_parse_file("cfg/shapes.cfg", "batch=2\nsubdivisions=2\n");
@@ -110,6 +112,8 @@ static int run(void)
     for (int r = 1; r < NREP; ++r) gt_copy_net(nets[r], nets[0]);
     sdnn_engine_opts o = SDNN_ENGINE_OPTS_INIT;
     o.hooks = 1;
+    o.devices = devices;
+    printf("    replicas on devices %d and %d\n", devices ? devices[0] : 0, devices ? devices[1] : 1);
     sdnn_engine *e = NULL;
     GT_OK(sdnn_engine_create(&sdnn_engine_gpu, nets, NREP, &o, &e));
     const sdnn_engine_ops *E = e->ops;
@@ -373,7 +377,7 @@ static int run(void)
     free(h_want);
     free(h_new);
     for (int r = 0; r < NREP; ++r) sdnn_network_free(nets[r]);
-    return gt_summary(argv0_);
+    return 0;
 }
 
 int main(void)
@@ -390,5 +394,8 @@ int main(void)
         return gt_summary(argv0_);
     }
     registry();
-    return run();
+    static const int one_device[NREP] = {0, 0};
+    (void)run(NULL);
+    (void)run(one_device);
+    return gt_summary(argv0_);
 }
