@@ -152,6 +152,7 @@ static int count_in(const char *path, const char *needle)
 static void versus(const char *name, const char *cfg, int is_file, const tcase *tc)
 {
     int n = tc->n;
+    double t_start = sdnn_gpu_now();
     char set[64], label[200];
     snprintf(set, sizeof set, "batch=%d\nsubdivisions=2\n", ROWS / n);
     snprintf(label, sizeof label, "%s, %d replica(s), %s, overlap=%d, bucket_mb=%s%g, %s", name,
@@ -253,8 +254,8 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
     }
     double tol = lossy && strcmp(tc->compress, "fp16") != 0 ? LOSSY_TOL : PARAM_TOL;
     if (tc->stock) tol = STOCK_TOL;
-    printf("    %-78s loss rel %.2e, params rel %.2e (step %d, layer %d)\n", label, worst_loss,
-           worst_param, worst_step, worst_layer);
+    printf("    %-78s loss rel %.2e, params rel %.2e (step %d, layer %d; %.1f s)\n", label,
+           worst_loss, worst_param, worst_step, worst_layer, sdnn_gpu_now() - t_start);
     SOFT_ASSERT(worst_loss <= (tc->stock ? STOCK_TOL : lossy ? LOSSY_TOL : LOSS_TOL),
                 "%s: loss within tolerance of the CPU's (%.2e)", label, worst_loss);
     SOFT_ASSERT(worst_param <= tol, "%s: params within %g of the CPU's (%.2e, step %d, layer %d)",
