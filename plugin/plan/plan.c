@@ -7,6 +7,7 @@
 #include "layout.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,43 @@ static sdnn_cm_bucket *unwind(const front *fr, const int *q, int m, int li, int 
     return b;
 }
 
+/* The plan's buckets as layout.c's plan partition: the one the exchange
+ * builds from it (sdnn_layout_plan), so a plan it would refuse is the
+ * planner's error, found here. */
+static sdnn_status check_layout(const sdnn_cost_profile *p, const sdnn_plan *pl)
+{
+    size_t *counts = calloc((size_t)p->n + 1, sizeof *counts);
+    sdnn_layout_range *ranges = calloc((size_t)pl->nb + 1, sizeof *ranges);
+    sdnn_status st = SDNN_OK;
+    if (!counts || !ranges) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory for the layout check");
+        goto done;
+    }
+    for (int i = 0; i < p->n; ++i)
+        counts[i] = p->layer[i].bytes > 0 ? (size_t)(p->layer[i].bytes / sizeof(float)) : 0;
+    for (int k = 0; k < pl->nb; ++k) {
+        ranges[k].lo = pl->b[k].lo;
+        ranges[k].hi = pl->b[k].hi;
+    }
+    sdnn_layout lay;
+    st = sdnn_layout_plan(counts, p->n, ranges, pl->nb, &lay);
+    if (st == SDNN_OK) {
+        if (lay.nbuckets != pl->nb)
+            st = SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: %d buckets, the layout has %d", pl->nb,
+                            lay.nbuckets);
+        sdnn_layout_free(&lay);
+    } else {
+        char why[512];
+        snprintf(why, sizeof why, "%s", sdnn_last_error());
+        st = SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: the planner's buckets are not a layout: %s",
+                        why);
+    }
+done:
+    free(counts);
+    free(ranges);
+    return st;
+}
+
 sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
                            const sdnn_plan_opts *o, sdnn_plan *out)
 {
@@ -218,6 +256,7 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
 nomem:
     st = SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory");
 done:
+    if (st == SDNN_OK && out->nb > 0) st = check_layout(p, out);
     if (st != SDNN_OK) sdnn_plan_free(out);
     if (fr)
         for (int j = 0; j <= p->n; ++j) free(fr[j].v);

@@ -8,6 +8,10 @@
  * (comm_open; a host engine: the comm given), and the .ef state moves
  * through buf_read / buf_write.  The scheduler (scheduler.h) decides when a
  * bucket leaves and when a layer may update; the .ef format is efstate.h's.
+ * An uncompressed bucket's mean is one buffer (allocated as replica 0's,
+ * buf_alloc(e, 0, ...)) that the comm's allreduce_mean writes and every
+ * replica's apply reads; a compressed bucket has one decoded mean per
+ * replica (allreduce_mean_coded's outs, each replica's own).
  * Creating an exchange registers its callbacks with the engine
  * (set_callbacks): from then on the engine's train() calls into this
  * exchange, until another exchange registers its own (a re-plan) or the

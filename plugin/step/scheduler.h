@@ -10,10 +10,11 @@
  *
  * The bucket signal is one concept with two implementations behind the
  * engine table: when replica r has finished its part of bucket b the
- * scheduler calls ops->ready(r, b) (cpu: nothing, the count is the signal;
- * gpu: an event after the bucket's last backward), and before the bucket's
- * collective the comm thread calls ops->ready_wait(r, b) for every r (gpu:
- * the comm stream waits on the event; no host wait).  The scheduler never
+ * scheduler calls ops->ready(r, b) (a host engine: nothing, the count is
+ * the signal; a device engine: an event after the bucket's last backward),
+ * and before the bucket's collective the comm thread calls
+ * ops->ready_wait(r, b) for every r (a device engine: the comm stream waits
+ * on the event; no host wait).  The scheduler never
  * knows which engine it drives.
  *
  * Threads: layer_packed / replica_ready / wait run in replica threads;

@@ -189,8 +189,26 @@ static sdnn_status average_bn_world(sdnn_trainer *t)
     return SDNN_OK;
 }
 
+static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
+                          const sdnn_config *cfg, int own, sdnn_trainer **out);
+
 sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
                                 sdnn_trainer **out)
+{
+    return create(NULL, nets, n, cfg, own, out);
+}
+
+sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **nets, int n,
+                                     const sdnn_config *cfg, int own, sdnn_trainer **out)
+{
+    *out = NULL;
+    if (!engine) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_trainer_create_with needs an engine");
+    return create(engine, nets, n, cfg, own, out);
+}
+
+/* given: the engine to use, NULL: the one cfg->engine resolves to. */
+static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
+                          const sdnn_config *cfg, int own, sdnn_trainer **out)
 {
     *out = NULL;
     if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "need at least one replica");
@@ -267,11 +285,13 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
     /* scalednn mode needs the hooks; stock mode for a timeline or for the
      * 1x1 delta fix on a network that has the pattern. */
     {
-        const sdnn_engine_ops *eops = NULL;
+        const sdnn_engine_ops *eops = given;
         char why[320];
-        SDNN_CHECKGOTO(sdnn_engine_resolve(cfg->engine, n, &eops, why, sizeof why), st, fail);
-        if (strcmp(cfg->engine, "auto") == 0 && sdnn_trainer_rank(t) == 0)
-            fprintf(stderr, "scalednn: %s\n", why);
+        if (!eops) {
+            SDNN_CHECKGOTO(sdnn_engine_resolve(cfg->engine, n, &eops, why, sizeof why), st, fail);
+            if (strcmp(cfg->engine, "auto") == 0 && sdnn_trainer_rank(t) == 0)
+                fprintf(stderr, "scalednn: %s\n", why);
+        }
         sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
         eo.hook_forward = t->tl != NULL || t->ap != NULL;

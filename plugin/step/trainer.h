@@ -13,6 +13,7 @@
 #define SDNN_TRAINER_H
 
 #include "config.h"
+#include "engine.h"
 #include "exchange.h"
 #include "scalednn.h"
 #include "timeline.h"
@@ -38,6 +39,10 @@ typedef struct sdnn_step_stats {
  * learning rate is multiplied by n x processes instead. */
 sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
                                 sdnn_trainer **out);
+/* The same on the engine `engine` rather than the one cfg->engine names
+ * (an engine outside the registry: tests that wrap an engine's table). */
+sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **nets, int n,
+                                     const sdnn_config *cfg, int own, sdnn_trainer **out);
 void sdnn_trainer_destroy(sdnn_trainer *t);
 
 int sdnn_trainer_replicas(const sdnn_trainer *t);
