@@ -6,6 +6,9 @@
 #   - engine=gpu trains a few iterations through the trainer and saves;
 #   - Debian's darknet (darknet partial) loads the saved weights and writes
 #     back the same parameters, byte for byte after the header;
+#   - under mpirun, 2 processes x 2 devices with int8 train (the engine's
+#     comm through the MPI backend), loss close to engine=cpu's there;
+#   - -gpus 0,1,2 (more replicas than devices) is refused naming why;
 #   - its loss is close to the same command's with engine=cpu: the mean
 #     loss of the run within LOSS_TOL (relative).  Darknet's loader draws
 #     its augmentations in its threads, so two runs of one command differ
@@ -88,6 +91,51 @@ for mode in scalednn stock; do
         bad "$mode: Debian's darknet did not load $wts into cfg/shapes.cfg ($W/$mode-reload.log)"
     fi
 done
+# Between processes: 2 processes x 2 simulated devices, backend=mpi, int8;
+# the engine's comm takes the local buffers through pinned host memory to
+# the MPI backend and back.  Compared with engine=cpu under the same mpirun.
+if command -v mpirun >/dev/null 2>&1; then
+    for engine in gpu cpu; do
+        tag=mpi-$engine
+        sed "s/^backend=local/backend=mpi/; s/^compress=none/compress=int8/" \
+            cfg/shapes-scalednn.cfg >"$W/$tag.cfg"
+        echo "engine=$engine" >>"$W/$tag.cfg"
+        (cd "$W" && SDNN_MPI_RUN_TIMEOUT=300 sh "$ROOT/tests/mpi/run.sh" 2 "$BIN" detector train \
+            s.data "$tag.cfg" -gpus 0,1 -max_batches "$ITERS" -seed 1 -csv "$tag.csv") \
+            >"$W/$tag.log" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ] || [ ! -s "$W/backup/${tag}_final.weights" ]; then
+            tail -5 "$W/$tag.log"
+            bad "$tag: 2 processes x 2 simulated devices exited $rc ($W/$tag.log)"
+            rm -f "$W/$tag.csv"
+        fi
+    done
+    if [ -s "$W/mpi-gpu.csv" ] && [ -s "$W/mpi-cpu.csv" ]; then
+        mg=$(mean_loss "$W/mpi-gpu.csv") mc=$(mean_loss "$W/mpi-cpu.csv")
+        if grep -q "world of 4 (2 processes)" "$W/mpi-gpu.log" && [ "$mg" != none ] &&
+            [ "$mc" != none ] && awk -v g="$mg" -v c="$mc" -v t="$LOSS_TOL" \
+            'BEGIN { d = g - c; if (d < 0) d = -d; exit !(c > 0 && d <= t * c) }'; then
+            say "ok mpi: 2 processes x 2 simulated devices, int8, engine=gpu mean loss $mg within $LOSS_TOL of engine=cpu's $mc"
+        else
+            bad "mpi: engine=gpu mean loss $mg, engine=cpu $mc (world of 4 expected; tolerance $LOSS_TOL)"
+        fi
+    fi
+else
+    say "not checked: no mpirun here for 2 processes x 2 simulated devices"
+fi
+
+# More replicas than simulated devices: a clear error, non-zero, nothing saved.
+cp cfg/shapes-scalednn.cfg "$W/bad.cfg"
+echo "engine=gpu" >>"$W/bad.cfg"
+(cd "$W" && timeout 120 "$BIN" detector train s.data bad.cfg -gpus 0,1,2 -max_batches 2) \
+    >"$W/bad.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "engine gpu cannot run 3 replicas here: 2 devices" "$W/bad.log" &&
+    [ ! -e "$W/backup/bad_final.weights" ]; then
+    say "ok -gpus 0,1,2 with engine=gpu on 2 simulated devices: exit $rc, $(grep -o 'engine gpu cannot run[^(]*' "$W/bad.log")"
+else
+    bad "-gpus 0,1,2 with engine=gpu on 2 devices: exit $rc ($W/bad.log)"
+fi
 if [ $failed -eq 0 ] && [ -z "${SDNN_KEEP:-}" ]; then rm -rf "$W"; fi
 say "$failed check(s) failed (simulated devices: host logic and ordering, not kernels)"
 exit $failed
