@@ -3,7 +3,11 @@
  * Darknet fork (issue 18).  Built by bench/fork/forward.sh against
  * libscalednn.a and Debian's libdarknet, like the project's own programs.
  *
- *   fwd_sdnn random CFG SEED OUT.weights     random weights for CFG, Darknet format
+ *   fwd_sdnn random CFG SEED OUT.weights [VARSCALE]
+ *                                            random weights for CFG, Darknet format;
+ *                                            batch-norm variances times VARSCALE (and
+ *                                            scales times its square root: the same
+ *                                            outputs, the epsilon's share divided by it)
  *   fwd_sdnn input CFG SEED OUT.bin          a random input image (w*h*c floats)
  *   fwd_sdnn run CFG WEIGHTS INPUT.bin OUT.dump [RESAVE.weights]
  *                                            every layer's output, batch 1, and
@@ -52,7 +56,7 @@ static float uni(uint64_t *s, float lo, float hi)
     return lo + (hi - lo) * (float)((sdnn_splitmix64_next(s) >> 40) / 16777216.0);
 }
 
-static int cmd_random(const char *cfgpath, const char *seed_s, const char *out)
+static int cmd_random(const char *cfgpath, const char *seed_s, const char *out, double vscale)
 {
     network *net = open_net(cfgpath);
     if (!net) return 1;
@@ -67,9 +71,9 @@ static int cmd_random(const char *cfgpath, const char *seed_s, const char *out)
         for (int k = 0; k < l->n; ++k) l->biases[k] = uni(&s, -0.2f, 0.2f);
         if (l->batch_normalize) {
             for (int k = 0; k < l->n; ++k) {
-                l->scales[k] = uni(&s, 0.5f, 1.5f);
+                l->scales[k] = uni(&s, 0.5f, 1.5f) * (float)sqrt(vscale);
                 l->rolling_mean[k] = uni(&s, -0.1f, 0.1f);
-                l->rolling_variance[k] = uni(&s, 0.5f, 2.0f);
+                l->rolling_variance[k] = uni(&s, 0.5f, 2.0f) * (float)vscale;
             }
         }
     }
@@ -253,12 +257,13 @@ static int cmd_compare(const char *pa, const char *pb, const char *tol_s)
 
 int main(int argc, char **argv)
 {
-    if (argc == 5 && !strcmp(argv[1], "random")) return cmd_random(argv[2], argv[3], argv[4]);
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "random"))
+        return cmd_random(argv[2], argv[3], argv[4], argc == 6 ? atof(argv[5]) : 1.0);
     if (argc == 5 && !strcmp(argv[1], "input")) return cmd_input(argv[2], argv[3], argv[4]);
     if ((argc == 6 || argc == 7) && !strcmp(argv[1], "run"))
         return cmd_run(argv[2], argv[3], argv[4], argv[5], argc == 7 ? argv[6] : NULL);
     if (argc == 5 && !strcmp(argv[1], "compare")) return cmd_compare(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: fwd_sdnn random CFG SEED OUT.weights | input CFG SEED OUT.bin |\n"
+    fprintf(stderr, "usage: fwd_sdnn random CFG SEED OUT.weights [VARSCALE] | input CFG SEED OUT.bin |\n"
                     "       run CFG WEIGHTS INPUT.bin OUT.dump [RESAVE.weights] |\n"
                     "       compare A.dump B.dump TOL\n");
     return 2;
