@@ -3,8 +3,10 @@
  * formulas of plugin/act_ops.h against references written here in double
  * precision (values, and gradients against a central difference of the
  * reference), and the cfg checker refusing, by file, line and key, every
- * dialect key this project does not build yet, while the neutral values
- * (what libdarknet computes anyway) and Debian's own keys still pass.
+ * dialect key this project does not build yet and every bad value of the
+ * [yolo] keys it builds, while the neutral values (what libdarknet
+ * computes anyway) and Debian's own keys still pass.  The [yolo] layer's
+ * formulas and loss are tested in test_yolo.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,13 +124,10 @@ static void test_activations(void **state)
 static void test_yolo_keys_refused(void **state)
 {
     (void)state;
-    /* key=value that changes the loss or the box coding; line 20 is the key. */
-    static const char *const cases[][2] = {
-        {"scale_x_y", "1.05"}, {"iou_loss", "ciou"},   {"iou_loss", "giou"},
-        {"iou_loss", "diou"},  {"iou_normalizer", "0.07"}, {"cls_normalizer", "1.0"},
-        {"obj_normalizer", "1.0"}, {"nms_kind", "greedynms"}, {"beta_nms", "0.6"},
-        {"resize", "1.5"},     {"new_coords", "1"},     {"objectness_smooth", "1"},
-        {"max_delta", "5"},    {"iou_thresh", "0.2"},   {"label_smooth_eps", "0.1"}};
+    /* The fork's keys not built here: refused by name; line 20 is the key. */
+    static const char *const cases[][2] = {{"resize", "1.5"},        {"counters_per_class", "1,2"},
+                                           {"focal_loss", "1"},      {"delta_normalizer", "2"},
+                                           {"embedding_layer", "-2"}};
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; ++i) {
         char text[512], kv[64];
@@ -136,11 +135,54 @@ static void test_yolo_keys_refused(void **state)
         snprintf(kv, sizeof kv, "%s=%s", cases[i][0], cases[i][1]);
         refused(text, (const char *const[]){"d.cfg:20:", "[yolo]", kv, "fork", NULL});
     }
-    assert_int_equal(n, 15);
+    assert_int_equal(n, 5);
     /* Neutral values pass, and so does the plain head. */
     assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO), SDNN_OK);
     assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO
-                                         "scale_x_y=1\niou_loss=mse\nnew_coords=0\n"),
+                                         "resize=1\nfocal_loss=0\ndelta_normalizer=1\n"),
+                     SDNN_OK);
+}
+
+/* The fork's [yolo] keys built here: every value outside what is allowed
+ * is named with file, line, key and the allowed values; line 20 is the key. */
+static void test_yolo_key_values(void **state)
+{
+    (void)state;
+    static const char *const cases[][3] = {
+        {"scale_x_y", "0.5", "expected a number >= 1 and <= 4"},
+        {"scale_x_y", "big", "expected a number >= 1 and <= 4"},
+        {"iou_loss", "l1", "expected one of mse, iou, giou, diou, ciou"},
+        {"iou_normalizer", "-1", "expected a number >= 0 and <= 100"},
+        {"cls_normalizer", "abc", "expected a number >= 0 and <= 100"},
+        {"obj_normalizer", "101", "expected a number >= 0 and <= 100"},
+        {"max_delta", "0", "expected a number > 0"},
+        {"iou_thresh", "1.5", "expected a number >= 0 and <= 1"},
+        {"label_smooth_eps", "2", "expected a number >= 0 and <= 1"},
+        {"beta_nms", "0", "expected a number >= 0.01 and <= 10"},
+        {"new_coords", "2", "expected 0 or 1"},
+        {"objectness_smooth", "0.5", "expected 0 or 1"},
+        {"iou_thresh_kind", "mse", "expected one of iou, giou, diou, ciou"},
+        {"nms_kind", "cornersnms", "expected one of default, greedynms, diounms"}};
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; ++i) {
+        char text[512], kv[64];
+        snprintf(text, sizeof text, NET CONV HEAD_CONV YOLO "%s=%s\n", cases[i][0], cases[i][1]);
+        snprintf(kv, sizeof kv, "%s=%s", cases[i][0], cases[i][1]);
+        refused(text, (const char *const[]){"d.cfg:20:", "[yolo]", kv, cases[i][2], NULL});
+    }
+    assert_int_equal(n, 14);
+    /* The yolov7-tiny head's whole key set, and yolov4-tiny's without
+     * resize, are accepted. */
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO
+                                         "scale_x_y=2.0\nobjectness_smooth=1\niou_thresh=0.2\n"
+                                         "iou_normalizer=0.05\ncls_normalizer=0.5\n"
+                                         "obj_normalizer=1.0\niou_loss=ciou\nnms_kind=diounms\n"
+                                         "beta_nms=0.6\nnew_coords=1\nmax_delta=2\n"
+                                         "iou_thresh_kind=giou\nlabel_smooth_eps=0.1\n"),
+                     SDNN_OK);
+    assert_int_equal(sdnn_cfg_check_text("d.cfg", NET CONV HEAD_CONV YOLO
+                                         "scale_x_y=1.05\niou_loss=giou\niou_normalizer=0.07\n"
+                                         "nms_kind=greedynms\nbeta_nms=0.6\n"),
                      SDNN_OK);
 }
 
@@ -355,7 +397,13 @@ static void test_v4tiny_cfg(void **state)
     network *a = sdnn_parse_network("cfg/shapes-v4tiny.cfg");
     assert_non_null(a);
     assert_int_equal(a->n, 30);
-    assert_int_equal(sdnn_dialect_layers(a), 2);
+    assert_int_equal(sdnn_dialect_layers(a), 4); /* 2 grouped routes, 2 fork [yolo] heads */
+    assert_non_null(sdnn_dialect_yolo(a, 22));
+    assert_non_null(sdnn_dialect_yolo(a, 29));
+    assert_null(sdnn_dialect_yolo(a, 21));
+    assert_true(sdnn_dialect_yolo(a, 29)->iou_loss == SDNN_CIOU);
+    assert_true(sdnn_dialect_yolo(a, 29)->nms_kind == SDNN_NMS_GREEDY);
+    assert_true(sdnn_dialect_yolo(a, 22)->scale_x_y == 1.05f);
     assert_int_equal(a->layers[3].type, ROUTE);
     assert_int_equal(a->layers[3].out_c, 16);
     assert_int_equal(a->layers[11].out_c, 32);
@@ -402,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_mish_swish_gradients),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_yolo_keys_refused),
+        cmocka_unit_test(test_yolo_key_values),
         cmocka_unit_test(test_net_keys),
         cmocka_unit_test(test_forward_against_reference),
         cmocka_unit_test(test_plain_cfg_untouched),

@@ -279,21 +279,12 @@ typedef struct dialect_key {
 
 #define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
 static const dialect_key g_dialect[] = {
-    {"yolo", "scale_x_y", "1", "the scaled box-centre coding " NOT_YET},
-    {"yolo", "iou_loss", "mse", "the IoU box losses (giou, diou, ciou) " NOT_YET},
-    {"yolo", "iou_normalizer", NULL, "the box-loss weight " NOT_YET},
-    {"yolo", "cls_normalizer", NULL, "the class-loss weight " NOT_YET},
-    {"yolo", "obj_normalizer", NULL, "the objectness-loss weight " NOT_YET},
-    {"yolo", "nms_kind", NULL, "the fork's NMS kinds (greedynms, diounms) " NOT_YET
-     "; this project's detector map uses libdarknet's do_nms_sort"},
-    {"yolo", "beta_nms", NULL, "the DIoU-NMS parameter " NOT_YET},
-    {"yolo", "resize", "1", "the fork's per-head random resize of the truth boxes " NOT_YET},
-    {"yolo", "new_coords", "0", "the new box coding (yolov7/scaled-yolov4) " NOT_YET},
-    {"yolo", "objectness_smooth", "0", "the smoothed objectness target " NOT_YET},
-    {"yolo", "max_delta", NULL, "the clipped box gradient " NOT_YET},
-    {"yolo", "iou_thresh", NULL, "assigning a truth to every anchor above an IoU " NOT_YET},
-    {"yolo", "label_smooth_eps", "0", "label smoothing " NOT_YET},
+    {"yolo", "resize", "1", "the fork's random resize of each training image (its data "
+     "loader's augmentation; libdarknet's loader uses jitter only) " NOT_YET},
     {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
+    {"yolo", "focal_loss", "0", "the focal class loss " NOT_YET},
+    {"yolo", "delta_normalizer", "1", "the scaled delta of the fork's GPU build " NOT_YET},
+    {"yolo", "embedding_layer", NULL, "the tracking embeddings " NOT_YET},
     {"net", "mosaic", "0", "mosaic augmentation " NOT_YET},
     {"net", "letter_box", "0", "letter-boxed training images " NOT_YET},
     {"net", "ema_alpha", NULL, "the exponential moving average of the weights " NOT_YET},
@@ -319,6 +310,54 @@ static const dialect_key g_dialect[] = {
     {"shortcut", "weights_type", "none", "a weighted shortcut " NOT_YET},
     {"shortcut", "weights_normalization", "none", "a weighted shortcut " NOT_YET},
     {NULL, NULL, NULL, NULL}};
+
+/* The fork's [yolo] keys built here (plugin/darknet/yolo_dialect.c): their
+ * values are checked.  names: the allowed words (NULL: a number in
+ * [lo, hi]; integer: whole numbers only). */
+typedef struct yolo_key {
+    const char *key;
+    const char *const *names;
+    double lo, hi;
+    int integer;
+} yolo_key;
+
+static const char *const g_iou_losses[] = {"mse", "iou", "giou", "diou", "ciou", NULL};
+static const char *const g_iou_kinds[] = {"iou", "giou", "diou", "ciou", NULL};
+static const char *const g_nms_kinds[] = {"default", "greedynms", "diounms", NULL};
+static const yolo_key g_yolo_keys[] = {
+    {"scale_x_y", NULL, 1, 4, 0},          {"iou_normalizer", NULL, 0, 100, 0},
+    {"cls_normalizer", NULL, 0, 100, 0},   {"obj_normalizer", NULL, 0, 100, 0},
+    {"max_delta", NULL, 1e-6, 1e30, 0},    {"iou_thresh", NULL, 0, 1, 0},
+    {"label_smooth_eps", NULL, 0, 1, 0},   {"beta_nms", NULL, 0.01, 10, 0},
+    {"new_coords", NULL, 0, 1, 1},         {"objectness_smooth", NULL, 0, 1, 1},
+    {"iou_loss", g_iou_losses, 0, 0, 0},   {"iou_thresh_kind", g_iou_kinds, 0, 0, 0},
+    {"nms_kind", g_nms_kinds, 0, 0, 0},    {NULL, NULL, 0, 0, 0}};
+
+/* A built [yolo] key's value: NULL when allowed, else what is allowed. */
+static const char *yolo_value(const yolo_key *y, const char *v, char *what, size_t cap)
+{
+    if (y->names) {
+        for (int i = 0; y->names[i]; ++i)
+            if (strcmp(v, y->names[i]) == 0) return NULL;
+        size_t o = (size_t)snprintf(what, cap, "expected one of");
+        for (int i = 0; y->names[i] && o < cap; ++i)
+            o += (size_t)snprintf(what + o, cap - o, "%s %s", i ? "," : "", y->names[i]);
+        return what;
+    }
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    int ok = end != v && *end == '\0' && errno != ERANGE && x >= y->lo && x <= y->hi &&
+             (!y->integer || x == (double)(long)x);
+    if (ok) return NULL;
+    if (y->integer)
+        snprintf(what, cap, "expected %g or %g", y->lo, y->hi);
+    else if (y->lo == 1e-6)
+        snprintf(what, cap, "expected a number > 0");
+    else
+        snprintf(what, cap, "expected a number >= %g and <= %g", y->lo, y->hi);
+    return what;
+}
 
 /* Keys of the fork that only change what is shown or logged: accepted,
  * with a note on stderr saying they do nothing here. */
@@ -361,6 +400,17 @@ static sdnn_status check_dialect(const checker *c)
                     return key_error(c, s, k, what);
                 }
             }
+            if (strcmp(t, "yolo") == 0)
+                for (int y = 0; g_yolo_keys[y].key; ++y) {
+                    if (strcmp(k->key, g_yolo_keys[y].key) != 0) continue;
+                    char what[200];
+                    if (yolo_value(&g_yolo_keys[y], k->val, what, sizeof what))
+                        return key_error(c, s, k, what);
+                    if (strcmp(k->key, "cls_normalizer") == 0)
+                        fprintf(stderr, "scalednn: note: %s:%d: [yolo] cls_normalizer: the fork "
+                                "applies it only with counters_per_class (not built here), so it "
+                                "changes nothing, there as here\n", c->name, k->line);
+                }
             for (int d = 0; g_dialect[d].key; ++d) {
                 const dialect_key *dk = &g_dialect[d];
                 if (strcmp(k->key, dk->key) != 0) continue;

@@ -1,6 +1,7 @@
 /* dialect: see dialect.h. */
 #include "dialect.h"
 #include "act_ops.h"
+#include "yolo_dialect.h"
 #include "cfgcheck.h"
 
 #include <errno.h>
@@ -12,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-enum { ACT_MISH = 1, ACT_SWISH = 2, ROUTE_SLICE = 3 };
+enum { ACT_MISH = 1, ACT_SWISH = 2, ROUTE_SLICE = 3, YOLO_FORK = 4 };
 
 /* One layer with a dialect activation.  Keyed by the layer's address in
  * its network's layers array (stable for the network's life; resize_network
@@ -26,6 +27,7 @@ typedef struct act_layer {
     void (*backward)(layer, network);
     int src;    /* ROUTE_SLICE: the routed layer */
     int gid;    /* ROUTE_SLICE: which slice */
+    sdnn_yolo_opts yolo; /* YOLO_FORK: the head's keys */
 } act_layer;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -114,6 +116,7 @@ static void dialect_forward(layer l, network net)
 {
     act_layer *a = lookup(net.layers + net.index);
     if (a->act == ROUTE_SLICE) slice_forward(l, net);
+    else if (a->act == YOLO_FORK) sdnn_yolo_forward(l, net, &a->yolo);
     else if (a->act) act_forward(l, net);
     else a->forward(l, net);
 }
@@ -122,6 +125,7 @@ static void dialect_backward(layer l, network net)
 {
     act_layer *a = lookup(net.layers + net.index);
     if (a->act == ROUTE_SLICE) slice_backward(l, net);
+    else if (a->act == YOLO_FORK) a->backward(l, net); /* libdarknet's: delta into the input's */
     else if (a->act) act_backward(l, net);
     else a->backward(l, net);
 }
@@ -211,10 +215,11 @@ static void scan_routes(const char *text, route_info *info, int max)
 }
 
 static sdnn_status rewrite(const char *text, char **out, int **acts, int *nlayers,
-                           const route_info *info, const long *chan, int nchan)
+                           const route_info *info, const long *chan, int nchan,
+                           sdnn_yolo_opts *yopts, int maxl)
 {
     int cap = 64, layer_no = -2; /* -2: before [net], -1: in [net] */
-    int in_ours = 0;
+    int in_ours = 0, in_yolo = 0;
     size_t len = strlen(text), o = 0;
     *out = malloc(len * 2 + 128 * (size_t)(nchan + 1)); /* "mish" -> "linear", route -> 1x1 */
     *acts = calloc((size_t)cap, sizeof **acts);
@@ -227,10 +232,12 @@ static sdnn_status rewrite(const char *text, char **out, int **acts, int *nlayer
         for (const char *q = p; q < end && k + 1 < sizeof line; ++q)
             if (*q != ' ' && *q != '\t' && *q != '\r') line[k++] = *q;
         line[k] = '\0';
-        int act = 0, drop = 0;
+        int act = 0, drop = 0, yolo_key = 0;
         if (line[0] == '[') {
             in_ours = strcmp(line, "[scalednn]") == 0;
+            in_yolo = strcmp(line, "[yolo]") == 0;
             if (!in_ours) ++layer_no;
+            if (in_yolo && layer_no >= 0 && layer_no < maxl) sdnn_yolo_opts_init(&yopts[layer_no]);
             if (!in_ours && layer_no >= 0 && layer_no < nchan && info[layer_no].is_route &&
                 info[layer_no].groups > 1) {
                 /* A 1x1 layer on the layer before it with the slice's
@@ -249,12 +256,18 @@ static sdnn_status rewrite(const char *text, char **out, int **acts, int *nlayer
         } else if (!in_ours && layer_no >= 0 && layer_no < nchan && info[layer_no].is_route &&
                    info[layer_no].groups > 1) {
             drop = 1;
+        } else if (in_yolo && layer_no >= 0 && layer_no < maxl) {
+            /* The fork's keys leave the text (libdarknet would only warn
+             * of them); their values go to the head's options. */
+            yolo_key = sdnn_yolo_opts_set(&yopts[layer_no], line);
         } else if (!in_ours && layer_no >= 0) {
             act = strcmp(line, "activation=mish") == 0    ? ACT_MISH
                   : strcmp(line, "activation=swish") == 0 ? ACT_SWISH
                                                           : 0;
         }
-        if (drop) {
+        if (yolo_key) {
+            (*acts)[layer_no] = YOLO_FORK;
+        } else if (drop) {
             if (layer_no >= 0) (*acts)[layer_no] = ROUTE_SLICE;
         } else if (act) {
             (*acts)[layer_no] = act;
@@ -315,13 +328,15 @@ static sdnn_status add_layer(layer *l, int act)
 {
     act_layer *a = calloc(1, sizeof *a);
     size_t n = (size_t)l->outputs * (size_t)l->batch;
-    float *x = act ? malloc((n ? n : 1) * sizeof *x) : NULL;
-    if (!a || (act && !x)) {
+    int keeps = act == ACT_MISH || act == ACT_SWISH;
+    float *x = keeps ? malloc((n ? n : 1) * sizeof *x) : NULL;
+    if (!a || (keeps && !x)) {
         free(a);
         free(x);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a dialect layer");
     }
-    *a = (act_layer){l, act, x, n, l->forward, l->backward, 0, 0};
+    *a = (act_layer){.key = l, .act = act, .x = x, .n = keeps ? n : 0, .forward = l->forward,
+                     .backward = l->backward};
     pthread_mutex_lock(&g_mu);
     int at = g_n;
     for (int i = 0; i < g_n; ++i)
@@ -365,7 +380,9 @@ network *sdnn_parse_network(const char *path)
     for (const char *q = text; *q; ++q) maxl += *q == '[';
     long *chan = calloc((size_t)maxl, sizeof *chan);
     route_info *info = calloc((size_t)maxl, sizeof *info);
-    sdnn_status st = chan && info ? SDNN_OK : SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cfg");
+    sdnn_yolo_opts *yopts = calloc((size_t)maxl, sizeof *yopts);
+    sdnn_status st = chan && info && yopts ? SDNN_OK
+                                           : SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cfg");
     int grouped = 0;
     if (st == SDNN_OK) {
         scan_routes(text, info, maxl);
@@ -376,7 +393,8 @@ network *sdnn_parse_network(const char *path)
      * checked again here). */
     if (st == SDNN_OK && grouped) st = sdnn_cfg_channels(path, text, chan, maxl, &nchan);
     if (st == SDNN_OK)
-        st = rewrite(text, &out, &acts, &nl, info, chan, nchan < maxl ? nchan : maxl);
+        st = rewrite(text, &out, &acts, &nl, info, chan, nchan < maxl ? nchan : maxl, yopts,
+                     maxl);
     free(text);
     free(chan);
     int any = 0;
@@ -408,10 +426,19 @@ network *sdnn_parse_network(const char *path)
             }
             continue;
         }
+        if (acts[i] == YOLO_FORK && net->layers[i].type != YOLO) {
+            SDNN_ERROR(SDNN_ERR_INVALID, "%s: layer %d: the fork's [yolo] keys on a layer "
+                       "libdarknet did not build as [yolo]", path, i);
+            free_network(net);
+            net = NULL;
+            break;
+        }
         if (add_layer(&net->layers[i], acts[i]) != SDNN_OK) {
             free_network(net); /* the error is recorded */
             net = NULL;
+            break;
         }
+        if (acts[i] == YOLO_FORK) lookup(&net->layers[i])->yolo = yopts[i];
     }
     if (net) {
         int types[4], nt = 0;
@@ -433,5 +460,23 @@ network *sdnn_parse_network(const char *path)
     }
     free(acts);
     free(info);
+    free(yopts);
     return net;
+}
+
+const sdnn_yolo_opts *sdnn_dialect_yolo(const network *net, int i)
+{
+    if (i < 0 || i >= net->n || net->layers[i].forward != dialect_forward) return NULL;
+    act_layer *a = lookup(net->layers + i);
+    return a && a->act == YOLO_FORK ? &a->yolo : NULL;
+}
+
+void sdnn_dialect_nms(const network *net, detection *dets, int n, int classes, float thresh)
+{
+    /* As the fork's detector: the kind of the network's last layer. */
+    const sdnn_yolo_opts *o = sdnn_dialect_yolo(net, net->n - 1);
+    if (o)
+        sdnn_yolo_nms(dets, n, classes, thresh, o->nms_kind, o->beta_nms);
+    else
+        do_nms_sort(dets, n, classes, thresh);
 }

@@ -2,8 +2,10 @@
  * dialect: the parts of the maintained Darknet fork's cfg dialect that this
  * project builds on top of Debian's libdarknet (issue 18).
  *
- * Built so far: activation=mish and activation=swish on [convolutional],
- * [connected] and [shortcut] layers.  sdnn_parse_network() reads the cfg,
+ * Built: activation=mish and activation=swish on [convolutional],
+ * [connected] and [shortcut] layers; the grouped route; the fork's [yolo]
+ * keys (yolo_dialect.h: scale_x_y, iou_loss, the normalizers, new_coords,
+ * iou_thresh, objectness_smooth, max_delta, nms_kind, ...).  sdnn_parse_network() reads the cfg,
  * hands libdarknet the same text with those activations written as linear
  * (so the layer computes the pre-activation into its output and its
  * gradient pass is the identity), then points the layer's forward and
@@ -17,6 +19,7 @@
 #define SDNN_DIALECT_H
 
 #include "scalednn.h"
+#include "yolo_dialect.h"
 #include <darknet.h>
 
 /* parse_network_cfg for every command: the cfg at `path` (already checked
@@ -27,6 +30,15 @@ network *sdnn_parse_network(const char *path);
 /* How many layers of `net` run the dialect's forward (before hooks wrap it; 0 for a cfg in
  * Debian's dialect, whose layers are untouched). */
 int sdnn_dialect_layers(const network *net);
+
+/* The fork's options of layer i when it is a [yolo] head with the fork's keys, else NULL. */
+const sdnn_yolo_opts *sdnn_dialect_yolo(const network *net, int i);
+
+/* NMS as the fork's detector does it: the nms_kind and beta_nms of the
+ * network's last layer (libdarknet's do_nms_sort when that layer has no
+ * nms_kind).  `detector map` and `detector test` call it instead of
+ * do_nms_sort. */
+void sdnn_dialect_nms(const network *net, detection *dets, int n, int classes, float thresh);
 
 /* Drop what the dialect keeps for the layers of `net` (sdnn_network_free
  * calls it before freeing the network). */
