@@ -20,6 +20,11 @@
  * Darknet's load_weights.  The dump is "SDFWDMP1", the layer count, then per
  * layer a 16-byte type name, the output count and the floats (the same layout
  * fwd_fork.cpp writes for the fork).
+ *
+ * A [yolo] layer with new_coords=1 keeps w and h in its output as log(4 v^2)
+ * (so that libdarknet's exp-based box decoding gives the fork's (2v)^2
+ * coding, box_ops.h); the dump holds v = exp(s/2)/2 there, the value the
+ * fork's layer outputs, so the two compare entry by entry.
  */
 #include "config.h"
 #include "dialect.h"
@@ -114,6 +119,31 @@ static const char *type_name(LAYER_TYPE t)
     }
 }
 
+/* Which layers of the cfg at `path` are [yolo] sections with new_coords=1:
+ * flags[i] for layer i (sections after [net], [scalednn] not counted). */
+static void new_coords_layers(const char *path, int *flags, int n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[512];
+    int idx = -2, yolo = 0; /* -2: before [net] */
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t') ++p;
+        if (*p == '[') {
+            int skip = !strncmp(p, "[scalednn]", 10);
+            if (!skip) ++idx;
+            yolo = !skip && !strncmp(p, "[yolo]", 6);
+            continue;
+        }
+        if (!yolo || idx < 0 || idx >= n) continue;
+        char key[64];
+        int v = 0;
+        if (sscanf(p, " %63[a-z_] = %d", key, &v) == 2 && !strcmp(key, "new_coords")) flags[idx] = v;
+    }
+    fclose(f);
+}
+
 static int cmd_run(const char *cfgpath, const char *weights, const char *input, const char *out,
                    const char *resave)
 {
@@ -138,6 +168,18 @@ static int cmd_run(const char *cfgpath, const char *weights, const char *input, 
         return 1;
     }
     network_predict(net, x);
+    int *nc = calloc((size_t)net->n, sizeof *nc);
+    new_coords_layers(cfgpath, nc, net->n);
+    for (int i = 0; i < net->n; ++i) {
+        layer *l = &net->layers[i];
+        if (!nc[i] || l->type != YOLO) continue;
+        int stride = l->w * l->h;
+        for (int a = 0; a < l->n; ++a) {
+            float *wh = l->output + (size_t)a * stride * (4 + l->classes + 1) + 2 * stride;
+            for (int k = 0; k < 2 * stride; ++k) wh[k] = expf(wh[k] / 2) / 2;
+        }
+    }
+    free(nc);
     f = fopen(out, "wb");
     ok = f != NULL;
     int32_t nl = net->n;
