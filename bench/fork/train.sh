@@ -18,7 +18,8 @@
 # Prints the per-snapshot table and the medians over seeds of mAP vs iterations.
 # SKIP_TRAIN=1 scores the snapshots already in WORK again without training.
 # Env: ITERS (1000), EVERY (100), SEEDS ("1 2 3"), LR (the cfg's), CFG, TOL_MAP (0.01),
-#      WORK (${TMPDIR:-/tmp}/scalednn-fork/train), NTRAIN (512), NVALID (64), TOL_SAME.
+#      WORK (${TMPDIR:-/tmp}/scalednn-fork/train), NTRAIN (512), NVALID (64), SIZE (64: the images' width
+#      and height, to be the cfg's), TOL_SAME.
 set -eu
 [ $# -ge 1 ] || { echo "usage: sh bench/fork/train.sh FORK_SOURCE [SRCDIR] [BUILDDIR]" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +32,7 @@ TOL_MAP=${TOL_MAP:-0.01}
 TOL_SAME=${TOL_SAME:-0.001}
 NTRAIN=${NTRAIN:-512}
 NVALID=${NVALID:-64}
+SIZE=${SIZE:-64}
 WORK=${WORK:-${TMPDIR:-/tmp}/scalednn-fork/train}
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
@@ -43,7 +45,7 @@ OURS=$REPO/darknet
 
 D=$WORK/shapes
 if [ ! -f "$D/valid.txt" ]; then
-    "$OURS" scalednn gen-shapes "$D" -n "$NTRAIN" -valid "$NVALID" -seed 1 > "$WORK/gen.out"
+    "$OURS" scalednn gen-shapes "$D" -n "$NTRAIN" -valid "$NVALID" -seed 1 -size "$SIZE" > "$WORK/gen.out"
     for s in train valid; do
         for f in "$D"/labels/$s/*.txt; do cp "$f" "$D/images/$s/"; done
     done
