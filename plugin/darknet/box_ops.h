@@ -23,8 +23,11 @@
  *     -d/c, plus for ciou  -a (w^2 + h^2) dv/dw  (a held constant, the
  *     CIoU paper's dropped 1/(w^2 + h^2));
  *   - the distance term is differentiated as d/c although diou's value
- *     uses (d/c)^0.6;
- *   - boxes that do not overlap get the penalty term's part alone.
+ *     uses (d/c)^0.6, and in the centre's components the enclosing
+ *     diagonal's part enters with the opposite sign:
+ *     (2 (xt - x) c - d dc/dx) / c^2 where -d/c gives ... + d dc/dx;
+ *   - boxes that do not overlap get the penalty term's part alone (with
+ *     CIoU's alpha taken from the extents' product Iw Ih, not 0);
  * tests/test_yolo.c checks each of these against central differences of a
  * double-precision reference.
  *

@@ -221,6 +221,8 @@ static void process_image(const layer *l, const network *net, const sdnn_yolo_op
 {
     const int stride = l->w * l->h;
     const float *truths = net->truth + (size_t)b * l->truths;
+    /* libdarknet keeps 90 boxes per image (l.truths) whatever `max` says. */
+    const int nbox = l->max_boxes < l->truths / 5 ? l->max_boxes : l->truths / 5;
     for (int j = 0; j < l->h; ++j)
         for (int i = 0; i < l->w; ++i)
             for (int n = 0; n < l->n; ++n) {
@@ -231,11 +233,11 @@ static void process_image(const layer *l, const network *net, const sdnn_yolo_op
                                         l->h, net->w, net->h, stride, o->new_coords);
                 float best_match_iou = 0, best_iou = 0;
                 int best_t = 0;
-                if (isnan(l->output[obj_index]) || isinf(l->output[obj_index]))
-                    l->output[obj_index] = 0;
-                for (int t = 0; t < l->max_boxes; ++t) {
+                for (int t = 0; t < nbox; ++t) {
                     sdnn_box truth = truth_at(truths + t * 5);
                     if (!truth.x) break;
+                    if (isnan(l->output[obj_index]) || isinf(l->output[obj_index]))
+                        l->output[obj_index] = 0;
                     int match = any_class_above(l->output, l->classes, class_index, stride, 0.25f);
                     float iou = sdnn_box_iou(pred, truth);
                     if (iou > best_match_iou && match) best_match_iou = iou;
@@ -272,7 +274,7 @@ static void process_image(const layer *l, const network *net, const sdnn_yolo_op
                 }
             }
 
-    for (int t = 0; t < l->max_boxes; ++t) {
+    for (int t = 0; t < nbox; ++t) {
         sdnn_box truth = truth_at(truths + t * 5);
         if (!truth.x) break;
         int class_id = (int)truths[t * 5 + 4];
