@@ -185,6 +185,10 @@ typedef struct sdnn_dlayer {
     int from;               /* shortcut source layer */
     int nroute;
     int route_from[SDNN_DL_MAX_ROUTE], route_size[SDNN_DL_MAX_ROUTE];
+    /* per image, where input j's run of route_size[j] floats starts in its
+     * source's output (0 for Darknet's route; the fork's grouped route,
+     * issue 18: group_id x the slice), the source's pitch its outputs */
+    int route_off[SDNN_DL_MAX_ROUTE];
     int coords, classes, anchors, background;   /* region */
     uint64_t seed;          /* dropout: counter-based generator */
     uint64_t draws;         /* dropout: forward passes so far */
@@ -193,6 +197,7 @@ typedef struct sdnn_dlayer {
     float *weights, *weight_updates, *biases, *bias_updates, *scales, *scale_updates;
     float *rolling_mean, *rolling_variance;
     float *mean, *variance, *mean_delta, *variance_delta, *x, *x_norm;
+    float *act_x;           /* mish/swish: the activation's input (sdnn_dl_activate) */
     int *indexes;           /* maxpool argmax */
     float *rand;            /* dropout draws */
     float *loss;            /* softmax/cost per-element loss */

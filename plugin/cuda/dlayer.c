@@ -6,6 +6,7 @@
  * count the same parameters; and the loss sum both take to the host.
  */
 #include "dlayer.h"
+#include "ops.h"
 
 #include <stdlib.h>
 
@@ -62,11 +63,43 @@ void sdnn_dl_release_buffers(sdnn_dlayer *l)
     l->output = l->delta = NULL;
     float **bufs[] = {&l->mean, &l->variance, &l->mean_delta, &l->variance_delta,
                       &l->rolling_mean, &l->rolling_variance, &l->x, &l->x_norm,
-                      &l->rand, &l->loss};
+                      &l->rand, &l->loss, &l->act_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         sdnn_dfree(*bufs[i]);
         *bufs[i] = NULL;
     }
     sdnn_dfree(l->indexes);
     l->indexes = NULL;
+}
+
+int sdnn_dl_act_keeps_x(const sdnn_dlayer *l)
+{
+    return (l->kind == SDNN_DL_CONV || l->kind == SDNN_DL_CONNECTED ||
+            l->kind == SDNN_DL_SHORTCUT) &&
+           (l->act == SDNN_ACT_MISH || l->act == SDNN_ACT_SWISH);
+}
+
+sdnn_status sdnn_dl_activate(sdnn_dctx *c, sdnn_dlayer *l)
+{
+    size_t n = (size_t)l->outputs * l->batch;
+    if (sdnn_dl_act_keeps_x(l)) {
+        if (!l->act_x)
+            return SDNN_ERROR(SDNN_ERR_INTERNAL, "layer %d: no buffer for the activation's input",
+                              l->index);
+        SDNN_CHECK(sdnn_k_copy(c, l->act_x, l->output, n));
+    }
+    return sdnn_k_activate(c, l->output, n, l->act);
+}
+
+sdnn_status sdnn_dl_act_backward(sdnn_dctx *c, sdnn_dlayer *l)
+{
+    size_t n = (size_t)l->outputs * l->batch;
+    const float *at = l->output;
+    if (sdnn_dl_act_keeps_x(l)) {
+        if (!l->act_x)
+            return SDNN_ERROR(SDNN_ERR_INTERNAL, "layer %d: no buffer for the activation's input",
+                              l->index);
+        at = l->act_x;
+    }
+    return sdnn_k_gradient(c, at, n, l->act, l->delta);
 }

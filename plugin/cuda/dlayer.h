@@ -20,6 +20,14 @@ sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum)
  * a dropout aliases its input's; the batch-norm, dropout, loss and maxpool
  * buffers) and clear the pointers; l->impl is the implementation's. */
 void sdnn_dl_release_buffers(sdnn_dlayer *l);
+/* 1 when l's activation needs its input kept for the gradient (mish,
+ * swish: sdnn_dl_setup allocates act_x, outputs x batch floats). */
+int sdnn_dl_act_keeps_x(const sdnn_dlayer *l);
+/* The activation of l's output in place (keeping its input in act_x
+ * first where the gradient needs it) and, backward, delta times the
+ * gradient (at the output, or at act_x); both on the compute stream. */
+sdnn_status sdnn_dl_activate(sdnn_dctx *c, sdnn_dlayer *l);
+sdnn_status sdnn_dl_act_backward(sdnn_dctx *c, sdnn_dlayer *l);
 
 #ifdef __cplusplus
 }

@@ -176,6 +176,7 @@ extern "C" sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
     case SDNN_DL_SOFTMAX: ALLOC(l->loss, (size_t)l->inputs * l->batch); break;
     default: break;
     }
+    if (sdnn_dl_act_keeps_x(l)) ALLOC(l->act_x, out);
     return SDNN_OK;
 }
 
@@ -225,12 +226,12 @@ static sdnn_status norm_bias_act(sdnn_dctx *c, sdnn_dlayer *l, int ch, int sp, i
     } else {
         SDNN_CHECK(sdnn_bias_forward(c, l->output, l->biases, l->batch, ch, sp));
     }
-    return sdnn_k_activate(c, l->output, (size_t)l->outputs * l->batch, l->act);
+    return sdnn_dl_activate(c, l);
 }
 
 static sdnn_status act_norm_bias_backward(sdnn_dctx *c, sdnn_dlayer *l, int ch, int sp)
 {
-    SDNN_CHECK(sdnn_k_gradient(c, l->output, (size_t)l->outputs * l->batch, l->act, l->delta));
+    SDNN_CHECK(sdnn_dl_act_backward(c, l));
     if (l->bn) {
         sdnn_bn_args a = bn_args(l, ch, sp);
         return sdnn_bn_backward(c, &a);
@@ -271,7 +272,8 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
             const sdnn_dlayer *from = &s->layers[l->route_from[j]];
             size_t len = (size_t)l->route_size[j];
             SDNN_CU(cudaMemcpy2DAsync(l->output + off, (size_t)l->outputs * sizeof(float),
-                                      from->output, len * sizeof(float), len * sizeof(float),
+                                      from->output + l->route_off[j],
+                                      (size_t)from->outputs * sizeof(float), len * sizeof(float),
                                       (size_t)l->batch, cudaMemcpyDeviceToDevice, st));
             off += len;
         }
@@ -285,7 +287,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         k_shortcut<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(g, l->alpha, l->beta,
                                                           s->layers[l->from].output, l->output, n);
         SDNN_LAUNCHED("shortcut");
-        return sdnn_k_activate(c, l->output, out, l->act);
+        return sdnn_dl_activate(c, l);
     }
     case SDNN_DL_UPSAMPLE:
         k_upsample_fwd<<<sdnn_grid(out), SDNN_THREADS, 0, st>>>(s->input, l->w, l->h, l->c,
@@ -376,14 +378,15 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
             sdnn_dlayer *from = &s->layers[l->route_from[j]];
             size_t len = (size_t)l->route_size[j];
             k_rows_add<<<sdnn_grid(len * l->batch), SDNN_THREADS, 0, st>>>(
-                l->delta + off, (size_t)l->outputs, from->delta, len, len, (size_t)l->batch);
+                l->delta + off, (size_t)l->outputs, from->delta + l->route_off[j],
+                (size_t)from->outputs, len, (size_t)l->batch);
             SDNN_LAUNCHED("route backward");
             off += len;
         }
         return SDNN_OK;
     }
     case SDNN_DL_SHORTCUT: {
-        SDNN_CHECK(sdnn_k_gradient(c, l->output, out, l->act, l->delta));
+        SDNN_CHECK(sdnn_dl_act_backward(c, l));
         if (s->delta) SDNN_CHECK(sdnn_k_axpy(c, out, l->alpha, l->delta, s->delta));
         sdnn_shortcut_geom g;
         sdnn_shortcut_geom_init(&g, l->out_w, l->out_h, l->out_c, l->w, l->h, l->c);

@@ -14,6 +14,7 @@
 #include "gpu.h"
 
 #include "clock.h"
+#include "dialect.h"
 #include "dev.h"
 #include "ops.h"
 #include "replicas.h"
@@ -106,8 +107,8 @@ static int act_of(ACTIVATION a, int *out)
 
 #define UNSUP(...) SDNN_ERROR(SDNN_ERR_UNSUPPORTED, __VA_ARGS__)
 
-/* Fill d from Darknet's layer i, or say why the engine cannot run it. */
-static sdnn_status translate(const network *net, int i, sdnn_dlayer *d)
+/* Fill d from Darknet's layer i by its type, or say why the engine cannot run it. */
+static sdnn_status translate_type(const network *net, int i, sdnn_dlayer *d)
 {
     const layer *l = &net->layers[i];
     const char *name = sdnn_layer_type_name(l->type);
@@ -220,6 +221,42 @@ static sdnn_status translate(const network *net, int i, sdnn_dlayer *d)
                      "connected, maxpool, avgpool, route, shortcut, upsample, softmax, cost, "
                      "dropout, yolo, region)", i, name);
     }
+}
+
+/* translate_type, then what the fork's dialect (issue 18, dialect.h) made
+ * of the layer: libdarknet's type alone would run it wrong. */
+static sdnn_status translate(const network *net, int i, sdnn_dlayer *d)
+{
+    SDNN_CHECK(translate_type(net, i, d));
+    const layer *l = &net->layers[i];
+    sdnn_dialect_layer_info di;
+    switch (sdnn_dialect_layer(net, i, &di)) {
+    case SDNN_DIALECT_NONE: return SDNN_OK;
+    case SDNN_DIALECT_MISH: d->act = SDNN_ACT_MISH; return SDNN_OK;
+    case SDNN_DIALECT_SWISH: d->act = SDNN_ACT_SWISH; return SDNN_OK;
+    case SDNN_DIALECT_ROUTE_SLICE: {
+        const layer *src = &net->layers[di.src];
+        if (d->kind != SDNN_DL_ROUTE || d->nroute != 1 || di.gid < 0 ||
+            (long)(di.gid + 1) * l->outputs > (long)src->outputs)
+            return UNSUP("layer %d (grouped route): group_id %d, slices of %d of layer %d's %d "
+                         "outputs: not a slice the GPU engine can copy", i, di.gid, l->outputs,
+                         di.src, src->outputs);
+        d->route_size[0] = l->outputs;
+        d->route_off[0] = di.gid * l->outputs;
+        return SDNN_OK;
+    }
+    case SDNN_DIALECT_YOLO:
+        /* The fork's forward and loss on the host: host_loss_forward calls
+         * l->forward, which dialect.c pointed at sdnn_yolo_forward (its own
+         * logistic, none with new_coords); backward is libdarknet's (the
+         * delta into the input's), as the device's yolo backward. */
+        if (d->kind != SDNN_DL_YOLO)
+            return UNSUP("layer %d: the fork's [yolo] keys on a %s layer", i,
+                         sdnn_layer_type_name(l->type));
+        return SDNN_OK;
+    }
+    return UNSUP("layer %d (%s): a dialect layer the GPU engine does not run", i,
+                 sdnn_layer_type_name(l->type));
 }
 
 sdnn_status sdnn_gpu_layer_support(const network *net, int i)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "splitmix.h"
+#include "act_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,8 @@ enum sdnn_act {
     SDNN_ACT_HARDTAN,
     SDNN_ACT_LHTAN,
     SDNN_ACT_SELU,
+    SDNN_ACT_MISH,      /* the fork's dialect (issue 18): act_ops.h's formulas; the */
+    SDNN_ACT_SWISH,     /* gradient takes the activation's input x (sdnn_dlayer.act_x) */
     SDNN_ACT_COUNT
 };
 
@@ -88,11 +91,14 @@ SDNN_HD float sdnn_activate(float x, int a)
         if (x > 1) return 0.001f * (x - 1) + 1;
         return x;
     case SDNN_ACT_SELU: return x >= 0 ? 1.0507f * x : 1.75803124f * (expf(x) - 1);
+    case SDNN_ACT_MISH: return sdnn_mishf(x);
+    case SDNN_ACT_SWISH: return sdnn_swishf(x);
     default: return x;
     }
 }
 
-/* Derivative expressed through the activated value y, as Darknet does. */
+/* Derivative expressed through the activated value y, as Darknet does;
+ * for mish and swish (not invertible) y is the activation's input x. */
 SDNN_HD float sdnn_gradient(float y, int a)
 {
     switch (a) {
@@ -112,6 +118,8 @@ SDNN_HD float sdnn_gradient(float y, int a)
     case SDNN_ACT_HARDTAN: return (y > -1 && y < 1) ? 1.0f : 0.0f;
     case SDNN_ACT_LHTAN: return (y > 0 && y < 1) ? 1.0f : 0.001f;
     case SDNN_ACT_SELU: return y >= 0 ? 1.0507f : y + 1.75803124f;   /* 1.0507 * 1.6732 */
+    case SDNN_ACT_MISH: return sdnn_mish_gradf(y);
+    case SDNN_ACT_SWISH: return sdnn_swish_gradf(y);
     default: return 1.0f;
     }
 }

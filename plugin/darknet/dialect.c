@@ -471,6 +471,41 @@ const sdnn_yolo_opts *sdnn_dialect_yolo(const network *net, int i)
     return a && a->act == YOLO_FORK ? &a->yolo : NULL;
 }
 
+sdnn_dialect_kind sdnn_dialect_layer(const network *net, int i, sdnn_dialect_layer_info *info)
+{
+    *info = (sdnn_dialect_layer_info){.kind = SDNN_DIALECT_NONE};
+    if (i < 0 || i >= net->n) return SDNN_DIALECT_NONE;
+    const layer *l = &net->layers[i];
+    act_layer *a = lookup(l);
+    if (!a) return SDNN_DIALECT_NONE;
+    /* An entry left at this address by a network freed without
+     * sdnn_network_free must not count: each kind checks the layer is
+     * still what the dialect made of it. */
+    switch (a->act) {
+    case ACT_MISH:
+    case ACT_SWISH:
+        if (l->activation == LINEAR &&
+            (l->type == CONVOLUTIONAL || l->type == CONNECTED || l->type == SHORTCUT))
+            info->kind = a->act == ACT_MISH ? SDNN_DIALECT_MISH : SDNN_DIALECT_SWISH;
+        break;
+    case ROUTE_SLICE:
+        if (l->type == ROUTE && l->n == 1 && l->input_layers && l->input_layers[0] == a->src) {
+            info->kind = SDNN_DIALECT_ROUTE_SLICE;
+            info->src = a->src;
+            info->gid = a->gid;
+        }
+        break;
+    case YOLO_FORK:
+        if (l->type == YOLO) {
+            info->kind = SDNN_DIALECT_YOLO;
+            info->yolo = &a->yolo;
+        }
+        break;
+    default: break;
+    }
+    return info->kind;
+}
+
 void sdnn_dialect_nms(const network *net, detection *dets, int n, int classes, float thresh)
 {
     /* As the fork's detector: the kind of the network's last layer. */

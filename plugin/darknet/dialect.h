@@ -40,6 +40,27 @@ const sdnn_yolo_opts *sdnn_dialect_yolo(const network *net, int i);
  * do_nms_sort. */
 void sdnn_dialect_nms(const network *net, detection *dets, int n, int classes, float thresh);
 
+/* What the dialect made of layer i, for an engine that runs the layers
+ * itself (the gpu engine, issue 18); additive: the table keyed by the
+ * layer's address, whatever hooks later wrap its pointers with. */
+typedef enum sdnn_dialect_kind {
+    SDNN_DIALECT_NONE = 0,   /* libdarknet's layer as it is */
+    SDNN_DIALECT_MISH,       /* the layer is `linear` for libdarknet; mish after it */
+    SDNN_DIALECT_SWISH,      /* the same with swish */
+    SDNN_DIALECT_ROUTE_SLICE,/* a ROUTE of one input: slice `gid` of `src`'s channels */
+    SDNN_DIALECT_YOLO        /* the fork's [yolo]: its forward is l.forward (host) */
+} sdnn_dialect_kind;
+
+typedef struct sdnn_dialect_layer_info {
+    sdnn_dialect_kind kind;
+    int src, gid;            /* ROUTE_SLICE */
+    const sdnn_yolo_opts *yolo; /* YOLO */
+} sdnn_dialect_layer_info;
+
+/* Fill *info for layer i of net (kind NONE for a layer the dialect did not
+ * change); returns info->kind. */
+sdnn_dialect_kind sdnn_dialect_layer(const network *net, int i, sdnn_dialect_layer_info *info);
+
 /* Drop what the dialect keeps for the layers of `net` (sdnn_network_free
  * calls it before freeing the network). */
 void sdnn_dialect_forget(const network *net);

@@ -11,6 +11,7 @@
 
 #include "splitmix.h"
 #include "scalednn.h"
+#include "dialect.h"
 #include <darknet.h>
 
 #include <math.h>
@@ -192,7 +193,9 @@ GT_FN network *gt_parse_text(const char *text, const char *set)
     }
     if (in_net && set) fputs(set, f);
     fclose(f);
-    network *net = parse_network_cfg(path);
+    /* the project's parser: a cfg in the fork's dialect builds its network
+     * (issue 18); one in Debian's goes to parse_network_cfg untouched */
+    network *net = sdnn_parse_network(path);
     unlink(path);
     return net;
 }

@@ -42,7 +42,10 @@
 #   engines   the trainer with engine=gpu vs engine=cpu on the same batches:
 #             shapes and yolov3-tiny-shaped, 1/2/4 replicas, overlap,
 #             none/fp16/int8/topk with error feedback, bucket_mb auto,
-#             stock mode, .ef across engines, timeline, a NaN's message
+#             stock mode, .ef across engines, timeline, a NaN's message;
+#             shapes-v4tiny/v7tiny (fork dialect), 2 replicas
+#   dialect   the fork's dialect (issue 18) on the device, layer by layer
+#             vs the CPU: grouped routes, mish, swish (fwd + bwd)
 #   engine_ops the gpu engine's ops driven directly: snapshot, pack,
 #             apply, the deferred finite check, ready/ready_wait ordering,
 #             the engine's comm, device error feedback, train's callbacks,
@@ -147,6 +150,7 @@ run comm 120
 run layers 300
 run train 240
 run engines 240
+run dialect 60
 run engine_ops 120
 run vrep 180
 run group 120

@@ -330,13 +330,13 @@ static sdnn_status norm_bias_act(sdnn_dctx *c, sdnn_dlayer *l, int train, const 
     } else {
         SDNN_CHECK(launch(c, call, k_add_bias, &a, sizeof a));
     }
-    return sdnn_k_activate(c, l->output, out, l->act);
+    return sdnn_dl_activate(c, l);
 }
 
 static sdnn_status act_norm_bias_backward(sdnn_dctx *c, sdnn_dlayer *l, const char *call)
 {
     size_t out = outs(l);
-    SDNN_CHECK(sdnn_k_gradient(c, l->output, out, l->act, l->delta));
+    SDNN_CHECK(sdnn_dl_act_backward(c, l));
     k_bn_args a;
     memset(&a, 0, sizeof a);
     channels_of(l, &a.C, &a.S);
@@ -464,6 +464,8 @@ typedef struct k_route_args {
     int nsrc, batch;
     size_t outputs;
     size_t len[MAX_ROUTE];
+    size_t off[MAX_ROUTE];           /* per image, the run's start in the source */
+    size_t pitch[MAX_ROUTE];         /* the source's outputs */
     const float *src[MAX_ROUTE];     /* forward: sources; backward: unused */
     float *dst[MAX_ROUTE];           /* backward: the sources' deltas */
     const float *delta;
@@ -476,8 +478,8 @@ static sdnn_status k_route_fwd(void *arg)
     size_t off = 0;
     for (int j = 0; j < a->nsrc; ++j) {
         for (int b = 0; b < a->batch; ++b)
-            memcpy(a->out + (size_t)b * a->outputs + off, a->src[j] + (size_t)b * a->len[j],
-                   a->len[j] * sizeof(float));
+            memcpy(a->out + (size_t)b * a->outputs + off,
+                   a->src[j] + (size_t)b * a->pitch[j] + a->off[j], a->len[j] * sizeof(float));
         off += a->len[j];
     }
     return SDNN_OK;
@@ -490,7 +492,7 @@ static sdnn_status k_route_bwd(void *arg)
     for (int j = 0; j < a->nsrc; ++j) {
         for (int b = 0; b < a->batch; ++b) {
             const float *d = a->delta + (size_t)b * a->outputs + off;
-            float *t = a->dst[j] + (size_t)b * a->len[j];
+            float *t = a->dst[j] + (size_t)b * a->pitch[j] + a->off[j];
             for (size_t i = 0; i < a->len[j]; ++i) t[i] += d[i];
         }
         off += a->len[j];
@@ -513,10 +515,15 @@ static sdnn_status route_pass(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s
     for (int j = 0; j < l->nroute; ++j) {
         const sdnn_dlayer *from = &s->layers[l->route_from[j]];
         a.len[j] = (size_t)l->route_size[j];
+        a.off[j] = (size_t)l->route_off[j];
+        a.pitch[j] = (size_t)from->outputs;
         total += a.len[j];
-        if (a.len[j] != (size_t)from->outputs)
-            return SDNN_ERROR(SDNN_ERR_INTERNAL, "%s: layer %d takes %zu of layer %d's %d outputs",
-                              call, l->index, a.len[j], l->route_from[j], from->outputs);
+        /* All of the source's outputs, or (the grouped route) one run of them. */
+        if (l->route_off[j] < 0 || a.off[j] + a.len[j] > (size_t)from->outputs)
+            return SDNN_ERROR(SDNN_ERR_INTERNAL,
+                              "%s: layer %d takes %zu floats at %d of layer %d's %d outputs",
+                              call, l->index, a.len[j], l->route_off[j], l->route_from[j],
+                              from->outputs);
         if (backward) DP(from->delta, outs(from), &a.dst[j]);
         else DP(from->output, outs(from), &a.src[j]);
     }
@@ -751,6 +758,7 @@ sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
     case SDNN_DL_SOFTMAX: ALLOC(l->loss, ins(l)); break;
     default: break;
     }
+    if (sdnn_dl_act_keeps_x(l)) ALLOC(l->act_x, out);
     return SDNN_OK;
 }
 
@@ -797,7 +805,7 @@ sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s)
         SDNN_CHECK(launch_shortcut(c, "sdnn_dl_forward (shortcut)", l->w, l->h, l->c, l->out_w,
                                    l->out_h, l->out_c, l->batch, l->alpha, l->beta, from->output,
                                    outs(from), l->output, outs(l)));
-        return sdnn_k_activate(c, l->output, outs(l), l->act);
+        return sdnn_dl_activate(c, l);
     }
     case SDNN_DL_UPSAMPLE: {
         const char *call = "sdnn_dl_forward (upsample)";
@@ -858,7 +866,7 @@ sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s)
     case SDNN_DL_SHORTCUT: {
         sdnn_dlayer *from = &s->layers[l->from];
         size_t out = outs(l);
-        SDNN_CHECK(sdnn_k_gradient(c, l->output, out, l->act, l->delta));
+        SDNN_CHECK(sdnn_dl_act_backward(c, l));
         if (s->delta) SDNN_CHECK(sdnn_k_axpy(c, out, l->alpha, l->delta, s->delta));
         return launch_shortcut(c, "sdnn_dl_backward (shortcut)", l->out_w, l->out_h, l->out_c,
                                l->w, l->h, l->c, l->batch, 1.0f, l->beta, l->delta, out,
