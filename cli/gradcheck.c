@@ -3,6 +3,7 @@
  * plugin/gradcheck.c.
  */
 #include "gradcheck_cmd.h"
+#include "engine.h"
 #include "gradcheck.h"
 #include "flags.h"
 
@@ -47,8 +48,12 @@ int sdnn_cmd_gradcheck(int argc, char **argv)
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         return 1;
     }
-    printf("gradcheck %s: engine %s, %d samples per tensor, eps %g, seed %llu\n", cfg, o.engine,
-           o.samples, o.eps, (unsigned long long)o.seed);
+    char on[256] = "";
+    const sdnn_engine_ops *eng = sdnn_engine_find(o.engine);
+    if (eng && !eng->available(1, on, sizeof on)) on[0] = '\0';
+    printf("gradcheck %s: engine %s%s%s%s, %d samples per tensor, eps %g, seed %llu\n", cfg,
+           o.engine, on[0] ? " (" : "", on, on[0] ? ")" : "", o.samples, o.eps,
+           (unsigned long long)o.seed);
     sdnn_gradcheck_print(&r, stdout);
     int failed = r.failed;
     sdnn_gradcheck_report_free(&r);

@@ -3,6 +3,7 @@
  */
 #include "gradcheck.h"
 #include "config.h"
+#include "engine.h"
 #include "hooks.h"
 #include "replicas.h"
 #include "splitmix.h"
@@ -19,20 +20,23 @@
 
 /* ---- engines ----------------------------------------------------------------- */
 
-typedef struct gc_engine {
-    const char *name;
-    const char *unavailable;   /* NULL: usable in this build; else why not */
-} gc_engine;
+/* The engines are the registry's (plugin/engine/engine.c: the only list of
+ * their names).  The check drives one through the trainer and reaches the
+ * instance it made through a copy of its table whose create records it:
+ * pull brings the step's gradient (the updates) to the host network, push
+ * sends the zeroed updates before the step (a host engine does nothing). */
+static const sdnn_engine_ops *g_base;
+static sdnn_engine_ops g_wrapped;
+static sdnn_engine *g_made;
 
-static const gc_engine g_engines[] = {
-    { "cpu", NULL },
-    { "gpu", "the GPU engine cannot be driven through the trainer yet (issue 13: the "
-             "training loop's GPU path is not wired); in this build gradcheck runs "
-             "-engine cpu only" },
-};
-#define N_ENGINES (sizeof g_engines / sizeof g_engines[0])
+static sdnn_status recording_create(sdnn_engine *e, const sdnn_engine_opts *o)
+{
+    sdnn_status st = g_base->create(e, o);
+    if (st == SDNN_OK) g_made = e;
+    return st;
+}
 
-const char *sdnn_gradcheck_engines(void) { return "cpu, gpu"; }
+const char *sdnn_gradcheck_engines(void) { return sdnn_engine_names(); }
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -372,15 +376,14 @@ void sdnn_gradcheck_report_free(sdnn_gradcheck_report *r)
 
 sdnn_status sdnn_gradcheck_engine_check(const char *engine)
 {
-    const gc_engine *eng = NULL;
-    for (size_t k = 0; k < N_ENGINES; ++k)
-        if (engine && strcmp(engine, g_engines[k].name) == 0) eng = &g_engines[k];
-    if (!eng)
+    const sdnn_engine_ops *ops = engine ? sdnn_engine_find(engine) : NULL;
+    if (!ops)
         return SDNN_ERROR(SDNN_ERR_INVALID, "gradcheck: -engine %s: unknown engine (%s)",
-                          engine ? engine : "(none)", sdnn_gradcheck_engines());
-    if (eng->unavailable)
-        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: -engine %s: %s", eng->name,
-                          eng->unavailable);
+                          engine ? engine : "(none)", sdnn_engine_names());
+    char why[256] = "";
+    if (!ops->available(1, why, sizeof why))
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: -engine %s: %s", ops->name,
+                          why[0] ? why : "not available in this build");
     return SDNN_OK;
 }
 
@@ -416,6 +419,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
 
     /* The trainer's path for a world of one, nothing written to disk. */
     snprintf(cfg.backend, sizeof cfg.backend, "local");
+    snprintf(cfg.engine, sizeof cfg.engine, "%s", o->engine);
     cfg.timeline[0] = '\0';
     cfg.csv[0] = '\0';
     out->mode_stock = cfg.mode == SDNN_MODE_STOCK;
@@ -475,7 +479,11 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         net->truths = truths;
     }
 
-    SDNN_CHECKGOTO(sdnn_trainer_create(nets, 1, &cfg, 1, &t), st, done);
+    g_base = sdnn_engine_find(o->engine);
+    g_wrapped = *g_base;
+    g_wrapped.create = recording_create;
+    g_made = NULL;
+    SDNN_CHECKGOTO(sdnn_trainer_create_with(&g_wrapped, nets, 1, &cfg, 1, &t), st, done);
     nets = NULL;   /* the trainer owns it */
     net = sdnn_trainer_net(t, 0);
     out->fixed_layers = cfg.fix_1x1_delta ? sdnn_fix_1x1_count(net) : 0;
@@ -494,6 +502,11 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         }
         for (int j = 0; j < np; ++j) memset(p[j].upd, 0, p[j].n * sizeof(float));
     }
+    if (!g_made) {
+        st = SDNN_ERROR(SDNN_ERR_INTERNAL, "gradcheck: the trainer made no %s engine", o->engine);
+        goto done;
+    }
+    SDNN_CHECKGOTO(g_made->ops->push(g_made, SDNN_ENGINE_ALL), st, done);
 
     /* A random step batch: inputs uniform in [0, 1), sse targets uniform
      * in [0, 1), a softmax head one class per row and group. */
@@ -516,6 +529,8 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     srand(g.draws);
     sdnn_step_stats ss;
     SDNN_CHECKGOTO(sdnn_trainer_step(t, d, &ss), st, done);
+    /* The engine's gradient into the host network the differences run on. */
+    SDNN_CHECKGOTO(g_made->ops->pull(g_made, SDNN_ENGINE_ALL), st, done);
     out->loss = g.base = loss_at(&g);
 
     int first = 0;

@@ -105,5 +105,16 @@ else
 fi
 cat "$LOGS/.cur.log" >>"$LOG"
 rm -f "$LOGS/.cur.log"
+# scalednn gradcheck -engine gpu (the device's gradient vs central differences).
+start=$(date +%s)
+if sh tests/gpu/gradcheck_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+    echo "gradcheck_sim: ok on simulated devices ($(grep -c '^gradcheck_sim: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+else
+    grep FAIL "$LOGS/.cur.log" | head -10
+    failed=$((failed + 1))
+    echo "gradcheck_sim: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+fi
+cat "$LOGS/.cur.log" >>"$LOG"
+rm -f "$LOGS/.cur.log"
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed
