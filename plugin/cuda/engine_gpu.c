@@ -62,6 +62,7 @@
 #include "clock.h"
 #include "comm.h"
 #include "dev.h"
+#include "hooks.h"
 #include "replicas.h"
 #include "timeline.h"
 
@@ -108,6 +109,10 @@ typedef struct eg_rep {
     sdnn_engine_bad bad_what;
     sdnn_status err;             /* first failure of an op without a status */
     char err_msg[256];
+    /* bucket_mb=auto's profile: the calling replica thread's accumulator
+     * (hooks.h's context), filled from layer events after the sync */
+    double *prof;
+    int prof_scale;              /* subdivisions the last pass stands for */
 } eg_rep;
 
 typedef struct gpu_engine {
@@ -465,6 +470,13 @@ static sdnn_status eg_train(sdnn_engine *e, int r, data d, float *loss)
     R->checked = 1;
     int nb = d.X.rows / batch;
     R->nsub = 0;
+    /* The planner's profile, as the cpu engine's hooks give it: per layer,
+     * the seconds of its forward and backward in this step (the last
+     * subdivision's device events, times the subdivisions). */
+    sdnn_hook_ctx *hc = sdnn_hooks_context();
+    R->prof = hc ? hc->prof : NULL;
+    R->prof_scale = nb;
+    SDNN_CHECK(sdnn_gpu_net_profile(R->g, R->prof != NULL));
     if (E->tl && R->anchor) {
         SDNN_CHECK(sdnn_devent_record(R->anchor, R->vd, SDNN_STREAM_COMPUTE));
         R->anchor_t = sdnn_now_s();
@@ -703,6 +715,10 @@ static sdnn_status eg_sync(sdnn_engine *e, int r)
     if (xctx(E, r) != R->vd) SDNN_CHECK(sdnn_dctx_sync_stream(xctx(E, r), SDNN_STREAM_COMM));
     SDNN_CHECK(sdnn_dctx_sync_all(R->vd));
     tl_write(E, R, net);
+    if (R->prof) {
+        SDNN_CHECK(sdnn_gpu_net_profile_read(R->g, R->prof, (double)R->prof_scale));
+        R->prof = NULL;
+    }
     if (R->err != SDNN_OK) {
         sdnn_status st = R->err;
         R->err = SDNN_OK;

@@ -132,6 +132,15 @@ void sdnn_gpu_net_set_backward_hook(sdnn_gpu_net *g, sdnn_gpu_backward_hook fn, 
 /* Seconds spent in host-side losses (YOLO, region: device output to the
  * host, libdarknet's CPU layer, delta back), since creation. */
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);
+/* Per-layer device timing for the planner (bucket_mb=auto): with `on`,
+ * every later forward and backward records an event before and after each
+ * layer on the compute stream (the events are made on the first call).
+ * After a sync, sdnn_gpu_net_profile_read adds scale x the last pass's
+ * seconds of layer i's forward to prof[3i] and of its backward to
+ * prof[3i + 1] (update: not timed) and forgets that pass; nothing when no
+ * pass was recorded since. */
+sdnn_status sdnn_gpu_net_profile(sdnn_gpu_net *g, int on);
+sdnn_status sdnn_gpu_net_profile_read(sdnn_gpu_net *g, double *prof, double scale);
 /* A monotonic clock in seconds. */
 double sdnn_gpu_now(void);
 /* Salt of the dropout generator (replicas should differ). */

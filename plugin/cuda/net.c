@@ -47,11 +47,55 @@ struct sdnn_gpu_net {
     void *hook_ctx;
     uint64_t seed;
     double host_loss_s;           /* time in host-side losses */
+    sdnn_devent **prof_ev;        /* [2 (n + 1)]: marks around every layer's forward,
+                                   * then backward (sdnn_gpu_net_profile) */
+    int prof_on, prof_fwd, prof_bwd; /* on; a forward / backward recorded */
 };
 
 double sdnn_gpu_now(void) { return sdnn_now_s(); }
 
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g) { return g->host_loss_s; }
+
+sdnn_status sdnn_gpu_net_profile(sdnn_gpu_net *g, int on)
+{
+    if (on && !g->prof_ev) {
+        int m = 2 * (g->n + 1);
+        g->prof_ev = calloc((size_t)m, sizeof *g->prof_ev);
+        if (!g->prof_ev) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for layer events");
+        for (int i = 0; i < m; ++i) {
+            sdnn_status st = sdnn_devent_create(g->ctx, 1, &g->prof_ev[i]);
+            if (st != SDNN_OK) {
+                for (int k = 0; k < i; ++k) sdnn_devent_destroy(g->prof_ev[k]);
+                free(g->prof_ev);
+                g->prof_ev = NULL;
+                return st;
+            }
+        }
+    }
+    g->prof_on = on;
+    g->prof_fwd = g->prof_bwd = 0;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_net_profile_read(sdnn_gpu_net *g, double *prof, double scale)
+{
+    if (!g->prof_ev || !prof) return SDNN_OK;
+    int n = g->n;
+    for (int i = 0; i < n; ++i) {
+        float ms = 0;
+        if (g->prof_fwd) {
+            SDNN_CHECK(sdnn_devent_elapsed(g->prof_ev[i], g->prof_ev[i + 1], &ms));
+            prof[3 * i] += scale * (double)ms / 1000.0;
+        }
+        if (g->prof_bwd) {
+            sdnn_devent **bm = g->prof_ev + n + 1;
+            SDNN_CHECK(sdnn_devent_elapsed(bm[i + 1], bm[i], &ms));
+            prof[3 * i + 1] += scale * (double)ms / 1000.0;
+        }
+    }
+    g->prof_fwd = g->prof_bwd = 0;
+    return SDNN_OK;
+}
 
 int sdnn_gpu_available(void)
 {
@@ -291,6 +335,8 @@ void sdnn_gpu_net_destroy(sdnn_gpu_net *g)
     sdnn_hfree_pinned(g->stage_x);
     sdnn_hfree_pinned(g->stage_y);
     sdnn_hfree_pinned(g->host_in);
+    for (int i = 0; g->prof_ev && i < 2 * (g->n + 1); ++i) sdnn_devent_destroy(g->prof_ev[i]);
+    free(g->prof_ev);
     free(g->span_off);
     free(g->span_n);
     free(g);
@@ -708,7 +754,15 @@ sdnn_status sdnn_gpu_net_forward(sdnn_gpu_net *g, const float *X, const float *Y
     g->cur_truth = Y;
     g->cur_truth_host = Y_host;
     g->cur_train = train;
-    for (int i = 0; i < g->n; ++i) SDNN_CHECK(layer_forward(g, i, train));
+    sdnn_devent **fm = g->prof_on ? g->prof_ev : NULL;
+    for (int i = 0; i < g->n; ++i) {
+        if (fm) SDNN_CHECK(sdnn_devent_record(fm[i], g->ctx, SDNN_STREAM_COMPUTE));
+        SDNN_CHECK(layer_forward(g, i, train));
+    }
+    if (fm) {
+        SDNN_CHECK(sdnn_devent_record(fm[g->n], g->ctx, SDNN_STREAM_COMPUTE));
+        g->prof_fwd = 1;
+    }
     /* calc_network_cost: the mean over the layers that have a cost. */
     float sum = 0;
     int count = 0;
@@ -724,12 +778,22 @@ sdnn_status sdnn_gpu_net_forward(sdnn_gpu_net *g, const float *X, const float *Y
 sdnn_status sdnn_gpu_net_backward(sdnn_gpu_net *g)
 {
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
-    for (int i = g->n - 1; i >= 0; --i) {
+    /* bm[i]: after layer i's backward (bm[n]: before the first) */
+    sdnn_devent **bm = g->prof_on ? g->prof_ev + g->n + 1 : NULL;
+    if (bm) SDNN_CHECK(sdnn_devent_record(bm[g->n], g->ctx, SDNN_STREAM_COMPUTE));
+    int i = g->n - 1;
+    for (; i >= 0; --i) {
         sdnn_dlayer *d = &g->L[i];
         if (d->stopbackward) break;
         sdnn_dstate s = state_for(g, i, 1);
         SDNN_CHECK(sdnn_dl_backward(g->ctx, d, &s));
+        if (bm) SDNN_CHECK(sdnn_devent_record(bm[i], g->ctx, SDNN_STREAM_COMPUTE));
         if (g->hook) SDNN_CHECK(g->hook(g->hook_ctx, g, i));
+    }
+    if (bm) {
+        for (; i >= 0; --i)   /* below stopbackward: no backward, no time */
+            SDNN_CHECK(sdnn_devent_record(bm[i], g->ctx, SDNN_STREAM_COMPUTE));
+        g->prof_bwd = 1;
     }
     return SDNN_OK;
 }

@@ -37,6 +37,7 @@ typedef struct fix_scratch {
 static fix_scratch *g_fix;
 
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx) { tl_ctx = ctx; }
+sdnn_hook_ctx *sdnn_hooks_context(void) { return tl_ctx; }
 
 void sdnn_hooks_bind_callbacks(const sdnn_engine_callbacks *cb)
 {

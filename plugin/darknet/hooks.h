@@ -65,6 +65,9 @@ void sdnn_hooks_uninstall(network *net);
 
 /* Context of the calling thread (NULL to clear). */
 void sdnn_hooks_set_context(sdnn_hook_ctx *ctx);
+/* The calling thread's context, or NULL (an engine that times layers
+ * itself, the gpu engine, adds to its prof). */
+sdnn_hook_ctx *sdnn_hooks_context(void);
 /* The callbacks the hooks of the calling thread call (backward_done after
  * a layer's last-subdivision backward, before_update before its update,
  * nonfinite_input, aborted, abort): stored in the thread's context, when

@@ -46,6 +46,8 @@
 #             shapes-v4tiny/v7tiny (fork dialect), 2 replicas
 #   dialect   the fork's dialect (issue 18) on the device, layer by layer
 #             vs the CPU: grouped routes, mish, swish (fwd + bwd)
+#   autoplan_gpu bucket_mb=auto on the gpu engine: the profile from the
+#             layers' device events, the plan's buckets = the exchange's
 #   engine_ops the gpu engine's ops driven directly: snapshot, pack,
 #             apply, the deferred finite check, ready/ready_wait ordering,
 #             the engine's comm, device error feedback, train's callbacks,
@@ -151,6 +153,7 @@ run layers 300
 run train 240
 run engines 240
 run dialect 60
+run autoplan_gpu 120
 run engine_ops 120
 run vrep 180
 run group 120
