@@ -19,6 +19,7 @@
 #include "dev.h"
 #include "exchange.h"
 #include "gpu_test.h"
+#include "replicas.h"
 #include "trainer.h"
 
 #define ROWS 8
@@ -116,6 +117,6 @@ int main(int argc, char **argv)
         }
     }
     sdnn_trainer_destroy(T);
-    for (int r = 0; r < n; ++r) free_network(nets[r]);
+    for (int r = 0; r < n; ++r) sdnn_network_free(nets[r]);
     return gt_summary("autoplan_gpu");
 }

@@ -26,6 +26,7 @@
 #include "dialect.h"
 #include "gpu.h"
 #include "gpu_test.h"
+#include "replicas.h"
 
 #define TOL 1e-4
 
@@ -187,8 +188,7 @@ static int layer_by_layer(void)
     free(bu);
     free(X);
     free(Y);
-    sdnn_dialect_forget(net);
-    free_network(net);
+    sdnn_network_free(net); /* the dialect's entries too */
     return 0;
 }
 
