@@ -107,7 +107,7 @@ cat "$LOGS/.cur.log" >>"$LOG"
 rm -f "$LOGS/.cur.log"
 # scalednn gradcheck -engine gpu (the device's gradient vs central differences).
 start=$(date +%s)
-if sh tests/gpu/gradcheck_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+if SLOW=$SLOW sh tests/gpu/gradcheck_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
     echo "gradcheck_sim: ok on simulated devices ($(grep -c '^gradcheck_sim: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
 else
     grep FAIL "$LOGS/.cur.log" | head -10
