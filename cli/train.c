@@ -570,7 +570,7 @@ int sdnn_train(const sdnn_train_job *job)
          * or engine=gpu in a CPU build stops here, before any image is read. */
         const char *gl = job->gpus ? job->gpus : "0";
         if (sdnn_config_check_devices(&R.cfg, job->devices, job->nreplicas) != SDNN_OK) {
-            fprintf(stderr, "error: -gpus %s with %s: %s\n", gl, job->cfgfile, sdnn_last_error());
+            fprintf(stderr, "error: -gpus %s: %s (cfg: %s)\n", gl, sdnn_last_error(), job->cfgfile);
             sdnn_stripped_cfg_close(&stripped);
             return 2;
         }

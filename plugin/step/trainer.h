@@ -47,7 +47,7 @@ sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **ne
 /* What a trainer is made with beside the replicas and the cfg. */
 typedef struct sdnn_trainer_opts {
     const sdnn_engine_ops *engine; /* NULL: the one cfg->engine resolves to */
-    const int *devices;            /* replica r's device id (-gpus 0,2,3; copied);
+    const int *devices;            /* replica r's device id (the command line's ids; copied);
                                     * NULL: 0..n-1.  A device engine runs replica
                                     * r there; a host engine only counts them.
                                     * An id listed twice needs cfg virtual=1. */
