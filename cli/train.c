@@ -716,7 +716,10 @@ int sdnn_train(const sdnn_train_job *job)
     sdnn_trainer_opts topts = SDNN_TRAINER_OPTS_INIT;
     topts.devices = job->devices;
     if (sdnn_trainer_create_opts(nets, job->nreplicas, &R.cfg, &topts, 1, &R.t) != SDNN_OK) {
-        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        /* The engine's copies are made here: a layer it does not run is
+         * named (layer, type, what it runs). */
+        fprintf(stderr, "error: %s (engine=%s, -gpus %s): %s\n", job->cfgfile, R.cfg.engine,
+                job->gpus ? job->gpus : "0", sdnn_last_error());
         sdnn_replicas_free(nets, job->nreplicas);
         goto out;
     }
