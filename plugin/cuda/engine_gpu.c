@@ -409,7 +409,7 @@ static sdnn_status host_side(gpu_engine *E, int r, const float *dev, size_t n, f
 {
     eg_rep *R = &E->rep[r];
     SDNN_CHECK(sdnn_dctx_bind(R->vd));
-    SDNN_CHECK(sdnn_dctx_sync_all(xctx(E, r)));
+    if (xctx(E, r) != R->vd) SDNN_CHECK(sdnn_dctx_sync_stream(xctx(E, r), SDNN_STREAM_COMM));
     SDNN_CHECK(sdnn_dctx_sync_all(R->vd));
     if (to_host) return sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, host, dev, n * sizeof(float), 1);
     return sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, (float *)dev, host, n * sizeof(float), 1);
@@ -741,7 +741,7 @@ static sdnn_status eg_sync(sdnn_engine *e, int r)
     eg_rep *R = &E->rep[r];
     network *net = e->nets[r];
     SDNN_CHECK(sdnn_dctx_bind(R->vd));
-    if (xctx(E, r) != R->vd) SDNN_CHECK(sdnn_dctx_sync_all(xctx(E, r)));
+    if (xctx(E, r) != R->vd) SDNN_CHECK(sdnn_dctx_sync_stream(xctx(E, r), SDNN_STREAM_COMM));
     SDNN_CHECK(sdnn_dctx_sync_all(R->vd));
     tl_write(E, R, net);
     if (R->err != SDNN_OK) {

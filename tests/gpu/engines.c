@@ -19,6 +19,8 @@
  *   into the GPU one (the residuals then start equal, so one step's
  *   difference is bounded), and at the end the GPU's .ef restored into
  *   the CPU exchange saves byte for byte the same file;
+ *   non-finite: a NaN in one replica's updates stops the step on both
+ *   engines with the same message, and neither trainer saves;
  *   timeline: with timeline= the GPU trainer's trace holds device spans
  *   (forward, backward, each bucket's exchange) of every replica.
  *
@@ -304,6 +306,70 @@ out:
     if (init) sdnn_network_free(init);
 }
 
+/* A NaN in replica 1's update buffer of the last convolution: the step
+ * fails on both engines with the same message (iteration, layer, tensor,
+ * element, replica), found on the device by the deferred check, and the
+ * trainer refuses to save. */
+static void nonfinite(void)
+{
+    const char *set = "batch=4\nsubdivisions=2\n";
+    network *nets[2][2] = {{0}};
+    char msg[2][512] = {"", ""};
+    sdnn_status st[2] = {SDNN_OK, SDNN_OK}, sv[2] = {SDNN_OK, SDNN_OK};
+    for (int k = 0; k < 2; ++k) {
+        for (int r = 0; r < 2; ++r) nets[k][r] = gt_parse_file("cfg/shapes.cfg", set);
+        if (!nets[k][0] || !nets[k][1]) {
+            SOFT_ASSERT(0, "cannot parse cfg/shapes.cfg");
+            goto out;
+        }
+        gt_randomize(nets[k][0], 7);
+        gt_copy_net(nets[k][1], nets[k][0]);
+    }
+    int L = -1;
+    for (int i = nets[0][0]->n - 1; i >= 0 && L < 0; --i)
+        if (nets[0][0]->layers[i].type == CONVOLUTIONAL) L = i;
+    for (int k = 0; k < 2; ++k) {
+        sdnn_config c = SDNN_CONFIG_INIT;
+        c.present = 1;
+        c.bucket_mb = 0.05;
+        snprintf(c.engine, sizeof c.engine, "%s", k ? "gpu" : "cpu");
+        sdnn_trainer *T = NULL;
+        if (sdnn_trainer_create(nets[k], 2, &c, 0, &T) != SDNN_OK) {
+            SOFT_ASSERT(0, "%s trainer: %s", c.engine, sdnn_last_error());
+            continue;
+        }
+        nets[k][1]->layers[L].weight_updates[5] = NAN;
+        const sdnn_exchange *x = sdnn_trainer_exchange(T);
+        sdnn_engine *e = x ? sdnn_exchange_engine(x) : NULL;
+        if (e) (void)e->ops->push(e, SDNN_ENGINE_UPDATES);
+        data d = gt_detection_data(8, nets[k][0]->w, nets[k][0]->h, nets[k][0]->c,
+                                   nets[k][0]->truths, 4, 77);
+        sdnn_step_stats ss;
+        st[k] = sdnn_trainer_step(T, d, &ss);
+        snprintf(msg[k], sizeof msg[k], "%s", sdnn_last_error());
+        free_data(d);
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/sdnn-engines-%d-nan.weights", (int)getpid());
+        sv[k] = sdnn_trainer_save(T, path);
+        SOFT_ASSERT(access(path, F_OK) != 0, "%s: nothing saved after the failed step", c.engine);
+        remove(path);
+        sdnn_trainer_destroy(T);
+    }
+    char want[160];
+    snprintf(want, sizeof want, "layer %d (convolutional) weights[5] on replica 1", L);
+    SOFT_ASSERT(st[1] == SDNN_ERR_NONFINITE && strstr(msg[1], want) &&
+                strcmp(msg[0], msg[1]) == 0,
+                "a NaN on replica 1: engine=gpu stops the step as engine=cpu does (cpu: %s; "
+                "gpu: %s)", msg[0], msg[1]);
+    SOFT_ASSERT(sv[0] == SDNN_ERR_ABORTED && sv[1] == SDNN_ERR_ABORTED,
+                "after it both trainers refuse to save (%s, %s)", sdnn_strerror(sv[0]),
+                sdnn_strerror(sv[1]));
+out:
+    for (int k = 0; k < 2; ++k)
+        for (int r = 0; r < 2; ++r)
+            if (nets[k][r]) sdnn_network_free(nets[k][r]);
+}
+
 /* The registry in a GPU build: gpu is engine_gpu.c's entry, available when
  * the runtime has the devices (auto then resolves to it), else refused
  * naming the device count (auto: cpu, saying why). */
@@ -369,5 +435,6 @@ int main(int argc, char **argv)
     }
     for (size_t k = 0; k < sizeof shapes_only / sizeof shapes_only[0]; ++k)
         versus("shapes", "cfg/shapes.cfg", 1, &shapes_only[k]);
+    nonfinite();
     return gt_summary("engines");
 }
