@@ -11,6 +11,7 @@
 #     replicas counts 2 iterations) with both replicas on simulated device 0,
 #     as the banner says;
 #   - -gpus 1,0: replica 0 on device 1 and replica 1 on device 0 (banner);
+#   - -gpus 1: the engine's copies on device 1 (its memory in use > 0);
 #   - -gpus 0,0,1 with virtual=1: a placement the engine does not run
 #     (some devices shared, not all), refused naming why (exit 1);
 #   - a [batchnorm] layer, which the device engine does not run
@@ -129,6 +130,20 @@ expect swap 0 "scalednn:   replica 0 (-gpus id 1): simulated device 1 (" \
     "scalednn:   replica 1 (-gpus id 0): simulated device 0 (" "MiB in use" &&
     [ -s "$W/backup/swap_final.weights" ] &&
     say "ok -gpus 1,0: replica 0 on simulated device 1, replica 1 on device 0 (banner), trained and saved"
+
+# One replica on device 1: the engine's copies are there (the banner,
+# written after the engine is made, shows the device's memory in use), not
+# on device 0.
+cfg one engine=gpu
+train one 1 2
+if expect one 0 "scalednn:   replica 0 (-gpus id 1): simulated device 1 ("; then
+    mib=$(sed -n 's/.*replica 0 (-gpus id 1): simulated device 1 (.*), \([0-9.]*\) MiB in use.*/\1/p' "$W/one.log")
+    if [ -n "$mib" ] && awk -v m="$mib" 'BEGIN { exit !(m > 0) }' && [ -s "$W/backup/one_final.weights" ]; then
+        say "ok -gpus 1: replica 0 on simulated device 1 ($mib MiB in use there), trained and saved"
+    else
+        bad "one: device 1 holds '$mib' MiB after the engine was made ($W/one.log)"
+    fi
+fi
 
 # Some devices shared, not all.
 cfg mixed engine=gpu virtual=1
