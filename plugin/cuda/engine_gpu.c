@@ -175,7 +175,7 @@ static void eg_describe_device(int dev, char *buf, size_t len)
 {
     char line[256];
     if (sdnn_gpu_device_name(dev, line, sizeof line) != SDNN_OK) {
-        snprintf(buf, len, "device %d: %s", dev, sdnn_last_error());
+        snprintf(buf, len, "%s", sdnn_last_error());   /* names the device */
         return;
     }
     const char *p = strchr(line, ':');
