@@ -105,5 +105,17 @@ else
 fi
 cat "$LOGS/.cur.log" >>"$LOG"
 rm -f "$LOGS/.cur.log"
+# -gpus names devices: ids past the count, virtual=1, the banner, a layer
+# the engine does not run.
+start=$(date +%s)
+if SLOW=$SLOW sh tests/gpu/cli_devices.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+    echo "cli_devices: ok on simulated devices ($(grep -c '^cli_devices: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+else
+    grep FAIL "$LOGS/.cur.log" | head -10
+    failed=$((failed + 1))
+    echo "cli_devices: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+fi
+cat "$LOGS/.cur.log" >>"$LOG"
+rm -f "$LOGS/.cur.log"
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed
