@@ -20,7 +20,8 @@
 #      and preload programs under compute-sanitizer memcheck
 # Every step runs even after one fails.  Logs go to $OUT (the device tool
 # brings back 8 files: gpu-env.txt, gpu-build.log, gpu-tests.log,
-# gpu-tests.err, bench-gpu.txt, extra.log, summary.txt) or build/h200-logs;
+# gpu-tests.err, bench-gpu.txt, extra.log (the machine, e2e, memcheck),
+# summary.txt; on simulated devices sim-tests.log/.err) or build/h200-logs;
 # the summary (one line per program, step and target) is printed last and
 # the exit status is the number of failures.
 #
@@ -63,7 +64,7 @@ note() { echo "$1" | tee -a "$S"; }
 . tests/gpu/env.sh
 # ---- 1. environment and build ---------------------------------------------------
 if [ "$DEVICE" = cuda ]; then
-    sdnn_gpu_env >"$OUT/gpu-env.txt" 2>&1 || { cat "$OUT/gpu-env.txt"; echo "tests/gpu/h200.sh: no build environment"; exit 100; }
+    sdnn_gpu_env >>"$X" 2>&1 || { cat "$X"; echo "tests/gpu/h200.sh: no build environment"; exit 100; }
     B=build/gpu
     MAKE_ARGS="$SDNN_MAKE_ARGS"
     JOBS=$(nproc)
@@ -72,9 +73,9 @@ if [ "$DEVICE" = cuda ]; then
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -9
         "$SDNN_CUDA_HOME/bin/nvcc" --version | tail -2
         echo "cuDNN: $SDNN_CUDNN_HOME  NCCL: $SDNN_NCCL_HOME"
-    } >>"$OUT/gpu-env.txt" 2>&1
+    } >>"$X" 2>&1
 else
-    sdnn_bundle_env >"$OUT/gpu-env.txt" 2>&1 || { cat "$OUT/gpu-env.txt"; exit 100; }
+    sdnn_bundle_env >>"$X" 2>&1 || { cat "$X"; exit 100; }
     B=${SDNN_SIM_BUILD:-build-sim-bundle}
     SDNN_SIM_BUILD=$B
     SDNN_SIM_MAKE_EXTRA="DARKNET_HOME=$SDNN_DARKNET_HOME $SDNN_BLAS_ARG"
@@ -83,7 +84,7 @@ else
     export SDNN_SIM_BUILD SDNN_SIM_MAKE_EXTRA SDNN_SIM_SEEDS
     JOBS=${SDNN_JOBS:-2}
 fi
-echo "bundle: $SDNN_BUNDLE ($(tail -1 "$SDNN_BUNDLE/MANIFEST"))  darknet: $SDNN_DARKNET_HOME  blas: $SDNN_BLAS_ARG" >>"$OUT/gpu-env.txt"
+echo "bundle: $SDNN_BUNDLE ($(tail -1 "$SDNN_BUNDLE/MANIFEST"))  darknet: $SDNN_DARKNET_HOME  blas: $SDNN_BLAS_ARG" >>"$X"
 start=$(date +%s)
 # shellcheck disable=SC2086
 timeout 300 make -j"$JOBS" $MAKE_ARGS ${SDNN_ARCH:+GPU_ARCH="$SDNN_ARCH"} gpu-tests gpu-bench >"$OUT/gpu-build.log" 2>&1
@@ -136,11 +137,12 @@ e2e() {
     grep -qi "cannot load image" "$W/train.log" && { echo "an image did not load"; return 1; }
     ls "$W"/backup/*.weights >/dev/null 2>&1 || { echo "no weights saved"; return 1; }
     rows=$(grep -c '^[0-9]' "$W/train.csv" 2>/dev/null || echo 0)
-    echo "e2e: $rows iterations logged, weights: $(ls "$W"/backup/ | tr '\n' ' ')"
+    eng=$(sed -n 's/^scalednn: engine=[a-z]*: //p' "$W/train.log" | head -1 | cut -c1-60)
+    echo "e2e: $rows iterations, engine ${eng:-?}, weights: $(ls "$W"/backup/ | tr '\n' ' ')"
     [ "$rows" -ge 1 ]
 }
 start=$(date +%s)
-echo "==== e2e" >>"$X"
+echo "==== e2e (build/h200-e2e/train.log)" >>"$X"
 if e2e >>"$X" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
 note "$(printf '%-22s %-6s %4d s  %s' "e2e train (real PNGs)" "$r" "$(( $(date +%s) - start ))" "$(grep '^e2e:' "$X" | tail -1)")"
 
