@@ -87,7 +87,7 @@ for m in core imgcodecs highgui videoio; do
         $CC -shared -fPIC -x c - -Wl,-soname,$so -o "$TMP/lib/$so" || die "cannot build the stand-in $so"
     echo "lib/$so  $(wc -c <"$TMP/lib/$so")  stand-in (an empty library with the soname)" >>"$MAN"
 done
-$CC -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I"$DN/include" scripts/gpu_imgload.c \
+$CC -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -Wl,-z,lazy -I"$DN/include" scripts/gpu_imgload.c \
     -o "$TMP/lib/libsdnn_imgload.so" || die "cannot build libsdnn_imgload.so"
 echo "lib/libsdnn_imgload.so  $(wc -c <"$TMP/lib/libsdnn_imgload.so")  scripts/gpu_imgload.c" >>"$MAN"
 

@@ -16,8 +16,8 @@
 #      files, read by libdarknet's stb_image through the preloaded
 #      libsdnn_imgload.so: the machine has no OpenCV), a few iterations on
 #      device 0, weights saved
-#   5. (CUDA, if compute-sanitizer is there and time is left) the runtime
-#      and preload programs under compute-sanitizer memcheck
+#   5. (CUDA, if compute-sanitizer is there and time is left) the preload
+#      and vrep programs under compute-sanitizer memcheck
 # Every step runs even after one fails.  Logs go to $OUT (the device tool
 # brings back 8 files: gpu-env.txt, gpu-build.log, gpu-tests.log,
 # gpu-tests.err, bench-gpu.txt, extra.log (the machine, e2e, memcheck),
@@ -137,7 +137,7 @@ e2e() {
     grep -qi "cannot load image" "$W/train.log" && { echo "an image did not load"; return 1; }
     ls "$W"/backup/*.weights >/dev/null 2>&1 || { echo "no weights saved"; return 1; }
     rows=$(grep -c '^[0-9]' "$W/train.csv" 2>/dev/null || echo 0)
-    eng=$(sed -n 's/^scalednn: engine=[a-z]*: //p' "$W/train.log" | head -1 | cut -c1-60)
+    eng=$(sed -n 's/^scalednn: engine=[a-z]*: //p' "$W/train.log" | head -1 | cut -c1-40)
     echo "e2e: $rows iterations, engine ${eng:-?}, weights: $(ls "$W"/backup/ | tr '\n' ' ')"
     [ "$rows" -ge 1 ]
 }
@@ -149,13 +149,13 @@ note "$(printf '%-22s %-6s %4d s  %s' "e2e train (real PNGs)" "$r" "$(( $(date +
 # ---- 5. compute-sanitizer ---------------------------------------------------------------
 if [ "$DEVICE" = cuda ]; then
     CS=$(command -v compute-sanitizer || ls "$SDNN_CUDA_HOME"/bin/compute-sanitizer 2>/dev/null || true)
-    for p in runtime preload; do
+    for p in preload vrep; do
         start=$(date +%s)
         lim=$(left); [ "$lim" -gt 90 ] && lim=90
         if [ -z "$CS" ]; then note "sanitizer $p: not run (no compute-sanitizer)"; continue; fi
         if [ "$lim" -lt 20 ]; then note "sanitizer $p: not run (budget spent)"; continue; fi
         echo "==== compute-sanitizer memcheck $p" >>"$X"
-        timeout "$lim" "$CS" --tool memcheck --leak-check full --error-exitcode 9 \
+        timeout "$lim" "$CS" --tool memcheck --error-exitcode 9 \
             env LD_PRELOAD="$SDNN_IMGLOAD" "$B/tests/gpu/$p" >>"$X" 2>&1
         rc=$?
         if [ $rc -eq 0 ]; then r=ok; else r=FAILED; fails=$((fails + 1)); fi

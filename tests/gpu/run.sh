@@ -165,6 +165,7 @@ run() {  # name timeout args...
         grep -E "FAIL|not run" "$LOGS/.cur.log" | head -20
         failed=$((failed + 1))
         [ $rc -eq 124 ] && key="timed out after $limit s${key:+; $key}"
+        [ $rc -eq 125 ] && key="not run: the budget is spent"
         line=$(printf '%-12s FAILED %4d s  rc=%d %s' "$name" "$secs" "$rc" "$key")
     else
         line=$(printf '%-12s ok     %4d s  %s' "$name" "$secs" "$key")
