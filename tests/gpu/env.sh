@@ -2,7 +2,8 @@
 #
 # Finds what a GPU build needs on this machine and exports it:
 #   SDNN_DARKNET_HOME  Debian's libdarknet (/usr/lib/darknet), or the bundle
-#                      tests/gpu/run.sh --prepare made where it is installed
+#                      scripts/gpu_bundle.sh made where it is installed
+#                      (SDNN_BUNDLE, or ./gpu-bundle when darknet is absent)
 #   SDNN_CUDA_HOME, SDNN_CUDNN_HOME, SDNN_NCCL_HOME
 #                      the toolkit; cuDNN and NCCL from it or, where they come
 #                      only inside Python wheels (nvidia-cudnn-*, nvidia-nccl-*),
@@ -23,24 +24,23 @@ sdnn_gpu_env() {
     SDNN_ROOT=$(pwd)
     SDNN_WORK=${SDNN_WORK:-$SDNN_ROOT/build/gpu-env}
     mkdir -p "$SDNN_WORK" || return 1
-    BUNDLE=$SDNN_ROOT/tests/gpu/bundle
 
     # ---- darknet --------------------------------------------------------
     SDNN_IMGLOAD=
     SDNN_BLAS_ARG=
+    if [ -z "${SDNN_BUNDLE:-}" ] && [ ! -f /usr/lib/darknet/libdarknet.so ] && [ -f gpu-bundle/MANIFEST ]; then
+        SDNN_BUNDLE=gpu-bundle
+        export SDNN_BUNDLE
+    fi
     if [ -n "${SDNN_BUNDLE:-}" ]; then
         sdnn_bundle_env || return 1
     elif [ -f /usr/lib/darknet/libdarknet.so ] && [ -f /usr/lib/darknet/include/darknet.h ]; then
         SDNN_DARKNET_HOME=/usr/lib/darknet
-    elif [ -f "$BUNDLE/libdarknet.so" ]; then
-        SDNN_DARKNET_HOME=$BUNDLE
+        SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
     else
-        sdnn_env_fail "no libdarknet: install Debian's darknet, or run 'sh tests/gpu/run.sh --prepare' where it is installed and bring tests/gpu/bundle along"
+        sdnn_env_fail "no libdarknet: install Debian's darknet, or run 'sh scripts/gpu_bundle.sh gpu-bundle' where it is installed and bring gpu-bundle along (SDNN_BUNDLE=gpu-bundle)"
         return 1
     fi
-    if [ -n "${SDNN_BUNDLE:-}" ]; then :
-    elif [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
-    else SDNN_DEBIAN_CFG=$BUNDLE/cfg; fi
 
     # libdarknet needs four OpenCV sonames; its OpenCV calls are bound
     # lazily and the tests never load images, so empty stand-ins let it load.
@@ -110,14 +110,10 @@ sdnn_gpu_env() {
     return 0
 }
 
-# Copies Debian's libdarknet, darknet.h and the three Debian cfgs the tests
-# use into tests/gpu/bundle (run where Debian's darknet is installed).
+# `tests/gpu/run.sh --prepare`: the bundle for a machine without Debian's
+# packages (scripts/gpu_bundle.sh; use it with SDNN_BUNDLE=gpu-bundle).
 sdnn_gpu_prepare() {
-    b=tests/gpu/bundle
-    mkdir -p $b/include $b/cfg || return 1
-    cp /usr/lib/darknet/libdarknet.so $b/ && cp /usr/lib/darknet/include/darknet.h $b/include/ || return 1
-    for c in yolov3-tiny.cfg yolov2-tiny.cfg cifar.cfg; do cp /usr/share/darknet/cfg/$c $b/cfg/ || return 1; done
-    echo "tests/gpu/bundle: $(du -sh $b | cut -f1) (libdarknet.so, darknet.h, 3 cfgs)"
+    sh scripts/gpu_bundle.sh gpu-bundle
 }
 
 # The Darknet side from a bundle (scripts/gpu_bundle.sh): sets and exports

@@ -11,10 +11,10 @@
 #                                   (default "none 11 23"; --asan: "17"):
 #                                   "none" runs without SDNN_SIM_JITTER
 #   sh tests/gpu/run.sh --prepare   where Debian's darknet is installed:
-#                                   copy libdarknet.so, darknet.h and the
-#                                   Debian cfgs the tests use into
-#                                   tests/gpu/bundle, for a GPU machine
-#                                   without Debian packages
+#                                   sh scripts/gpu_bundle.sh gpu-bundle (the
+#                                   folder a GPU machine without Debian
+#                                   packages needs; then SDNN_BUNDLE=gpu-bundle
+#                                   there, or sh tests/gpu/h200.sh)
 #   sh tests/gpu/run.sh --no-build  run what build/gpu already holds
 #
 # Run from the repository root.  Self-checking: every program counts its
@@ -96,6 +96,16 @@ if [ "$DEVICE" = sim ]; then
         SDNN_SIM_MAKE_EXTRA="DARKNET_HOME=$SDNN_DARKNET_HOME $SDNN_BLAS_ARG"
         SDNN_SIM_BUILD=${SDNN_SIM_BUILD:-build-sim-bundle}
         export SDNN_SIM_MAKE_EXTRA SDNN_SIM_BUILD
+        if [ "$ASAN" = 1 ]; then
+            # ASan's runtime must come first: no preload (the programs of
+            # tests/gpu make their batches in memory and load no image).
+            SDNN_IMGLOAD=
+        else
+            # Everything below (also ./darknet in the trainer's checks)
+            # reads images through the bundle's stb_image loader.
+            LD_PRELOAD=$SDNN_IMGLOAD
+            export LD_PRELOAD
+        fi
     fi
     exec sh tests/gpu/run_sim.sh "$ASAN" "$BUILD_IT"
 fi

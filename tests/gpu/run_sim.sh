@@ -48,7 +48,7 @@ fi
 
 if [ -n "${SDNN_DEBIAN_CFG:-}" ]; then :
 elif [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
-else SDNN_DEBIAN_CFG=$(pwd)/tests/gpu/bundle/cfg; fi
+else SDNN_DEBIAN_CFG=$(pwd)/gpu-bundle/darknet/cfg; fi
 export SDNN_DEBIAN_CFG
 SDNN_SIM_DEVICES="${SDNN_SIM_DEVICES:-4}"
 export SDNN_SIM_DEVICES
