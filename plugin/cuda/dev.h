@@ -125,6 +125,12 @@ sdnn_status sdnn_k_sub(sdnn_dctx *c, int stream, float *y, const float *a, const
                        size_t n);
 sdnn_status sdnn_k_add(sdnn_dctx *c, int stream, float *y, const float *a, const float *b,
                        size_t n);
+/* The deferred finite check (no host wait), on `stream`: y = a - b (b NULL:
+ * y = a; y NULL: nothing written) and, for every element i whose result is
+ * not finite, *first = min(*first, i).  first is one device value the
+ * caller sets to ~0ull and reads after a sync. */
+sdnn_status sdnn_k_sub_check(sdnn_dctx *c, int stream, float *y, const float *a, const float *b,
+                             size_t n, unsigned long long *first);
 /* Count of non-finite values in x into *bad (synchronous). */
 sdnn_status sdnn_k_count_nonfinite(sdnn_dctx *c, int stream, const float *x, size_t n,
                                    size_t *bad);

@@ -93,6 +93,10 @@ sdnn_status sdnn_gpu_layer_support(const network *net, int i);
  * buffers.  Device -> host: the same (call before every save). */
 sdnn_status sdnn_gpu_net_push(sdnn_gpu_net *g);
 sdnn_status sdnn_gpu_net_pull(sdnn_gpu_net *g);
+/* Some of them (SDNN_GPU_MOVE_* flags): to_device 1 is a push, 0 a pull. */
+enum { SDNN_GPU_MOVE_PARAMS = 1, SDNN_GPU_MOVE_UPDATES = 2, SDNN_GPU_MOVE_BNSTATS = 4,
+       SDNN_GPU_MOVE_ALL = 7 };
+sdnn_status sdnn_gpu_net_move(sdnn_gpu_net *g, int to_device, unsigned what);
 
 /* Darknet's train_network on the device: d holds a multiple of net->batch
  * rows; every net->batch rows are one forward/backward, `seen` advances by

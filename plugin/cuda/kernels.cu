@@ -48,6 +48,18 @@ __global__ void k_nonfinite(const float *x, size_t n, unsigned long long *bad)
     if (mine) atomicAdd(bad, mine);
 }
 
+__global__ void k_sub_check(float *y, const float *a, const float *b, size_t n,
+                            unsigned long long *first)
+{
+    unsigned long long mine = ~0ull;
+    SDNN_FOR(i, n) {
+        float v = b ? SDNN_SUB(a[i], b[i]) : a[i];
+        if (y) y[i] = v;
+        if (!isfinite(v) && (unsigned long long)i < mine) mine = (unsigned long long)i;
+    }
+    if (mine != ~0ull) atomicMin(first, mine);
+}
+
 /* sdnn_mean_buffers' order: ((in0 + in1) + in2) + ... then times 1/nin, the
  * last addition and the scale fused as (o + x) * s, two roundings. */
 #define SDNN_MEAN_MAX_IN 64
@@ -135,6 +147,15 @@ extern "C" sdnn_status sdnn_k_scale(sdnn_dctx *c, int stream, float *x, size_t n
     if (!n) return SDNN_OK;
     k_scale<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(x, n, s);
     SDNN_LAUNCHED("scale");
+    return SDNN_OK;
+}
+
+extern "C" sdnn_status sdnn_k_sub_check(sdnn_dctx *c, int stream, float *y, const float *a,
+                                        const float *b, size_t n, unsigned long long *first)
+{
+    if (!n) return SDNN_OK;
+    k_sub_check<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(y, a, b, n, first);
+    SDNN_LAUNCHED("sub_check");
     return SDNN_OK;
 }
 

@@ -476,13 +476,23 @@ static const sdnn_gpu_tensor state_tensors[] = {
     SDNN_GT_WEIGHTS, SDNN_GT_WEIGHT_UPDATES, SDNN_GT_BIASES, SDNN_GT_BIAS_UPDATES,
     SDNN_GT_SCALES, SDNN_GT_SCALE_UPDATES, SDNN_GT_ROLLING_MEAN, SDNN_GT_ROLLING_VARIANCE};
 
-static sdnn_status move_state(sdnn_gpu_net *g, int to_device)
+static unsigned tensor_class(sdnn_gpu_tensor t)
+{
+    switch (t) {
+    case SDNN_GT_WEIGHTS: case SDNN_GT_BIASES: case SDNN_GT_SCALES: return SDNN_GPU_MOVE_PARAMS;
+    case SDNN_GT_ROLLING_MEAN: case SDNN_GT_ROLLING_VARIANCE: return SDNN_GPU_MOVE_BNSTATS;
+    default: return SDNN_GPU_MOVE_UPDATES;
+    }
+}
+
+sdnn_status sdnn_gpu_net_move(sdnn_gpu_net *g, int to_device, unsigned what)
 {
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
     for (int i = 0; i < g->n; ++i) {
         for (size_t k = 0; k < sizeof state_tensors / sizeof state_tensors[0]; ++k) {
             float *dev, *host;
             size_t n;
+            if (!(tensor_class(state_tensors[k]) & what)) continue;
             SDNN_CHECK(tensor(g, i, state_tensors[k], &dev, &host, &n));
             if (!n) continue;
             if (!host)
@@ -497,8 +507,8 @@ static sdnn_status move_state(sdnn_gpu_net *g, int to_device)
     return sdnn_dctx_sync(g->ctx);
 }
 
-sdnn_status sdnn_gpu_net_push(sdnn_gpu_net *g) { return move_state(g, 1); }
-sdnn_status sdnn_gpu_net_pull(sdnn_gpu_net *g) { return move_state(g, 0); }
+sdnn_status sdnn_gpu_net_push(sdnn_gpu_net *g) { return sdnn_gpu_net_move(g, 1, SDNN_GPU_MOVE_ALL); }
+sdnn_status sdnn_gpu_net_pull(sdnn_gpu_net *g) { return sdnn_gpu_net_move(g, 0, SDNN_GPU_MOVE_ALL); }
 
 /* ---- passes ----------------------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * gpu_stub: the gpu engine's entry in a build without a GPU engine (no
  * make GPU=1 / GPU=sim): the registry lists it, available() says why it
  * cannot run, and create() refuses.  Builds with SDNN_GPU_ENGINE get the
- * real engine from plugin/engine/gpu.c instead.
+ * real engine from plugin/cuda/engine_gpu.c instead.
  */
 #include "engine.h"
 

@@ -52,6 +52,14 @@
 #             yolov2-tiny, cifar
 #   train     20 steps of the shapes detector vs train_network, 10 of
 #             fmnist; a 1-replica group = the single net bit for bit
+#   engines   the trainer with engine=gpu vs engine=cpu on the same batches:
+#             shapes and yolov3-tiny-shaped, 1/2/4 replicas, overlap,
+#             none/fp16/int8/topk with error feedback, bucket_mb auto,
+#             stock mode, .ef across engines, timeline, a NaN's message
+#   engine_ops the gpu engine's ops driven directly: snapshot, pack,
+#             apply, the deferred finite check, ready/ready_wait ordering,
+#             the engine's comm, device error feedback, train's callbacks,
+#             resize
 #   vrep      2 virtual replicas x batch 4 = 1 x batch 8 (rel < 1e-4),
 #             overlap/split/codec/stock variants
 #   group     4 devices: the NCCL ring over 2-4 devices = local, the group
@@ -195,6 +203,7 @@ run comm 120
 run layers 300
 run train 240
 run engines 240
+run engine_ops 120
 run vrep 180
 run group 120
 run preload 60

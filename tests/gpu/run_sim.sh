@@ -114,5 +114,16 @@ for src in tests/gpu/*.c; do
     *) run "$name" 240 ;;
     esac
 done
+# ./darknet detector train -gpus 0,1 with engine=gpu through the trainer.
+start=$(date +%s)
+if SLOW=$SLOW sh tests/gpu/cli_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+    echo "cli_sim: ok on simulated devices ($(grep -c '^cli_sim: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+else
+    grep FAIL "$LOGS/.cur.log" | head -10
+    failed=$((failed + 1))
+    echo "cli_sim: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+fi
+cat "$LOGS/.cur.log" >>"$LOG"
+rm -f "$LOGS/.cur.log"
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed

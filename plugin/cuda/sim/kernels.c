@@ -185,6 +185,39 @@ sdnn_status sdnn_k_scale(sdnn_dctx *c, int stream, float *x, size_t n, float s)
     return sdnn_sim_launch(c, stream, "sdnn_k_scale", run_scale, &k, sizeof k);
 }
 
+typedef struct check_arg {
+    float *y;
+    const float *a, *b;
+    size_t n;
+    unsigned long long *first;
+} check_arg;
+
+static sdnn_status run_sub_check(void *p)
+{
+    check_arg *k = p;
+    unsigned long long mine = ~0ull;
+    for (size_t i = 0; i < k->n; ++i) {
+        float v = k->b ? SDNN_SUB(k->a[i], k->b[i]) : k->a[i];
+        if (k->y) k->y[i] = v;
+        if (!isfinite(v) && mine == ~0ull) mine = (unsigned long long)i;
+    }
+    if (mine < *k->first) *k->first = mine;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_k_sub_check(sdnn_dctx *c, int stream, float *y, const float *a, const float *b,
+                             size_t n, unsigned long long *first)
+{
+    if (!n) return SDNN_OK;
+    check_arg k = {0};
+    if (y) DPTR(c, y, F(n), "sdnn_k_sub_check", k.y);
+    DPTR(c, a, F(n), "sdnn_k_sub_check", k.a);
+    if (b) DPTR(c, b, F(n), "sdnn_k_sub_check", k.b);
+    DPTR(c, first, sizeof *first, "sdnn_k_sub_check", k.first);
+    k.n = n;
+    return sdnn_sim_launch(c, stream, "sdnn_k_sub_check", run_sub_check, &k, sizeof k);
+}
+
 sdnn_status sdnn_k_count_nonfinite(sdnn_dctx *c, int stream, const float *x, size_t n,
                                    size_t *bad)
 {

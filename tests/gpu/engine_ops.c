@@ -1,0 +1,401 @@
+/*
+ * engine_ops: the gpu engine's ops (plugin/cuda/engine_gpu.c) driven
+ * directly, against host arithmetic.  On simulated devices (make GPU=sim)
+ * this checks host logic, ordering and arithmetic, never the CUDA kernels
+ * or NCCL.
+ *
+ *   registry     gpu available for 1..4 devices, not for more; auto -> gpu
+ *   snapshot     = the host update buffers of the layer, bit for bit
+ *   pack         = updates - snap, bit for bit (host float arithmetic)
+ *   apply        updates = snap + mean, bit for bit
+ *   deferred     a NaN in a layer's updates: pack returns 0, sync returns
+ *                SDNN_ERR_NONFINITE naming layer, tensor and element; the
+ *                next sync is clean
+ *   ordering     pack, ready, ready_wait, then the comm's mean on the comm
+ *                stream: the mean of the fresh packs (under SDNN_SIM_JITTER
+ *                a missing wait reads stale buffers)
+ *   comm         plain mean = sdnn_mean_buffers bit for bit; int8 coded
+ *                mean = the host local backend's bit for bit
+ *   ef_step      int8 and topk error feedback = sdnn_codec_ef_step bit
+ *                for bit (grad and residual)
+ *   train        the callbacks: backward_done once per parameter layer on
+ *                the last subdivision only, before_update per parameter
+ *                layer in Darknet's order; -1 skips the rest (the weights
+ *                of the skipped layers stay as they were)
+ *   resize       a resized net trains and keeps its weights
+ */
+#include "comm.h"
+#include "dev.h"
+#include "engine.h"
+#include "gpu.h"
+#include "gpu_test.h"
+#include "replicas.h"
+
+#define NREP 2
+
+static network *nets[NREP];
+
+/* The first parameter layer from the top with at least `min` floats. */
+static int param_layer(network *net, size_t min, size_t *count)
+{
+    for (int i = net->n - 1; i >= 0; --i) {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&net->layers[i], p);
+        size_t c = 0;
+        for (int j = 0; j < np; ++j) c += p[j].n;
+        if (np > 0 && c >= min) {
+            *count = c;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The layer's update buffers, concatenated (or written from `src`). */
+static void host_updates(network *net, int layer, float *dst, const float *src)
+{
+    sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+    int np = sdnn_layer_params(&net->layers[layer], p);
+    for (int j = 0; j < np; ++j) {
+        if (src) memcpy(p[j].upd, src, p[j].n * sizeof(float)), src += p[j].n;
+        if (dst) memcpy(dst, p[j].upd, p[j].n * sizeof(float)), dst += p[j].n;
+    }
+}
+
+static void registry(void)
+{
+    const sdnn_engine_ops *gpu = sdnn_engine_find("gpu"), *got = NULL;
+    char why[256] = "";
+    int ndev = 0;
+    sdnn_dev_count(&ndev);
+    SOFT_ASSERT(gpu && gpu->available(ndev, why, sizeof why), "gpu available for %d devices",
+                ndev);
+    SOFT_ASSERT(gpu && !gpu->available(ndev + 1, why, sizeof why) && strstr(why, "device"),
+                "gpu unavailable for %d devices, saying why (%s)", ndev + 1, why);
+    sdnn_status s = sdnn_engine_resolve("auto", NREP, &got, why, sizeof why);
+    SOFT_ASSERT(s == SDNN_OK && got == gpu && strstr(why, "gpu"), "engine=auto -> gpu (%s)", why);
+}
+
+typedef struct counts {
+    int done[256], before[256], order_ok, last_before, stop_at;
+    int subdiv_seen;
+} counts;
+
+static void cb_done(void *u, int r, int layer)
+{
+    counts *c = u;
+    if (r == 0 && layer >= 0 && layer < 256) c->done[layer]++;
+}
+
+static int cb_before(void *u, int r, int layer)
+{
+    counts *c = u;
+    if (r != 0 || layer < 0 || layer >= 256) return 0;
+    c->before[layer]++;
+    if (layer <= c->last_before) c->order_ok = 0;
+    c->last_before = layer;
+    return c->stop_at >= 0 && layer >= c->stop_at ? -1 : 0;
+}
+
+/* devices: NULL (replica r on device r: the NCCL ring) or {0, 0} (both on
+ * device 0: the device ring, every exchange on replica 0's comm stream). */
+static int run(const int *devices)
+{
+    for (int r = 0; r < NREP; ++r) {
+        nets[r] = gt_parse_file("cfg/shapes.cfg", "batch=2\nsubdivisions=2\n");
+        if (!nets[r]) {
+            SOFT_ASSERT(0, "cannot parse cfg/shapes.cfg");
+            return gt_summary(argv0_);
+        }
+    }
+    gt_randomize(nets[0], 5);
+    for (int r = 1; r < NREP; ++r) gt_copy_net(nets[r], nets[0]);
+    sdnn_engine_opts o = SDNN_ENGINE_OPTS_INIT;
+    o.hooks = 1;
+    o.devices = devices;
+    printf("    replicas on devices %d and %d\n", devices ? devices[0] : 0, devices ? devices[1] : 1);
+    sdnn_engine *e = NULL;
+    GT_OK(sdnn_engine_create(&sdnn_engine_gpu, nets, NREP, &o, &e));
+    const sdnn_engine_ops *E = e->ops;
+    SOFT_ASSERT(E->mem(e) == SDNN_ENGINE_MEM_DEVICE, "gpu engine buffers are device memory");
+
+    size_t n = 0;
+    int L = param_layer(nets[0], 64, &n);
+    SOFT_ASSERT(L >= 0, "shapes has a parameter layer (%d, %zu floats)", L, n);
+    if (L < 0) return gt_summary(argv0_);
+    float *h_upd = malloc(n * 4), *h_snap = malloc(n * 4), *h_mean = malloc(n * 4);
+    float *h_got = malloc(n * 4), *h_want = malloc(n * 4), *h_new = malloc(n * 4);
+    float *snap[NREP], *pack[NREP], *mean = NULL;
+    for (int r = 0; r < NREP; ++r) {
+        GT_OK(E->buf_alloc(e, r, n, &snap[r]));
+        GT_OK(E->buf_alloc(e, r, n, &pack[r]));
+    }
+    GT_OK(E->buf_alloc(e, 0, n, &mean));
+
+    /* snapshot: the device's update buffers as pushed from the host */
+    gt_seed(77);
+    for (int r = 0; r < NREP; ++r) {
+        gt_fill(h_upd, n, -1, 1);
+        host_updates(nets[r], L, NULL, h_upd);
+    }
+    GT_OK(E->push(e, SDNN_ENGINE_ALL));
+    for (int r = 0; r < NREP; ++r) E->snapshot(e, r, L, snap[r]);
+    for (int r = 0; r < NREP; ++r) GT_OK(E->sync(e, r));
+    size_t diff = 0;
+    for (int r = 0; r < NREP; ++r) {
+        host_updates(nets[r], L, h_want, NULL);
+        GT_OK(E->buf_read(e, r, snap[r], h_got, n));
+        diff += gt_bytes_differ(h_got, h_want, n * 4);
+    }
+    SOFT_ASSERT(diff == 0, "snapshot = the layer's update buffers (%zu bytes differ)", diff);
+
+    /* pack: new updates - snapshot; ready, ready_wait, then the comm's mean */
+    sdnn_comm *comm = NULL;
+    GT_OK(E->comm_open(e, NULL, &comm));
+    float *fresh[NREP];
+    for (int r = 0; r < NREP; ++r) {
+        fresh[r] = malloc(n * 4);
+        host_updates(nets[r], L, h_snap, NULL);
+        gt_fill(h_new, n, -2, 2);
+        host_updates(nets[r], L, NULL, h_new);
+        for (size_t k = 0; k < n; ++k) fresh[r][k] = h_new[k] - h_snap[k];
+    }
+    GT_OK(E->push(e, SDNN_ENGINE_UPDATES));
+    int bad_ret = 0;
+    size_t stale = 0;
+    float *junk = calloc(n, 4);
+    for (int round = 0; round < 6; ++round) {
+        /* stale values in the pack buffers: a comm that does not wait reads them */
+        for (int r = 0; r < NREP; ++r) GT_OK(E->buf_write(e, r, pack[r], junk, n));
+        for (int r = 0; r < NREP; ++r) {
+            sdnn_engine_bad b = {0};
+            bad_ret |= E->pack(e, r, L, snap[r], pack[r], &b);
+            E->ready(e, r, 0);
+        }
+        for (int r = 0; r < NREP; ++r) GT_OK(E->ready_wait(e, r, 0));
+        const float *in[NREP] = {pack[0], pack[1]};
+        GT_OK(sdnn_comm_allreduce_mean(comm, in, NREP, mean, n, NULL));
+        for (int r = 0; r < NREP; ++r) GT_OK(E->sync(e, r));
+        const float *hin0[NREP] = {fresh[0], fresh[1]};
+        sdnn_mean_buffers(hin0, NREP, h_want, n);
+        GT_OK(E->buf_read(e, 0, mean, h_got, n));
+        stale += gt_bytes_differ(h_got, h_want, n * 4);
+    }
+    free(junk);
+    SOFT_ASSERT(stale == 0, "every round's mean is of the fresh packs, not of stale buffers "
+                "(%zu bytes differ)", stale);
+    SOFT_ASSERT(bad_ret == 0, "pack of finite values returns 0");
+    diff = 0;
+    for (int r = 0; r < NREP; ++r) {
+        GT_OK(E->buf_read(e, r, pack[r], h_got, n));
+        diff += gt_bytes_differ(h_got, fresh[r], n * 4);
+    }
+    SOFT_ASSERT(diff == 0, "pack = updates - snap bit for bit (%zu bytes differ)", diff);
+    const float *hin[NREP] = {fresh[0], fresh[1]};
+    sdnn_mean_buffers(hin, NREP, h_want, n);
+    GT_OK(E->buf_read(e, 0, mean, h_got, n));
+    diff = gt_bytes_differ(h_got, h_want, n * 4);
+    SOFT_ASSERT(diff == 0, "the comm's mean after ready/ready_wait = sdnn_mean_buffers of the "
+                "packs (%zu bytes differ)", diff);
+
+    /* apply on both replicas from replica 0's mean buffer */
+    for (int r = 0; r < NREP; ++r) E->apply(e, r, L, snap[r], mean);
+    for (int r = 0; r < NREP; ++r) GT_OK(E->sync(e, r));
+    GT_OK(E->pull(e, SDNN_ENGINE_UPDATES));
+    diff = 0;
+    for (int r = 0; r < NREP; ++r) {
+        GT_OK(E->buf_read(e, r, snap[r], h_snap, n));
+        host_updates(nets[r], L, h_got, NULL);
+        for (size_t k = 0; k < n; ++k) h_new[k] = h_snap[k] + h_want[k];
+        diff += gt_bytes_differ(h_got, h_new, n * 4);
+    }
+    SOFT_ASSERT(diff == 0, "apply: updates = snap + mean on every replica (%zu bytes differ)",
+                diff);
+
+    /* coded mean (int8) = the host local backend's, bit for bit */
+    {
+        sdnn_comm *local = NULL;
+        GT_OK(sdnn_comm_open("local", &local));
+        const sdnn_codec_ops *c8 = sdnn_codec_find("int8");
+        sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+        float *houts[NREP], *douts[NREP];
+        for (int r = 0; r < NREP; ++r) {
+            houts[r] = malloc(n * 4);
+            GT_OK(E->buf_alloc(e, r, n, &douts[r]));
+            GT_OK(E->buf_write(e, r, pack[r], fresh[r], n));
+        }
+        const float *din[NREP] = {pack[0], pack[1]};
+        size_t wd = 0, wh = 0;
+        GT_OK(sdnn_comm_allreduce_mean_coded(comm, c8, &cp, 99, din, NREP, douts, n, &wd));
+        GT_OK(sdnn_comm_allreduce_mean_coded(local, c8, &cp, 99, hin, NREP, houts, n, &wh));
+        diff = 0;
+        for (int r = 0; r < NREP; ++r) {
+            GT_OK(E->buf_read(e, r, douts[r], h_got, n));
+            diff += gt_bytes_differ(h_got, houts[r], n * 4);
+            E->buf_free(e, r, douts[r]);
+            free(houts[r]);
+        }
+        SOFT_ASSERT(diff == 0 && wd > 0, "int8 coded mean through the engine's comm = local's "
+                    "(%zu bytes differ, wire %zu vs %zu)", diff, wd, wh);
+        sdnn_comm_close(local);
+    }
+
+    /* ef_step = sdnn_codec_ef_step bit for bit */
+    static const char *const lossy[] = {"int8", "topk"};
+    for (size_t ci = 0; ci < 2; ++ci) {
+        const sdnn_codec_ops *c = sdnn_codec_find(lossy[ci]);
+        sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+        float *g = malloc(n * 4), *res = malloc(n * 4), *dres = NULL;
+        void *scratch = malloc(c->encoded_size(&cp, n) + 64);
+        GT_OK(E->buf_alloc(e, 1, n, &dres));
+        gt_fill(res, n, -0.01f, 0.01f);
+        GT_OK(E->buf_write(e, 1, pack[1], fresh[1], n));
+        GT_OK(E->buf_write(e, 1, dres, res, n));
+        memcpy(g, fresh[1], n * 4);
+        for (int step = 0; step < 2; ++step) {
+            sdnn_codec_ef_step(c, &cp, g, res, NULL, 0, n, scratch, 1234 + (uint64_t)step);
+            E->ef_step(e, 1, c, &cp, pack[1], dres, NULL, 0, n, NULL, 1234 + (uint64_t)step);
+        }
+        GT_OK(E->sync(e, 1));
+        GT_OK(E->buf_read(e, 1, pack[1], h_got, n));
+        size_t dg = gt_bytes_differ(h_got, g, n * 4);
+        GT_OK(E->buf_read(e, 1, dres, h_got, n));
+        size_t dr = gt_bytes_differ(h_got, res, n * 4);
+        SOFT_ASSERT(dg == 0 && dr == 0, "%s ef_step on the device = sdnn_codec_ef_step "
+                    "(grad %zu, residual %zu bytes differ)", lossy[ci], dg, dr);
+        E->buf_free(e, 1, dres);
+        free(g);
+        free(res);
+        free(scratch);
+    }
+
+    /* deferred finite check */
+    {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int np = sdnn_layer_params(&nets[1]->layers[L], p);
+        int j = np > 1 ? 1 : 0;
+        size_t at = p[j].n / 2;
+        float keep = p[j].upd[at];
+        p[j].upd[at] = NAN;
+        GT_OK(E->push(e, SDNN_ENGINE_UPDATES));
+        sdnn_engine_bad b = {0};
+        int ret = E->pack(e, 1, L, snap[1], pack[1], &b);
+        sdnn_status s = E->sync(e, 1);
+        char want[96], want2[64];
+        snprintf(want, sizeof want, "layer %d (", L);
+        snprintf(want2, sizeof want2, "%s[%zu] on replica 1", p[j].what, at);
+        SOFT_ASSERT(ret == 0 && s == SDNN_ERR_NONFINITE && strstr(sdnn_last_error(), want) &&
+                    strstr(sdnn_last_error(), want2),
+                    "deferred check: pack returns 0, sync names layer, tensor, element (%s)",
+                    sdnn_last_error());
+        s = E->sync(e, 1);
+        SOFT_ASSERT(s == SDNN_OK, "the next sync is clean (%s)", sdnn_strerror(s));
+        p[j].upd[at] = keep;
+        GT_OK(E->push(e, SDNN_ENGINE_UPDATES));
+    }
+
+    /* train: the callbacks */
+    {
+        counts c;
+        memset(&c, 0, sizeof c);
+        c.order_ok = 1;
+        c.last_before = -1;
+        c.stop_at = -1;
+        sdnn_engine_callbacks cb = {.user = &c, .backward_done = cb_done,
+                                    .before_update = cb_before};
+        E->set_callbacks(e, &cb);
+        E->bind_thread(e, 0);
+        network *net = nets[0];
+        int rows = net->batch * net->subdivisions;
+        data d = gt_detection_data(rows, net->w, net->h, net->c, net->truths, 3, 42);
+        float loss = 0;
+        GT_OK(E->train(e, 0, d, &loss));
+        GT_OK(E->sync(e, 0));
+        int ok_done = 1, ok_before = 1, params = 0;
+        for (int i = 0; i < net->n && i < 256; ++i) {
+            sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+            int has = sdnn_layer_params(&net->layers[i], p) > 0;
+            params += has;
+            ok_done &= c.done[i] == has;
+            ok_before &= c.before[i] == has;
+        }
+        SOFT_ASSERT(ok_done && params > 0, "backward_done once per parameter layer, last "
+                    "subdivision only (%d layers)", params);
+        SOFT_ASSERT(ok_before && c.order_ok, "before_update once per parameter layer, in "
+                    "ascending order");
+        SOFT_ASSERT(isfinite(loss) && loss > 0, "train's loss %g", loss);
+
+        /* -1 from before_update: that layer and the later ones keep their weights */
+        GT_OK(E->pull(e, SDNN_ENGINE_PARAMS));
+        size_t nw = (size_t)net->layers[L].nweights;
+        float *w0 = malloc(nw * 4);
+        memcpy(w0, net->layers[L].weights, nw * 4);
+        memset(&c, 0, sizeof c);
+        c.order_ok = 1;
+        c.last_before = -1;
+        c.stop_at = L;
+        GT_OK(E->train(e, 0, d, &loss));
+        GT_OK(E->sync(e, 0));
+        GT_OK(E->pull(e, SDNN_ENGINE_PARAMS));
+        SOFT_ASSERT(gt_bytes_differ(w0, net->layers[L].weights, nw * 4) == 0 &&
+                    c.before[L] == 1,
+                    "before_update -1 at layer %d skips its update", L);
+        free(w0);
+
+        /* resize: the resized net trains and keeps its weights */
+        GT_OK(E->pull(e, SDNN_ENGINE_ALL));
+        memcpy(h_want, net->layers[L].weights, (nw < n ? nw : n) * 4);
+        int w = net->w, h = net->h;
+        for (int r = 0; r < NREP; ++r) resize_network(nets[r], w + 32, h + 32);
+        GT_OK(E->resize(e, w + 32, h + 32));
+        GT_OK(E->pull(e, SDNN_ENGINE_PARAMS));
+        SOFT_ASSERT(gt_bytes_differ(h_want, net->layers[L].weights, (nw < n ? nw : n) * 4) == 0,
+                    "resize keeps the weights");
+        data d2 = gt_detection_data(rows, net->w, net->h, net->c, net->truths, 3, 43);
+        c.stop_at = -1;
+        sdnn_status s = E->train(e, 0, d2, &loss);
+        if (s == SDNN_OK) s = E->sync(e, 0);
+        SOFT_ASSERT(s == SDNN_OK && isfinite(loss), "a %dx%d slice trains after resize (%s)",
+                    net->w, net->h, s == SDNN_OK ? "ok" : sdnn_last_error());
+        free_data(d2);
+        free_data(d);
+        E->bind_thread(e, -1);
+        E->set_callbacks(e, NULL);
+    }
+
+    for (int r = 0; r < NREP; ++r) {
+        E->buf_free(e, r, snap[r]);
+        E->buf_free(e, r, pack[r]);
+        free(fresh[r]);
+    }
+    E->buf_free(e, 0, mean);
+    sdnn_engine_destroy(e);
+    free(h_upd);
+    free(h_snap);
+    free(h_mean);
+    free(h_got);
+    free(h_want);
+    free(h_new);
+    for (int r = 0; r < NREP; ++r) sdnn_network_free(nets[r]);
+    return 0;
+}
+
+int main(void)
+{
+    argv0_ = "engine_ops";
+    setenv("SDNN_SIM_DEVICES", "4", 0);   /* read by the simulated runtime only */
+    int ndev = 0;
+    char desc[256] = "";
+    if (sdnn_dev_count(&ndev) == SDNN_OK) sdnn_dev_describe(0, desc, sizeof desc);
+    printf("    device 0: %s%s\n", desc,
+           strstr(desc, "simulated") ? " (host logic, ordering and arithmetic only)" : "");
+    if (ndev < NREP) {
+        printf("    %d device(s): the engine's ops need %d (not run)\n", ndev, NREP);
+        return gt_summary(argv0_);
+    }
+    registry();
+    static const int one_device[NREP] = {0, 0};
+    (void)run(NULL);
+    (void)run(one_device);
+    return gt_summary(argv0_);
+}
