@@ -32,8 +32,9 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     double target = 0;
     const int detector = task == SDNN_TASK_DETECTOR;
     const sdnn_flag flags[] = {
-        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &job.gpus, .parse = sdnn_flag_parse_gpus,
-         .meta = "LIST", .help = "replicas, one per id: 0,1,2,3 (0)"},
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &job.gpus,
+         .parse = sdnn_flag_parse_gpus_ids, .meta = "LIST",
+         .help = "replicas, one per id: devices 0,1,2,3 (engine=gpu), else CPU replicas (0)"},
         {.name = "-clear", .kind = SDNN_FLAG_SWITCH, .dst = &job.clear,
          .help = "start from iteration 0 with the WEIGHTS given"},
         {.name = "-max_batches", .kind = SDNN_FLAG_INT, .dst = &job.max_batches, .lo = 1,
@@ -65,7 +66,9 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
-    job.nreplicas = sdnn_flag_gpus(job.gpus);
+    int ids[SDNN_GPUS_MAX];
+    job.nreplicas = sdnn_flag_gpus_ids(job.gpus, ids, SDNN_GPUS_MAX);
+    job.devices = ids;
     job.csv = csv;
     job.map_every = map ? (int)every : 0;
     job.target = target;

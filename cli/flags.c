@@ -154,37 +154,71 @@ void sdnn_args_usage(const sdnn_command *c, FILE *f)
     if (c->notes) fprintf(f, "%s", c->notes);
 }
 
-int sdnn_flag_gpus(const char *list)
+int sdnn_flag_gpus_ids(const char *list, int *ids, int max)
 {
-    char seen[1024] = {0};
     int n = 0;
     const char *p = list;
-    if (!p || !*p) goto bad;
+    if (!p || !*p) {
+        fprintf(stderr, "error: -gpus %s: empty: expected a comma-separated list of ids, e.g. "
+                "0,1,2,3\n", list ? "''" : "");
+        return -1;
+    }
     for (;;) {
+        if (*p == '-' && p[1] >= '0' && p[1] <= '9') {
+            fprintf(stderr, "error: -gpus %s: %.*s is negative: ids are devices 0, 1, 2, ...\n",
+                    list, (int)strcspn(p, ","), p);
+            return -1;
+        }
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 1023 || (*p < '0' || *p > '9')) goto bad;
-        if (seen[v]) {
-            fprintf(stderr, "error: -gpus %s: id %ld is listed twice (each device once)\n", list, v);
+        if (end == p || (*p < '0' || *p > '9') || (*end != '\0' && *end != ',')) {
+            fprintf(stderr, "error: -gpus %s: expected a comma-separated list of ids, e.g. "
+                    "0,1,2,3\n", list);
             return -1;
         }
-        seen[v] = 1;
+        if (errno || v > SDNN_GPUS_MAX_ID) {
+            fprintf(stderr, "error: -gpus %s: id %.*s is past %d, the largest id\n", list,
+                    (int)(end - p), p, SDNN_GPUS_MAX_ID);
+            return -1;
+        }
+        if (n == max) {
+            fprintf(stderr, "error: -gpus %s: more than %d ids\n", list, max);
+            return -1;
+        }
+        if (ids) ids[n] = (int)v;
         ++n;
         if (*end == '\0') return n;
-        if (*end != ',') goto bad;
         p = end + 1;
     }
-bad:
-    fprintf(stderr, "error: -gpus %s: expected a comma-separated list of ids, e.g. 0,1,2,3\n",
-            list ? list : "");
-    return -1;
+}
+
+int sdnn_flag_gpus(const char *list)
+{
+    int ids[SDNN_GPUS_MAX];
+    int n = sdnn_flag_gpus_ids(list, ids, SDNN_GPUS_MAX);
+    for (int r = 1; r < n; ++r)
+        for (int q = 0; q < r; ++q)
+            if (ids[q] == ids[r]) {
+                fprintf(stderr, "error: -gpus %s: id %d is listed twice (each device once)\n",
+                        list, ids[r]);
+                return -1;
+            }
+    return n;
 }
 
 int sdnn_flag_parse_gpus(const char *flag, const char *value, void *dst)
 {
     (void)flag;
     if (sdnn_flag_gpus(value) < 1) return -1;
+    *(const char **)dst = value;
+    return 0;
+}
+
+int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst)
+{
+    (void)flag;
+    if (sdnn_flag_gpus_ids(value, NULL, SDNN_GPUS_MAX) < 1) return -1;
     *(const char **)dst = value;
     return 0;
 }

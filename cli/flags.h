@@ -71,12 +71,26 @@ void sdnn_args_usage(const sdnn_command *c, FILE *f);
  * return SDNN_ARGS_BAD; for checks a command makes after parsing. */
 int sdnn_args_bad(const sdnn_command *c, const char *flag, const char *value, const char *what);
 
-/* -gpus LIST: ids 0..1023, comma-separated, each once; the replica count,
- * or -1 after a message. */
+/* -gpus LIST: device ids 0..SDNN_GPUS_MAX_ID, comma-separated, at most
+ * SDNN_GPUS_MAX of them. */
+#define SDNN_GPUS_MAX 1024
+#define SDNN_GPUS_MAX_ID 1023
+
+/* The ids of LIST in ids[0..max) (ids may be NULL: only checked); an id
+ * may repeat (train decides with virtual=).  The count, or -1 after a
+ * message naming the list and what is wrong (empty, a negative id, not a
+ * number, an id past SDNN_GPUS_MAX_ID, more than max ids). */
+int sdnn_flag_gpus_ids(const char *list, int *ids, int max);
+
+/* The same with each id once (the commands that only count replicas); the
+ * replica count, or -1 after a message. */
 int sdnn_flag_gpus(const char *list);
 
 /* SDNN_FLAG_CUSTOM parser of -gpus: *(const char **)dst = the list once it
  * is valid. */
 int sdnn_flag_parse_gpus(const char *flag, const char *value, void *dst);
+/* The same allowing an id twice (detector/classifier train: [scalednn]
+ * virtual=1 decides, after the cfg is read). */
+int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst);
 
 #endif

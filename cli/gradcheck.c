@@ -50,7 +50,7 @@ int sdnn_cmd_gradcheck(int argc, char **argv)
     }
     char on[256] = "";
     const sdnn_engine_ops *eng = sdnn_engine_find(o.engine);
-    if (eng && !eng->available(1, on, sizeof on)) on[0] = '\0';
+    if (eng && eng->describe_device) eng->describe_device(0, on, sizeof on); /* "simulated" there */
     printf("gradcheck %s: engine %s%s%s%s, %d samples per tensor, eps %g, seed %llu\n", cfg,
            o.engine, on[0] ? " (" : "", on, on[0] ? ")" : "", o.samples, o.eps,
            (unsigned long long)o.seed);

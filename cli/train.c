@@ -17,6 +17,7 @@
 #include "blas.h"
 #include "clock.h"
 #include "datacheck.h"
+#include "engine.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -516,6 +517,39 @@ static void install_signal_handlers(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The start banner's engine and devices: which engine trains, then each
+ * replica's -gpus id and what the engine says of that device (name and
+ * memory; the cpu engine: a CPU replica and its gemm).  Consecutive
+ * replicas the engine describes alike share one line. */
+static void print_devices(run *R)
+{
+    const sdnn_engine_ops *e = sdnn_trainer_engine(R->t);
+    int n = sdnn_trainer_replicas(R->t);
+    printf("scalednn: engine %s, %d replica%s (-gpus %s)\n", e->name, n, n == 1 ? "" : "s",
+           R->job->gpus ? R->job->gpus : "0");
+    char cur[320], next[320];
+    int first = 0;
+    sdnn_engine_describe_device(e, sdnn_trainer_device(R->t, 0), cur, sizeof cur);
+    for (int r = 1; r <= n; ++r) {
+        if (r < n) sdnn_engine_describe_device(e, sdnn_trainer_device(R->t, r), next, sizeof next);
+        if (r < n && strcmp(cur, next) == 0) continue;
+        if (r - first == 1) {
+            printf("scalednn:   replica %d (-gpus id %d): %s\n", first,
+                   sdnn_trainer_device(R->t, first), cur);
+        } else {
+            char ids[256];
+            size_t at = 0;
+            ids[0] = '\0';
+            for (int q = first; q < r && at < sizeof ids - 16; ++q)
+                at += (size_t)snprintf(ids + at, sizeof ids - at, "%s%d", q > first ? "," : "",
+                                       sdnn_trainer_device(R->t, q));
+            printf("scalednn:   replicas %d..%d (-gpus ids %s): %s\n", first, r - 1, ids, cur);
+        }
+        first = r;
+        if (r < n) memcpy(cur, next, sizeof cur);
+    }
+}
+
 int sdnn_train(const sdnn_train_job *job)
 {
     install_signal_handlers();
@@ -530,6 +564,25 @@ int sdnn_train(const sdnn_train_job *job)
     R.job = job;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(job->cfgfile, &R.cfg, &stripped) != SDNN_OK) return fail_status();
+    {
+        /* The ids against virtual= (bad usage of -gpus: exit 2, as the
+         * parser's), then the engine for them: an id past the device count
+         * or engine=gpu in a CPU build stops here, before any image is read. */
+        const char *gl = job->gpus ? job->gpus : "0";
+        if (sdnn_config_check_devices(&R.cfg, job->devices, job->nreplicas) != SDNN_OK) {
+            fprintf(stderr, "error: -gpus %s: %s (cfg: %s)\n", gl, sdnn_last_error(), job->cfgfile);
+            sdnn_stripped_cfg_close(&stripped);
+            return 2;
+        }
+        const sdnn_engine_ops *eops = NULL;
+        if (sdnn_engine_resolve_on(R.cfg.engine, job->devices, job->nreplicas, &eops, NULL, 0) !=
+            SDNN_OK) {
+            fprintf(stderr, "error: %s: [scalednn] engine=%s with -gpus %s: %s\n", job->cfgfile,
+                    R.cfg.engine, gl, sdnn_last_error());
+            sdnn_stripped_cfg_close(&stripped);
+            return 1;
+        }
+    }
     {
         /* Under mpirun every process runs this.  A local backend would make
          * each of them an independent run on the same files; a cfg without
@@ -660,8 +713,13 @@ int sdnn_train(const sdnn_train_job *job)
     }
     printf("scalednn: checked %d images%s in %.3f s\n", R.train_count,
            job->task == SDNN_TASK_DETECTOR ? " and their label files" : "", check_s);
-    if (sdnn_trainer_create(nets, job->nreplicas, &R.cfg, 1, &R.t) != SDNN_OK) {
-        fprintf(stderr, "error: %s\n", sdnn_last_error());
+    sdnn_trainer_opts topts = SDNN_TRAINER_OPTS_INIT;
+    topts.devices = job->devices;
+    if (sdnn_trainer_create_opts(nets, job->nreplicas, &R.cfg, &topts, 1, &R.t) != SDNN_OK) {
+        /* The engine's copies are made here: a layer it does not run is
+         * named (layer, type, what it runs). */
+        fprintf(stderr, "error: %s (engine=%s, -gpus %s): %s\n", job->cfgfile, R.cfg.engine,
+                job->gpus ? job->gpus : "0", sdnn_last_error());
         sdnn_replicas_free(nets, job->nreplicas);
         goto out;
     }
@@ -755,9 +813,7 @@ int sdnn_train(const sdnn_train_job *job)
         sdnn_config_describe(&R.cfg, desc, sizeof desc);
         printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
                desc);
-        printf("scalednn: CPU build: -gpus %s names %d CPU replica%s (one thread each); gemm: %s\n",
-               job->gpus ? job->gpus : "0", job->nreplicas, job->nreplicas > 1 ? "s" : "",
-               sdnn_blas_name());
+        print_devices(&R);
         fflush(stdout);
     }
     /* The trainer gives OpenBLAS one thread per replica, or every core to a

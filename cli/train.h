@@ -15,6 +15,8 @@ typedef struct sdnn_train_job {
     const char *weights;     /* NULL: fresh weights */
     int clear;
     int nreplicas;
+    const int *devices;      /* the -gpus ids, one per replica (an id may repeat:
+                              * virtual=1); NULL: 0..nreplicas-1 */
     const char *gpus;        /* the -gpus list as given, for the banner */
     int max_batches;         /* > 0 overrides [net] max_batches */
     const char *csv;         /* overrides [scalednn] csv= */

@@ -1135,6 +1135,92 @@ static void test_degenerate_runs_keep_final(void **state)
     assert_good("d7", "nocost_final.weights");
 }
 
+/* ---- class 7b: -gpus names devices ---------------------------------------------------- */
+
+/* TAG.cfg: cfg/shapes.cfg with a [scalednn] section of `keys` first. */
+static const char *cfg_with_keys(const char *tag, const char *keys)
+{
+    char *cfg = malloc(strlen(g_shapes_cfg) + strlen(keys) + 32);
+    assert_non_null(cfg);
+    sprintf(cfg, "[scalednn]\n%s\n%s", keys, g_shapes_cfg);
+    const char *path = P("%s.cfg", tag);
+    put_text(path, cfg);
+    free(cfg);
+    return path;
+}
+
+/* An id listed twice needs virtual=1 (bad usage otherwise: exit 2);
+ * engine=gpu in a CPU build is refused naming the build and how to get
+ * one, whatever the ids; engine=cpu and auto keep CPU replicas, the ids
+ * only counting them, as the banner says.  Nothing is written by a
+ * refused run. */
+static void test_gpus_devices(void **state)
+{
+    (void)state;
+    char data[600];
+    snprintf(data, sizeof data, "%s", data_file("g7", NULL));
+    char *out;
+    char cfg[1100];
+    /* -gpus 0,0 without virtual=1, under engine=gpu or cpu: refused before
+     * the engine is looked at. */
+    static const char *const engines[] = {"engine=gpu", "engine=cpu", "mode=scalednn"};
+    for (size_t i = 0; i < 3; ++i) {
+        snprintf(cfg, sizeof cfg, "%s", cfg_with_keys("g7dup", engines[i]));
+        place_good("g7", "g7dup_final.weights");
+        int rc = run_bin(&out, "detector train %s %s -gpus 1,0,1 -max_batches 1", data, cfg);
+        if (rc != 2) printf("%s: exit %d\n%s\n", engines[i], rc, out);
+        assert_int_equal(rc, 2);
+        assert_has(out, "-gpus 1,0,1: id 1 is listed twice (replicas 0 and 2)");
+        assert_has(out, "[scalednn] virtual=1 for several replicas on one device");
+        assert_has(out, "g7dup.cfg");
+        free(out);
+        assert_good("g7", "g7dup_final.weights");
+    }
+    /* engine=gpu in this CPU build: with virtual=1 and a repeated id, and
+     * with distinct ids. */
+    static const char *const gpu_keys[] = {"engine=gpu\nvirtual=1", "engine=gpu\nvirtual=0"};
+    static const char *const gpu_ids[] = {"0,0", "0,1"};
+    for (size_t i = 0; i < 2; ++i) {
+        snprintf(cfg, sizeof cfg, "%s", cfg_with_keys("g7gpu", gpu_keys[i]));
+        place_good("g7", "g7gpu_final.weights");
+        int rc = run_bin(&out, "detector train %s %s -gpus %s -max_batches 1", data, cfg, gpu_ids[i]);
+        if (rc != 1) printf("%s: exit %d\n%s\n", gpu_keys[i], rc, out);
+        assert_int_equal(rc, 1);
+        assert_has(out, "g7gpu.cfg: [scalednn] engine=gpu with -gpus ");
+        assert_has(out, "engine gpu cannot run 2 replicas here: this is a CPU build");
+        assert_has(out, "make GPU=1 (CUDA) or make GPU=sim (simulated devices)");
+        /* Refused before any image is checked. */
+        assert_null(strstr(out, "checked 16 images"));
+        free(out);
+        assert_good("g7", "g7gpu_final.weights");
+    }
+    /* engine=cpu with virtual=1: -gpus 0,0 is 2 CPU replicas. */
+    snprintf(cfg, sizeof cfg, "%s", cfg_with_keys("g7cpu", "engine=cpu\nvirtual=1"));
+    int rc = run_bin(&out, "detector train %s %s -gpus 0,0 -max_batches 1", data, cfg);
+    if (rc != 0) printf("exit %d\n%s\n", rc, out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "scalednn: engine cpu, 2 replicas (-gpus 0,0)");
+    assert_has(out, "replicas 0..1 (-gpus ids 0,0): CPU replica, a thread of its own (a -gpus id "
+                    "only counts replicas); gemm: ");
+    free(out);
+    /* engine=auto in a CPU build: the cpu engine, saying why, whatever ids. */
+    snprintf(cfg, sizeof cfg, "%s", cfg_with_keys("g7auto", "engine=auto"));
+    rc = run_bin(&out, "detector train %s %s -gpus 7,3 -max_batches 1", data, cfg);
+    if (rc != 0) printf("exit %d\n%s\n", rc, out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "engine=auto: cpu (gpu: this is a CPU build");
+    assert_has(out, "scalednn: engine cpu, 2 replicas (-gpus 7,3)");
+    assert_has(out, "replicas 0..1 (-gpus ids 7,3): CPU replica");
+    free(out);
+    /* virtual= takes 0 or 1, named with its line. */
+    snprintf(cfg, sizeof cfg, "%s", cfg_with_keys("g7v", "virtual=yes"));
+    rc = run_bin(&out, "detector train %s %s -gpus 0,0 -max_batches 1", data, cfg);
+    assert_int_equal(rc, 1);
+    assert_has(out, "g7v.cfg:2: [scalednn] virtual=yes: expected 0 (each -gpus id once, as "
+                    "Darknet) or 1 (an id may repeat)");
+    free(out);
+}
+
 /* ---- class 8: nothing silently coerced --------------------------------------------- */
 
 /* want_rc: 2 for bad usage (a flag or its value, cli/flags.h), 1 for bad
@@ -1302,8 +1388,12 @@ int main(void)
         cmocka_unit_test(test_stale_temp_files_cleaned),
         cmocka_unit_test(test_sigterm_during_save),
         cmocka_unit_test(test_degenerate_runs_keep_final),
+        cmocka_unit_test(test_gpus_devices),
         cmocka_unit_test(test_no_silent_coercions),
         cmocka_unit_test(test_mpi_ranks_must_agree),
     };
+    /* SDNN_TEST_FILTER=test_gpus_devices runs the tests whose name matches. */
+    const char *filter = getenv("SDNN_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

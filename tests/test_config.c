@@ -629,6 +629,31 @@ static void test_engine_key(void **state)
     assert_msg_has("unknown engine (cpu, gpu, auto)");
 }
 
+/* virtual=0|1 (0 by default) and what it allows of the -gpus ids. */
+static void test_virtual_key(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    free(parse_ok("[net]\nbatch=1\n", &cfg));
+    assert_int_equal(cfg.virtual_devices, 0);
+    free(parse_ok("[scalednn]\nengine=gpu\n", &cfg));
+    assert_int_equal(cfg.virtual_devices, 0);
+    const int twice[] = {1, 0, 1}, once[] = {2, 0, 1};
+    assert_int_equal(sdnn_config_check_devices(&cfg, once, 3), SDNN_OK);
+    assert_int_equal(sdnn_config_check_devices(&cfg, NULL, 3), SDNN_OK);
+    assert_int_equal(sdnn_config_check_devices(&cfg, twice, 2), SDNN_OK);
+    assert_int_equal(sdnn_config_check_devices(&cfg, twice, 3), SDNN_ERR_INVALID);
+    assert_msg_has("id 1 is listed twice (replicas 0 and 2)");
+    assert_msg_has("[scalednn] virtual=1");
+    free(parse_ok("[scalednn]\nvirtual=1\n", &cfg));
+    assert_int_equal(cfg.virtual_devices, 1);
+    assert_int_equal(sdnn_config_check_devices(&cfg, twice, 3), SDNN_OK);
+    parse_fails("[scalednn]\nvirtual=2\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] virtual=2");
+    assert_msg_has("expected 0 (each -gpus id once, as Darknet) or 1 (an id may repeat)");
+    parse_fails("[scalednn]\nvirtual=\n", SDNN_ERR_INVALID);
+}
+
 static void test_fix_1x1_delta_key(void **state)
 {
     (void)state;
@@ -952,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_two_sections),
         cmocka_unit_test(test_long_unknown_key_is_shortened),
         cmocka_unit_test(test_backend_keys),
+        cmocka_unit_test(test_virtual_key),
         cmocka_unit_test(test_fix_1x1_delta_key),
         cmocka_unit_test(test_engine_key),
         cmocka_unit_test(test_describe),

@@ -114,7 +114,8 @@ static void train_and_check(const char *cfg, const char *tag, int expect_bytes)
     snprintf(path, sizeof path, "%s/%s.log", g_dir, tag);
     char *log = tu_slurp(path);
     assert_non_null(log);
-    assert_non_null(strstr(log, "2 CPU replicas"));
+    assert_non_null(strstr(log, "engine cpu, 2 replicas"));
+    assert_non_null(strstr(log, "CPU replica, a thread of its own"));
     assert_non_null(strstr(log, "img/s"));
     free(log);
 }

@@ -178,6 +178,80 @@ static void test_gpu_stub_refuses(void **state)
     sdnn_network_free(net);
 }
 
+/* -gpus ids: the cpu engine only counts them (any list runs); in a build
+ * without a GPU engine, gpu refuses every list naming the build and how to
+ * get one; describe_device needs no instance. */
+static void test_resolve_on_devices(void **state)
+{
+    (void)state;
+    const sdnn_engine_ops *e = NULL;
+    char why[256], line[320];
+    const int ids[] = {5, 5, 1023};
+    assert_int_equal(sdnn_engine_resolve_on("cpu", ids, 3, &e, why, sizeof why), SDNN_OK);
+    assert_ptr_equal(e, &sdnn_engine_cpu);
+    assert_string_equal(why, "engine=cpu");
+    assert_true(sdnn_engine_cpu.available_on(ids, 3, NULL, 0));
+    sdnn_engine_describe_device(&sdnn_engine_cpu, 5, line, sizeof line);
+    assert_non_null(strstr(line, "CPU replica"));
+    assert_non_null(strstr(line, "only counts replicas"));
+    assert_non_null(strstr(line, "gemm: "));
+    /* NULL ids: the count alone, as sdnn_engine_resolve. */
+    assert_int_equal(sdnn_engine_resolve_on("cpu", NULL, 2, &e, NULL, 0), SDNN_OK);
+    assert_ptr_equal(e, &sdnn_engine_cpu);
+    assert_int_equal(sdnn_engine_resolve_on("tpu", ids, 3, &e, NULL, 0), SDNN_ERR_INVALID);
+    assert_null(e);
+    assert_non_null(strstr(sdnn_last_error(), "unknown engine 'tpu' (allowed: cpu, gpu, auto)"));
+    assert_int_equal(sdnn_engine_resolve_on("cpu", ids, 0, &e, NULL, 0), SDNN_ERR_INVALID);
+    /* An engine without describe_device: its id. */
+    sdnn_engine_ops bare = {.name = "bare"};
+    sdnn_engine_describe_device(&bare, 3, line, sizeof line);
+    assert_string_equal(line, "device 3");
+    if (sdnn_engine_gpu.available(1, NULL, 0)) skip();   /* a GPU build: tests/gpu */
+    assert_false(sdnn_engine_gpu.available_on(ids, 1, why, sizeof why));
+    assert_non_null(strstr(why, "this is a CPU build"));
+    assert_int_equal(sdnn_engine_resolve_on("gpu", ids, 2, &e, NULL, 0), SDNN_ERR_UNSUPPORTED);
+    assert_null(e);
+    const char *msg = sdnn_last_error();
+    assert_non_null(strstr(msg, "engine gpu cannot run 2 replicas here: this is a CPU build"));
+    assert_non_null(strstr(msg, "make GPU=1 (CUDA) or make GPU=sim (simulated devices)"));
+    assert_int_equal(sdnn_engine_resolve_on("auto", ids, 2, &e, why, sizeof why), SDNN_OK);
+    assert_ptr_equal(e, &sdnn_engine_cpu);
+    assert_non_null(strstr(why, "engine=auto: cpu (gpu: this is a CPU build"));
+    sdnn_engine_describe_device(&sdnn_engine_gpu, 0, line, sizeof line);
+    assert_non_null(strstr(line, "device 0: not usable (this is a CPU build"));
+}
+
+/* The trainer hands the ids to the engine and keeps them for the banner;
+ * an id twice without virtual=1 is refused before anything is made. */
+static void test_trainer_devices(void **state)
+{
+    (void)state;
+    network *nets[2] = {tu_parse(CFG), tu_parse(CFG)};
+    sdnn_config cfg = SDNN_CONFIG_INIT;
+    cfg.present = 1;
+    cfg.bucket_mb = 1.0;
+    const int ids[] = {3, 3};
+    sdnn_trainer_opts o = SDNN_TRAINER_OPTS_INIT;
+    o.devices = ids;
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create_opts(nets, 2, &cfg, &o, 0, &t), SDNN_ERR_INVALID);
+    assert_null(t);
+    assert_non_null(strstr(sdnn_last_error(), "id 3 is listed twice"));
+    cfg.virtual_devices = 1;
+    assert_int_equal(sdnn_trainer_create_opts(nets, 2, &cfg, &o, 0, &t), SDNN_OK);
+    assert_ptr_equal(sdnn_trainer_engine(t), &sdnn_engine_cpu);
+    assert_int_equal(sdnn_trainer_device(t, 0), 3);
+    assert_int_equal(sdnn_trainer_device(t, 1), 3);
+    sdnn_trainer_destroy(t);
+    /* Without ids: 0..n-1. */
+    assert_int_equal(sdnn_trainer_create(nets, 2, &cfg, 0, &t), SDNN_OK);
+    assert_int_equal(sdnn_trainer_device(t, 0), 0);
+    assert_int_equal(sdnn_trainer_device(t, 1), 1);
+    sdnn_trainer_destroy(t);
+    sdnn_network_free(nets[0]);
+    sdnn_network_free(nets[1]);
+}
+
 static void test_layout_fixed(void **state)
 {
     (void)state;
@@ -991,6 +1065,8 @@ int main(void)
         cmocka_unit_test(test_cpu_layer_ops),
         cmocka_unit_test(test_cpu_train_is_darknet),
         cmocka_unit_test(test_gpu_stub_refuses),
+        cmocka_unit_test(test_resolve_on_devices),
+        cmocka_unit_test(test_trainer_devices),
         cmocka_unit_test(test_layout_fixed),
         cmocka_unit_test(test_layout_plan),
         cmocka_unit_test(test_exchange_uses_layout),

@@ -11,15 +11,18 @@
 # one BLAS/OpenMP thread each, both runs of a seed at the same time. Every snapshot of both
 # (each EVERY iterations, and the final weights) is then scored by both `detector map`s on
 # the same validation list: ours (mAP@0.5 all-point) and the fork's (mAP@0.50,
-# area under the curve at each unique recall). Weights trained by the fork must score
-# within TOL_MAP (0.01) in both, and so must ours: exit 1 otherwise (or when a run fails).
-# The fork's map is also run on a copy of the cfg with nms_kind=default (plain IoU NMS, what
-# ours applies in `detector map` today): those two must agree within TOL_SAME (0.001).
+# area under the curve at each unique recall), both on the cfg as written, so both with the
+# NMS of its last [yolo] head's nms_kind/beta_nms (ours through sdnn_dialect_nms). Weights
+# trained by the fork must score within TOL_MAP (0.01) in both, and so must ours: exit 1
+# otherwise (or when a run fails). The fork's map is also run on a copy of the cfg with
+# nms_kind=default (plain IoU NMS); |fork - fork with nms_kind=default| is printed, not
+# checked: what the NMS kind alone moves the mAP, the size of the miss the TOL_MAP check
+# would see if ours ignored nms_kind (as it did before sdnn_dialect_nms: up to 0.0133).
 # Prints the per-snapshot table and the medians over seeds of mAP vs iterations.
 # SKIP_TRAIN=1 scores the snapshots already in WORK again without training.
 # Env: ITERS (1000), EVERY (100), SEEDS ("1 2 3"), LR (the cfg's), CFG, TOL_MAP (0.01),
 #      WORK (${TMPDIR:-/tmp}/scalednn-fork/train), NTRAIN (512), NVALID (64), SIZE (64: the images' width
-#      and height, to be the cfg's), TOL_SAME.
+#      and height, to be the cfg's).
 set -eu
 [ $# -ge 1 ] || { echo "usage: sh bench/fork/train.sh FORK_SOURCE [SRCDIR] [BUILDDIR]" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +32,6 @@ EVERY=${EVERY:-100}
 SEEDS=${SEEDS:-"1 2 3"}
 CFG=${CFG:-cfg/shapes-v4tiny.cfg}
 TOL_MAP=${TOL_MAP:-0.01}
-TOL_SAME=${TOL_SAME:-0.001}
 NTRAIN=${NTRAIN:-512}
 NVALID=${NVALID:-64}
 SIZE=${SIZE:-64}
@@ -92,7 +94,7 @@ map_fork() {   # weights data [cfg]
 }
 
 TAB=$WORK/maps.csv
-echo "seed,trainer,iteration,map_ours,map_fork,diff,map_fork_defaultnms,diff_defaultnms" > "$TAB"
+echo "seed,trainer,iteration,map_ours,map_fork,diff,map_fork_defaultnms,diff_nms_kind" > "$TAB"
 fail=0
 for s in $SEEDS; do
     for who in ours fork; do
@@ -107,12 +109,10 @@ for s in $SEEDS; do
                 echo "train.sh: $w: no mAP (ours '$mo', fork '$mf', fork default NMS '$md')"; fail=1
             else
                 d=$(awk -v a="$mo" -v b="$mf" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
-                d2=$(awk -v a="$mo" -v b="$md" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
+                d2=$(awk -v a="$mf" -v b="$md" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
                 echo "$s,$who,$i,$mo,$mf,$d,$md,$d2" >> "$TAB"
                 awk -v d="$d" -v t="$TOL_MAP" 'BEGIN { exit !(d > t) }' && {
                     echo "train.sh: $w: ours $mo vs the fork's $mf: over $TOL_MAP"; fail=1; }
-                awk -v d="$d2" -v t="$TOL_SAME" 'BEGIN { exit !(d > t) }' && {
-                    echo "train.sh: $w: ours $mo vs the fork's $md with nms_kind=default: over $TOL_SAME"; fail=1; }
             fi
             i=$((i + EVERY))
         done
@@ -121,7 +121,7 @@ done
 
 echo "fork commit: $COMMIT; cfg: $CFG, max_batches=$ITERS${LR:+, learning_rate=$LR}; seeds: $SEEDS"
 echo
-echo "| trainer | iteration | mAP (our map), median | min-max | the fork's map, median | max abs diff | the fork's map, nms_kind=default: max abs diff |"
+echo "| trainer | iteration | mAP (our map), median | min-max | the fork's map, median | max abs diff | the fork's map, cfg's NMS vs nms_kind=default: max abs diff |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 for who in ours fork; do
     i=$EVERY
@@ -138,4 +138,4 @@ for who in ours fork; do
 done
 echo "per snapshot: $TAB"
 if [ $fail -ne 0 ]; then echo "train.sh: FAIL"; exit 1; fi
-echo "train.sh: every snapshot's two mAPs within $TOL_MAP (within $TOL_SAME with the same NMS)"
+echo "train.sh: every snapshot's two mAPs within $TOL_MAP"

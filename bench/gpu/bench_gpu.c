@@ -1,6 +1,8 @@
 /*
- * bench_gpu: the GPU engine's benchmarks (prints tables; asserts nothing
- * about time, but every comm row carries a #wrong column from a check).
+ * bench_gpu: the GPU engine's benchmarks.  Each command ends with one
+ * "RESULT <command> key=value ..." line that bench/gpu/run.sh reads to
+ * assert the stated targets (the time targets are asserted there, not
+ * here); comm exits 3 when any row's #wrong is not 0.
  *
  *   bench_gpu bandwidth [-mb M]
  *       host->device and device->host copies from pinned and from pageable
@@ -91,6 +93,8 @@ static int bench_bandwidth(int argc, char **argv)
         printf("%-10s %10.2f %10.2f\n", names[m], gbs[m][0], gbs[m][1]);
     }
     printf("pinned/pageable: H2D %.2fx, D2H %.2fx\n", gbs[0][0] / gbs[1][0], gbs[0][1] / gbs[1][1]);
+    printf("RESULT bandwidth pinned_h2d=%.2f pinned_d2h=%.2f pageable_h2d=%.2f pageable_d2h=%.2f\n",
+           gbs[0][0], gbs[0][1], gbs[1][0], gbs[1][1]);
     sdnn_dfree(dev);
     sdnn_hfree_pinned(pinned);
     free(pageable);
@@ -246,6 +250,8 @@ static int bench_comm(int argc, char **argv)
     else
         printf("[\n");
     int first = 1;
+    long wrong_total = 0, checked = 0;
+    double best_busbw = 0;
     for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
         size_t n = bytes / 4;
         double t[7];
@@ -273,9 +279,12 @@ static int bench_comm(int argc, char **argv)
             sdnn_dcopy(ctx, 0, got, d[0], n * 4, 1);
             wrong = 0;
             for (size_t i = 0; i < n; ++i) wrong += memcmp(&got[i], &ref[i], 4) != 0;
+            wrong_total += wrong;
+            ++checked;
         }
         double tm = median(t, 7), alg = (double)bytes / tm / 1e9;
         double bus = W > 1 ? alg * 2.0 * (W - 1) / W : alg;
+        if (bus > best_busbw) best_busbw = bus;
         if (json)
             printf("%s  {\"backend\": \"%s\", \"ranks\": %d, \"codec\": \"%s\", \"size\": %zu, "
                    "\"time_us\": %.2f, \"algbw\": %.3f, \"busbw\": %.3f, \"wrong\": %ld}",
@@ -287,6 +296,8 @@ static int bench_comm(int argc, char **argv)
         first = 0;
     }
     if (json) printf("\n]\n");
+    printf("RESULT comm backend=%s ranks=%d codec=%s wrong=%ld checked_sizes=%ld busbw_max=%.3f\n",
+           backend, W, cname, wrong_total, checked, best_busbw);
     for (int r = 0; r < W; ++r) {
         sdnn_dfree(d[r]);
         free(h[r]);
@@ -297,7 +308,11 @@ static int bench_comm(int argc, char **argv)
     sdnn_comm_close(c);
     sdnn_comm_close(local);
     sdnn_dctx_destroy(ctx);
-    return 0;
+    if (!checked) {
+        fprintf(stderr, "comm: no size was checked (-max below 4 KiB)\n");
+        return 3;
+    }
+    return wrong_total ? 3 : 0;
 }
 
 int main(int argc, char **argv)

@@ -53,7 +53,7 @@ typedef struct sdnn_codec_params {
     double topk_ratio;     /* topk: fraction of entries kept, in (0, 1] */
 } sdnn_codec_params;
 
-#define SDNN_CODEC_PARAMS_INIT { 256, 0, 0, 0.01 }
+#define SDNN_CODEC_PARAMS_INIT { .int8_chunk = 256, .stochastic = 0, .seed = 0, .topk_ratio = 0.01 }
 
 typedef struct sdnn_codec_ops {
     const char *name;

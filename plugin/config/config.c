@@ -102,7 +102,7 @@ struct key_spec {
 };
 
 enum {
-    K_MODE, K_BACKEND, K_ENGINE, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
+    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
     K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
@@ -166,6 +166,11 @@ static const key_spec g_keys[N_KEYS] = {
         .key = "engine", .type = KT_NAME, F(engine), .check = check_engine,
         .names = sdnn_engine_names, .allowed = "an engine (%s) or auto",
         .help = "what trains the replicas; auto: gpu when it can run them, else cpu" },
+    [K_VIRTUAL] = {
+        .key = "virtual", .type = KT_BOOL, F(virtual_devices), .allowed = "0 or 1",
+        .expect = "0 (each -gpus id once, as Darknet) or 1 (an id may repeat)",
+        .help = "1: -gpus may name a device more than once (-gpus 0,0: two replicas on "
+            "device 0)" },
     [K_COMM_TIMEOUT] = {
         .key = "comm_timeout_s", .type = KT_NUM, F(comm_timeout_s), .lo = 0.0, .hi = 86400.0,
         .lo_open = 1, .allowed = "a number of seconds > 0 and <= 86400",
@@ -871,4 +876,17 @@ const char *sdnn_config_backend(const sdnn_config *cfg)
     /* mpirun (OpenMPI) tells every process the size of its world. */
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
     return ws && atoi(ws) > 1 ? "mpi" : "local";
+}
+
+sdnn_status sdnn_config_check_devices(const sdnn_config *cfg, const int *devices, int n)
+{
+    if (!devices || cfg->virtual_devices) return SDNN_OK;
+    for (int r = 1; r < n; ++r)
+        for (int q = 0; q < r; ++q)
+            if (devices[q] == devices[r])
+                return SDNN_ERROR(SDNN_ERR_INVALID,
+                                  "id %d is listed twice (replicas %d and %d): each device "
+                                  "once, or [scalednn] virtual=1 for several replicas on one "
+                                  "device", devices[r], q, r);
+    return SDNN_OK;
 }

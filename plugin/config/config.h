@@ -56,6 +56,8 @@ typedef struct sdnn_config {
                          * Debian's libdarknet does (0); see hooks.h */
     char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
+    int virtual_devices; /* virtual=0|1: 1 lets -gpus name a device more than
+                          * once (several replicas on one device) */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets (the key
@@ -68,7 +70,7 @@ typedef struct sdnn_config {
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1,         \
-      .engine = "cpu" }
+      .engine = "cpu", .virtual_devices = 0 }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {
@@ -99,6 +101,11 @@ void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
  * this process was started by mpirun in a world of more than one process
  * (OMPI_COMM_WORLD_SIZE > 1) and to "local" otherwise. */
 const char *sdnn_config_backend(const sdnn_config *cfg);
+
+/* The device ids of -gpus against virtual=: SDNN_OK, or SDNN_ERR_INVALID
+ * naming the first id listed twice when virtual=0 (each device once, as in
+ * Darknet; virtual=1 runs several replicas on one device). */
+sdnn_status sdnn_config_check_devices(const sdnn_config *cfg, const int *devices, int n);
 
 /* One line describing the settings, for the start-of-training banner:
  * the key table's shown keys that apply to cfg's codec, "key=value ...". */

@@ -135,15 +135,56 @@ static int eg_available(int ndev, char *why, size_t len)
 {
     int have = 0;
     if (!sdnn_gpu_available() || sdnn_gpu_device_count(&have) != SDNN_OK) have = 0;
-    if (have >= ndev && have > 0) {
-        /* Said with the result (gradcheck): on simulated devices it says so. */
-        if (why && len && sdnn_gpu_device_name(0, why, len) != SDNN_OK) why[0] = '\0';
-        return 1;
-    }
+    if (have >= ndev && have > 0) return 1;
     if (why && len)
         snprintf(why, len, "%d device%s for %d replica%s", have, have == 1 ? "" : "s", ndev,
                  ndev == 1 ? "" : "s");
     return 0;
+}
+
+/* Replica r on device devices[r]: every id below the device count, and
+ * either every replica on one device (the device ring) or each on its own
+ * (NCCL), as create() requires. */
+static int eg_available_on(const int *devices, int n, char *why, size_t len)
+{
+    int have = 0;
+    if (!sdnn_gpu_available() || sdnn_gpu_device_count(&have) != SDNN_OK) have = 0;
+    int same = 1, distinct = 1;
+    for (int r = 0; r < n; ++r) {
+        int d = devices ? devices[r] : r;
+        if (d < 0 || d >= have) {
+            if (why && len && have > 0)
+                snprintf(why, len, "%d device%s (ids 0..%d), and replica %d names device id %d",
+                         have, have == 1 ? "" : "s", have - 1, r, d);
+            else if (why && len)
+                snprintf(why, len, "no device (the GPU runtime found none), and replica %d names "
+                         "device id %d", r, d);
+            return 0;
+        }
+        int d0 = devices ? devices[0] : 0;
+        same &= d == d0;
+        for (int q = 0; q < r; ++q) distinct &= d != (devices ? devices[q] : q);
+    }
+    if (!same && !distinct) {
+        if (why && len)
+            snprintf(why, len, "replicas share some devices but not all (the device ring moves "
+                     "data within one device, NCCL between distinct ones): name one device for "
+                     "every replica, or each device once");
+        return 0;
+    }
+    return 1;
+}
+
+/* sdnn_gpu_device_name's line without its leading "N: ". */
+static void eg_describe_device(int dev, char *buf, size_t len)
+{
+    char line[256];
+    if (sdnn_gpu_device_name(dev, line, sizeof line) != SDNN_OK) {
+        snprintf(buf, len, "%s", sdnn_last_error());   /* names the device */
+        return;
+    }
+    const char *p = strchr(line, ':');
+    snprintf(buf, len, "%s", p && p[1] == ' ' ? p + 2 : line);
 }
 
 /* ---- creation ---------------------------------------------------------------------- */
@@ -1084,4 +1125,6 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .buf_write = eg_buf_write,
     .set_timeline = eg_set_timeline,
     .nonfinite_at = eg_nonfinite_at,
+    .available_on = eg_available_on,
+    .describe_device = eg_describe_device,
 };

@@ -4,10 +4,12 @@
  * included).  Buffers are host memory; pull and push have nothing to move.
  */
 #include "engine.h"
+#include "blas.h"
 #include "hooks.h"
 #include "replicas.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,20 @@ static int cpu_available(int ndev, char *why, size_t len)
 {
     (void)ndev; (void)why; (void)len;
     return 1;
+}
+
+/* The ids of -gpus only count the replicas: any list runs. */
+static int cpu_available_on(const int *devices, int n, char *why, size_t len)
+{
+    (void)devices;
+    return cpu_available(n, why, len);
+}
+
+static void cpu_describe_device(int dev, char *buf, size_t len)
+{
+    (void)dev;   /* an id names no device here */
+    snprintf(buf, len, "CPU replica, a thread of its own (a -gpus id only counts replicas); "
+             "gemm: %s", sdnn_blas_name());
 }
 
 static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
@@ -251,4 +267,6 @@ const sdnn_engine_ops sdnn_engine_cpu = {
     .buf_write = cpu_buf_write,
     .set_timeline = NULL,     /* the hooks record the replicas' spans */
     .nonfinite_at = NULL,     /* pack() checks at once */
+    .available_on = cpu_available_on,
+    .describe_device = cpu_describe_device,
 };

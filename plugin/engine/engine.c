@@ -77,6 +77,65 @@ sdnn_status sdnn_engine_resolve(const char *name, int ndev, const sdnn_engine_op
     return SDNN_OK;
 }
 
+/* What engine e says about running n replicas on `devices` (NULL: 0..n-1). */
+static int can_run(const sdnn_engine_ops *e, const int *devices, int n, char *why, size_t len)
+{
+    if (devices && e->available_on) return e->available_on(devices, n, why, len);
+    return e->available(n, why, len);
+}
+
+/* "0,2,3" */
+static void list_ids(const int *devices, int n, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n; ++r) {
+        int w = snprintf(buf + at, len - at, "%s%d", r ? "," : "", devices ? devices[r] : r);
+        if (w < 0 || (size_t)w >= len - at) break;
+        at += (size_t)w;
+    }
+}
+
+sdnn_status sdnn_engine_resolve_on(const char *name, const int *devices, int n,
+                                   const sdnn_engine_ops **out, char *why, size_t len)
+{
+    if (!devices) return sdnn_engine_resolve(name, n, out, why, len);
+    *out = NULL;
+    if (why && len) why[0] = '\0';
+    if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "an engine needs at least one replica");
+    char reason[256] = "", ids[128];
+    list_ids(devices, n, ids, sizeof ids);
+    if (name && strcmp(name, "auto") == 0) {
+        const sdnn_engine_ops *gpu = sdnn_engine_find("gpu");
+        const sdnn_engine_ops *cpu = sdnn_engine_find("cpu");
+        if (gpu && can_run(gpu, devices, n, reason, sizeof reason)) {
+            *out = gpu;
+            if (why) snprintf(why, len, "engine=auto: gpu (device%s %s)", n == 1 ? "" : "s", ids);
+        } else {
+            *out = cpu;
+            if (why) snprintf(why, len, "engine=auto: cpu (gpu: %s)", reason[0] ? reason : "unavailable");
+        }
+        return SDNN_OK;
+    }
+    const sdnn_engine_ops *e = sdnn_engine_find(name);
+    if (!e)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "unknown engine '%s' (allowed: %s, auto)",
+                          name ? name : "(null)", sdnn_engine_names());
+    if (!can_run(e, devices, n, reason, sizeof reason))
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "engine %s cannot run %d replica%s here: %s",
+                          e->name, n, n == 1 ? "" : "s", reason[0] ? reason : "unavailable");
+    *out = e;
+    if (why) snprintf(why, len, "engine=%s", e->name);
+    return SDNN_OK;
+}
+
+void sdnn_engine_describe_device(const sdnn_engine_ops *engine, int dev, char *buf, size_t len)
+{
+    if (!buf || !len) return;
+    if (engine && engine->describe_device) engine->describe_device(dev, buf, len);
+    else snprintf(buf, len, "device %d", dev);
+}
+
 sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,
                                const sdnn_engine_opts *o, sdnn_engine **out)
 {

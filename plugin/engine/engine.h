@@ -12,7 +12,9 @@
  *         bit for bit.  Buffers are host memory.
  *   gpu   the device engine of plugin/cuda (one virtual device per replica);
  *         buffers are device memory, the host networks are the model's
- *         owner and are brought up to date with pull().
+ *         owner and are brought up to date with pull().  Replica r runs on
+ *         device opts.devices[r] (-gpus 0,2,3; a device named twice holds
+ *         two replicas, [scalednn] virtual=1).
  *
  * Replicas and threads.  The caller runs replica r's train() in a thread of
  * its own (one per replica, the same thread every step); the engine calls
@@ -219,6 +221,21 @@ typedef struct sdnn_engine_ops {
      * gives (iteration, layer, tensor[element], replica).  May be NULL (a
      * host engine checks at once; the exchange reports sync's message). */
     int (*nonfinite_at)(sdnn_engine *e, int r, int *layer, sdnn_engine_bad *bad);
+
+    /* Added for device ids (issue 14, -gpus names devices): */
+    /* 1 when this build and machine can run replica r on device devices[r]
+     * for every r < n (gpu: a runtime whose device count is past every id,
+     * and a placement the engine supports); else 0 and, when why != NULL,
+     * the reason, naming the id and the count.  Duplicate ids are several
+     * replicas on one device (the caller allows them: virtual=1).  A host
+     * engine ignores the ids (they only count replicas).  May be NULL:
+     * available(n) decides. */
+    int (*available_on)(const int *devices, int n, char *why, size_t len);
+    /* One line about device `dev` as replica r's banner shows it, with no
+     * instance (before or without create): gpu "NVIDIA H200, sm_90, ...,
+     * 139.8 GiB" or "simulated device 1 (...)"; cpu the CPU replica and
+     * its gemm.  Never fails: a device it cannot describe says why. */
+    void (*describe_device)(int dev, char *buf, size_t len);
 } sdnn_engine_ops;
 
 struct sdnn_engine {
@@ -246,6 +263,14 @@ const char *sdnn_engine_names(void);
  * the one line said at start. */
 sdnn_status sdnn_engine_resolve(const char *name, int ndev, const sdnn_engine_ops **out,
                                 char *why, size_t len);
+/* The same for replicas on the devices devices[0..n) (-gpus 0,2,3; NULL:
+ * 0..n-1): an engine is available when available_on says so (available(n)
+ * where it has no available_on); the reason names the id and the count. */
+sdnn_status sdnn_engine_resolve_on(const char *name, const int *devices, int n,
+                                   const sdnn_engine_ops **out, char *why, size_t len);
+/* engine->describe_device(dev, ...), or "device DEV" where the engine has
+ * none. */
+void sdnn_engine_describe_device(const sdnn_engine_ops *engine, int dev, char *buf, size_t len);
 
 /* Create / destroy an engine instance. */
 sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,

@@ -54,7 +54,7 @@ typedef struct sdnn_plan_opts {
     double codec_gain_min;
 } sdnn_plan_opts;
 
-#define SDNN_PLAN_OPTS_INIT { 0.0, 0.0, 0.05 }
+#define SDNN_PLAN_OPTS_INIT { .min_bucket_bytes = 0.0, .compress_min_bytes = 0.0, .codec_gain_min = 0.05 }
 
 typedef struct sdnn_plan {
     int nb;

@@ -29,7 +29,7 @@ typedef struct sdnn_profile_opts {
                          * instead of random ones */
 } sdnn_profile_opts;
 
-#define SDNN_PROFILE_OPTS_INIT { 5, 1, 1, NULL }
+#define SDNN_PROFILE_OPTS_INIT { .iters = 5, .warmup = 1, .seed = 1, .input = NULL }
 
 /*
  * Time every layer of `net` on an input batch (net->batch images, random or o->input,

@@ -51,6 +51,7 @@ struct sdnn_trainer {
     sdnn_timeline *tl;     /* timeline=, NULL without */
     int hooked;            /* the replicas' layers call back into the step */
     sdnn_engine *eng;      /* what trains the replicas (engine.h) */
+    int *devices;          /* replica r's device id (the caller's list, or 0..n-1) */
     worker *w;
     int nthreads;
 
@@ -138,6 +139,7 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     }
     if (t->own) sdnn_replicas_free(t->nets, t->n);
     free(t->w);
+    free(t->devices);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->go);
     pthread_cond_destroy(&t->done);
@@ -189,13 +191,14 @@ static sdnn_status average_bn_world(sdnn_trainer *t)
     return SDNN_OK;
 }
 
-static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
+static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
                           const sdnn_config *cfg, int own, sdnn_trainer **out);
 
 sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, int own,
                                 sdnn_trainer **out)
 {
-    return create(NULL, nets, n, cfg, own, out);
+    sdnn_trainer_opts o = SDNN_TRAINER_OPTS_INIT;
+    return create(&o, nets, n, cfg, own, out);
 }
 
 sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **nets, int n,
@@ -203,15 +206,25 @@ sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **ne
 {
     *out = NULL;
     if (!engine) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_trainer_create_with needs an engine");
-    return create(engine, nets, n, cfg, own, out);
+    sdnn_trainer_opts o = SDNN_TRAINER_OPTS_INIT;
+    o.engine = engine;
+    return create(&o, nets, n, cfg, own, out);
 }
 
-/* given: the engine to use, NULL: the one cfg->engine resolves to. */
-static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
+sdnn_status sdnn_trainer_create_opts(network **nets, int n, const sdnn_config *cfg,
+                                     const sdnn_trainer_opts *opts, int own, sdnn_trainer **out)
+{
+    sdnn_trainer_opts o = SDNN_TRAINER_OPTS_INIT;
+    return create(opts ? opts : &o, nets, n, cfg, own, out);
+}
+
+/* o->engine: the engine to use, NULL: the one cfg->engine resolves to. */
+static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
                           const sdnn_config *cfg, int own, sdnn_trainer **out)
 {
     *out = NULL;
     if (n < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "need at least one replica");
+    SDNN_CHECK(sdnn_config_check_devices(cfg, o->devices, n));
     sdnn_trainer *t = calloc(1, sizeof *t);
     if (!t) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
     pthread_mutex_init(&t->mu, NULL);
@@ -221,6 +234,12 @@ static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
     t->n = n;
     t->cfg = *cfg;
     sdnn_status st = SDNN_OK;
+    t->devices = malloc((size_t)n * sizeof *t->devices);
+    if (!t->devices) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
+        goto fail;
+    }
+    for (int r = 0; r < n; ++r) t->devices[r] = o->devices ? o->devices[r] : r;
     /* The backend first: the world it spans sets the learning rate.  Stock
      * mode needs one only between processes (its local sync is stock.c). */
     const char *backend = sdnn_config_backend(cfg);
@@ -285,10 +304,11 @@ static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
     /* scalednn mode needs the hooks; stock mode for a timeline or for the
      * 1x1 delta fix on a network that has the pattern. */
     {
-        const sdnn_engine_ops *eops = given;
+        const sdnn_engine_ops *eops = o->engine;
         char why[320];
         if (!eops) {
-            SDNN_CHECKGOTO(sdnn_engine_resolve(cfg->engine, n, &eops, why, sizeof why), st, fail);
+            SDNN_CHECKGOTO(sdnn_engine_resolve_on(cfg->engine, o->devices, n, &eops, why,
+                                                  sizeof why), st, fail);
             if (strcmp(cfg->engine, "auto") == 0 && sdnn_trainer_rank(t) == 0)
                 fprintf(stderr, "scalednn: %s\n", why);
         }
@@ -296,6 +316,7 @@ static sdnn_status create(const sdnn_engine_ops *given, network **nets, int n,
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
         eo.hook_forward = t->tl != NULL || t->ap != NULL;
         eo.hooks = cfg->mode == SDNN_MODE_SCALEDNN || t->tl != NULL;
+        eo.devices = t->devices;
         SDNN_CHECKGOTO(sdnn_engine_create(eops, nets, n, &eo, &t->eng), st, fail);
         t->hooked = eo.hooks || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0);
         if (t->eng->ops->set_timeline) t->eng->ops->set_timeline(t->eng, t->tl);
@@ -348,6 +369,8 @@ fail:
 }
 
 int sdnn_trainer_replicas(const sdnn_trainer *t) { return t->n; }
+const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t) { return t->eng->ops; }
+int sdnn_trainer_device(const sdnn_trainer *t, int r) { return t->devices[r]; }
 network *sdnn_trainer_net(sdnn_trainer *t, int r) { return t->nets[r]; }
 network **sdnn_trainer_nets(sdnn_trainer *t) { return t->nets; }
 const sdnn_exchange *sdnn_trainer_exchange(const sdnn_trainer *t) { return t->ex; }

@@ -43,7 +43,27 @@ sdnn_status sdnn_trainer_create(network **nets, int n, const sdnn_config *cfg, i
  * (an engine outside the registry: tests that wrap an engine's table). */
 sdnn_status sdnn_trainer_create_with(const sdnn_engine_ops *engine, network **nets, int n,
                                      const sdnn_config *cfg, int own, sdnn_trainer **out);
+
+/* What a trainer is made with beside the replicas and the cfg. */
+typedef struct sdnn_trainer_opts {
+    const sdnn_engine_ops *engine; /* NULL: the one cfg->engine resolves to */
+    const int *devices;            /* replica r's device id (the command line's ids; copied);
+                                    * NULL: 0..n-1.  A device engine runs replica
+                                    * r there; a host engine only counts them.
+                                    * An id listed twice needs cfg virtual=1. */
+} sdnn_trainer_opts;
+
+#define SDNN_TRAINER_OPTS_INIT { .engine = NULL, .devices = NULL }
+
+/* sdnn_trainer_create with opts (NULL: SDNN_TRAINER_OPTS_INIT). */
+sdnn_status sdnn_trainer_create_opts(network **nets, int n, const sdnn_config *cfg,
+                                     const sdnn_trainer_opts *opts, int own, sdnn_trainer **out);
 void sdnn_trainer_destroy(sdnn_trainer *t);
+
+/* The engine that trains the replicas (the banner describes its devices),
+ * and replica r's device id (opts.devices[r], else r). */
+const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t);
+int sdnn_trainer_device(const sdnn_trainer *t, int r);
 
 int sdnn_trainer_replicas(const sdnn_trainer *t);
 network *sdnn_trainer_net(sdnn_trainer *t, int r);

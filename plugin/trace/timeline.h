@@ -75,7 +75,7 @@ typedef struct sdnn_timeline_opts {
     int rank;              /* the process's rank: pid rank + 1, named "scalednn rank R" */
 } sdnn_timeline_opts;
 
-#define SDNN_TIMELINE_OPTS_INIT { (size_t)1 << 15, 100, 0 }
+#define SDNN_TIMELINE_OPTS_INIT { .capacity = (size_t)1 << 15, .period_ms = 100, .rank = 0 }
 
 /* Create `path` and start the writer.  nreplicas sets the tracks; opts may
  * be NULL (defaults).  SDNN_ERR_IO names the file and the timeline= key. */

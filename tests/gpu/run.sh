@@ -11,16 +11,29 @@
 #                                   (default "none 11 23"; --asan: "17"):
 #                                   "none" runs without SDNN_SIM_JITTER
 #   sh tests/gpu/run.sh --prepare   where Debian's darknet is installed:
-#                                   copy libdarknet.so, darknet.h and the
-#                                   Debian cfgs the tests use into
-#                                   tests/gpu/bundle, for a GPU machine
-#                                   without Debian packages
+#                                   sh scripts/gpu_bundle.sh gpu-bundle (the
+#                                   folder a GPU machine without Debian
+#                                   packages needs; then SDNN_BUNDLE=gpu-bundle
+#                                   there, or sh tests/gpu/h200.sh)
 #   sh tests/gpu/run.sh --no-build  run what build/gpu already holds
 #
 # Run from the repository root.  Self-checking: every program counts its
-# failed checks and exits non-zero on any; this script exits with the
-# number of programs that failed (0 = all passed).  Logs go to $OUT (when
-# set, as on the lent GPU machine) or build/gpu/logs (build-sim/logs).
+# failed checks and exits non-zero on any; this script runs every program
+# even after one fails, prints one line per program (name, ok or FAILED,
+# seconds, its "N passed, M failed" count) and exits with the number of
+# programs that failed (0 = all passed).  Logs go to $OUT (when set, as on
+# the lent GPU machine) or build/gpu/logs (build-sim/logs).
+#
+# Environment:
+#   SDNN_BUNDLE=DIR            the Darknet side from scripts/gpu_bundle.sh's
+#                              folder (the lent machine; --device sim too)
+#   SDNN_GPU_TEST_BUDGET_S     seconds for all programs together (default
+#                              300): each program's timeout is its own limit
+#                              below or what is left, whichever is less; a
+#                              program with nothing left is FAILED, not run
+#   SDNN_GPU_FAIL="a b"        programs replaced by a deliberate failure
+#                              (checks this script's reporting)
+#   SDNN_GPU_ONLY="a b"        run only these programs
 #
 # Results on simulated devices show the engine's host logic, ordering and
 # arithmetic, never the CUDA kernels, cuDNN or real NCCL.
@@ -89,6 +102,24 @@ cuda|sim) ;;
 esac
 
 if [ "$DEVICE" = sim ]; then
+    if [ -n "${SDNN_BUNDLE:-}" ]; then
+        # The lent machine's layout on simulated devices: libdarknet, the
+        # OpenCV stand-ins, the image loader and OpenBLAS from the bundle.
+        sdnn_bundle_env || exit 100
+        SDNN_SIM_MAKE_EXTRA="DARKNET_HOME=$SDNN_DARKNET_HOME $SDNN_BLAS_ARG"
+        SDNN_SIM_BUILD=${SDNN_SIM_BUILD:-build-sim-bundle}
+        export SDNN_SIM_MAKE_EXTRA SDNN_SIM_BUILD
+        if [ "$ASAN" = 1 ]; then
+            # ASan's runtime must come first: no preload (the programs of
+            # tests/gpu make their batches in memory and load no image).
+            SDNN_IMGLOAD=
+        else
+            # Everything below (also ./darknet in the trainer's checks)
+            # reads images through the bundle's stb_image loader.
+            LD_PRELOAD=$SDNN_IMGLOAD
+            export LD_PRELOAD
+        fi
+    fi
     exec sh tests/gpu/run_sim.sh "$ASAN" "$BUILD_IT"
 fi
 
@@ -115,7 +146,10 @@ fi
 
 BIN=build/gpu/tests/gpu
 failed=0
+ran=" "
 summary=""
+total_start=$(date +%s)
+DEADLINE=$(( total_start + ${SDNN_GPU_TEST_BUDGET_S:-300} ))
 # At most a few files under $OUT (the lent machine returns 8): every
 # program's output goes to one log, its stderr (Darknet's layer tables and
 # YOLO status lines) to another.
@@ -125,21 +159,43 @@ ERR=$LOGS/gpu-tests.err
 : >"$ERR"
 run() {  # name timeout args...
     name=$1; limit=$2; shift 2
+    case "$ran" in *" $name "*) return ;; esac
+    ran="$ran$name "
+    if [ -n "${SDNN_GPU_ONLY:-}" ]; then
+        case " $SDNN_GPU_ONLY " in *" $name "*) ;; *) return ;; esac
+    fi
     start=$(date +%s)
+    left=$(( DEADLINE - start ))
     echo "==== $name" >>"$LOG"
     echo "==== $name" >>"$ERR"
-    timeout "$limit" "$BIN/$name" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
-    rc=$?
+    if [ "$left" -lt 1 ]; then
+        rc=125
+        echo "$name: not run: the budget of ${SDNN_GPU_TEST_BUDGET_S:-300} s is spent" >"$LOGS/.cur.log"
+    else
+        [ "$limit" -gt "$left" ] && limit=$left
+        case " ${SDNN_GPU_FAIL:-} " in
+        *" $name "*)
+            sh -c 'echo "$1: FAIL: a deliberate failure (SDNN_GPU_FAIL)"; exit 1' sh "$name" >"$LOGS/.cur.log" 2>>"$ERR" ;;
+        *)
+            timeout "$limit" env ${SDNN_IMGLOAD:+LD_PRELOAD=$SDNN_IMGLOAD} "$BIN/$name" "$@" >"$LOGS/.cur.log" 2>>"$ERR" ;;
+        esac
+        rc=$?
+    fi
     cat "$LOGS/.cur.log" >>"$LOG"
     secs=$(( $(date +%s) - start ))
-    grep -E "FAIL|passed" "$LOGS/.cur.log" | tail -25
+    key=$(grep -E "passed" "$LOGS/.cur.log" | tail -1)
     if [ $rc -ne 0 ]; then
+        grep -E "FAIL|not run" "$LOGS/.cur.log" | head -20
         failed=$((failed + 1))
-        [ $rc -eq 124 ] && echo "$name: timed out after $limit s"
-        summary="$summary $name:FAILED($rc,${secs}s)"
+        [ $rc -eq 124 ] && key="timed out after $limit s${key:+; $key}"
+        [ $rc -eq 125 ] && key="not run: the budget is spent"
+        line=$(printf '%-12s FAILED %4d s  rc=%d %s' "$name" "$secs" "$rc" "$key")
     else
-        summary="$summary $name:ok(${secs}s)"
+        line=$(printf '%-12s ok     %4d s  %s' "$name" "$secs" "$key")
     fi
+    echo "$line"
+    summary="$summary$line
+"
     rm -f "$LOGS/.cur.log"
 }
 
@@ -162,6 +218,13 @@ run group_fail 120
 run memory 60
 run wide 180
 run convpick 30
-echo "tests/gpu:$summary" | tee -a "$LOG"
-echo "tests/gpu: $failed program(s) failed" | tee -a "$LOG"
+# A program of tests/gpu that the list above does not name still runs.
+for src in tests/gpu/*.c; do
+    run "$(basename "$src" .c)" 120
+done
+{
+    echo "== tests/gpu summary (device cuda)"
+    printf '%s' "$summary"
+    echo "tests/gpu: $failed program(s) failed, $(( $(date +%s) - total_start )) s"
+} | tee -a "$LOG"
 exit $failed

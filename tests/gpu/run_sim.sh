@@ -7,12 +7,18 @@
 #
 # What passes here is the engine's host logic, ordering and arithmetic on
 # simulated devices, never the CUDA kernels, cuDNN or real NCCL.
+#
+# From run.sh with SDNN_BUNDLE: SDNN_SIM_MAKE_EXTRA (DARKNET_HOME=bundle,
+# BLAS=), SDNN_SIM_BUILD (build-sim-bundle), SDNN_IMGLOAD (preloaded into
+# every program) and the bundle's LD_LIBRARY_PATH.  SDNN_GPU_FAIL="a b"
+# replaces those programs by a deliberate failure; SDNN_GPU_ONLY="a b" runs
+# only those.
 set -u
 ASAN=$1
 BUILD_IT=$2
 if [ "$ASAN" = 1 ]; then
-    B=build-sim-asan
-    MAKE_ARGS="GPU=sim SAN=1 BUILD=$B"
+    B=${SDNN_SIM_BUILD:-build-sim}-asan
+    MAKE_ARGS="GPU=sim SAN=1 BUILD=$B ${SDNN_SIM_MAKE_EXTRA:-}"
     SEEDS=${SDNN_SIM_SEEDS:-17}
     ROOT=$(pwd)
     LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
@@ -21,8 +27,8 @@ if [ "$ASAN" = 1 ]; then
     export LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
     SLOW=4
 else
-    B=build-sim
-    MAKE_ARGS="GPU=sim BUILD=$B"
+    B=${SDNN_SIM_BUILD:-build-sim}
+    MAKE_ARGS="GPU=sim BUILD=$B ${SDNN_SIM_MAKE_EXTRA:-}"
     SEEDS=${SDNN_SIM_SEEDS:-none 11 23}
     SLOW=1
 fi
@@ -40,8 +46,9 @@ if [ "$BUILD_IT" = 1 ]; then
     echo "build ($MAKE_ARGS): $(( $(date +%s) - start )) s"
 fi
 
-if [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
-else SDNN_DEBIAN_CFG=$(pwd)/tests/gpu/bundle/cfg; fi
+if [ -n "${SDNN_DEBIAN_CFG:-}" ]; then :
+elif [ -d /usr/share/darknet/cfg ]; then SDNN_DEBIAN_CFG=/usr/share/darknet/cfg
+else SDNN_DEBIAN_CFG=$(pwd)/gpu-bundle/darknet/cfg; fi
 export SDNN_DEBIAN_CFG
 SDNN_SIM_DEVICES="${SDNN_SIM_DEVICES:-4}"
 export SDNN_SIM_DEVICES
@@ -53,17 +60,30 @@ ERR=$LOGS/sim-tests.err
 : >"$ERR"
 failed=0
 total_start=$(date +%s)
+sdnn_run_prog() {  # timeout program args...
+    t=$1; p=$2; shift 2
+    if [ "$p" = sdnn_injected_failure ]; then
+        echo "$name: FAIL: a deliberate failure (SDNN_GPU_FAIL)"
+        return 1
+    fi
+    timeout "$t" env ${SDNN_IMGLOAD:+LD_PRELOAD=$SDNN_IMGLOAD} "$p" "$@"
+}
 run() {  # name timeout args...
     name=$1; limit=$(( $2 * SLOW )); shift 2
+    if [ -n "${SDNN_GPU_ONLY:-}" ]; then
+        case " $SDNN_GPU_ONLY " in *" $name "*) ;; *) return ;; esac
+    fi
     start=$(date +%s)
     bad=""
+    prog=$BIN/$name
+    case " ${SDNN_GPU_FAIL:-} " in *" $name "*) prog=sdnn_injected_failure ;; esac
     for seed in $SEEDS; do
         echo "==== $name (jitter $seed)" >>"$LOG"
         echo "==== $name (jitter $seed)" >>"$ERR"
         if [ "$seed" = none ]; then
-            ( unset SDNN_SIM_JITTER; timeout "$limit" "$BIN/$name" "$@" ) >"$LOGS/.cur.log" 2>>"$ERR"
+            ( unset SDNN_SIM_JITTER; sdnn_run_prog "$limit" "$prog" "$@" ) >"$LOGS/.cur.log" 2>>"$ERR"
         else
-            SDNN_SIM_JITTER=$seed timeout "$limit" "$BIN/$name" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
+            SDNN_SIM_JITTER=$seed sdnn_run_prog "$limit" "$prog" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
         fi
         rc=$?
         cat "$LOGS/.cur.log" >>"$LOG"
@@ -102,6 +122,18 @@ else
     grep FAIL "$LOGS/.cur.log" | head -10
     failed=$((failed + 1))
     echo "cli_sim: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+fi
+cat "$LOGS/.cur.log" >>"$LOG"
+rm -f "$LOGS/.cur.log"
+# -gpus names devices: ids past the count, virtual=1, the banner, a layer
+# the engine does not run.
+start=$(date +%s)
+if SLOW=$SLOW sh tests/gpu/cli_devices.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+    echo "cli_devices: ok on simulated devices ($(grep -c '^cli_devices: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+else
+    grep FAIL "$LOGS/.cur.log" | head -10
+    failed=$((failed + 1))
+    echo "cli_devices: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
 fi
 cat "$LOGS/.cur.log" >>"$LOG"
 rm -f "$LOGS/.cur.log"
