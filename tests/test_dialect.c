@@ -274,6 +274,25 @@ static void test_plain_cfg_untouched(void **state)
     "[net]\nbatch=" #b "\nsubdivisions=1\nwidth=" #hw "\nheight=" #hw "\nchannels=3\n" \
     "momentum=0.9\ndecay=0.0005\nlearning_rate=0.01\n"
 
+/* scalednn gradcheck of `text` (12 samples a layer): nlayers checked, each
+ * with at least 4 samples and its median below its threshold. */
+static void gradcheck_passes(const char *name, const char *text, int nlayers)
+{
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = 12;
+    sdnn_gradcheck_report r;
+    sdnn_status st = sdnn_gradcheck_text(name, text, &o, &r);
+    if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
+    sdnn_gradcheck_print(&r, stdout);
+    assert_int_equal(r.nlayers, nlayers);
+    for (int k = 0; k < r.nlayers; ++k) {
+        assert_true(r.layer[k].samples >= 4);
+        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
+    }
+    assert_int_equal(r.failed, 0);
+    sdnn_gradcheck_report_free(&r);
+}
+
 /* scalednn gradcheck through the trainer on every layer the dialect
  * activations are built on. */
 static void test_gradcheck_dialect_layers(void **state)
@@ -285,19 +304,7 @@ static void test_gradcheck_dialect_layers(void **state)
         "[shortcut]\nfrom=-2\nactivation=mish\n"
         "[connected]\noutput=4\nactivation=swish\n"
         "[cost]\ntype=sse\n";
-    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
-    o.samples = 12;
-    sdnn_gradcheck_report r;
-    sdnn_status st = sdnn_gradcheck_text("dialect.cfg", text, &o, &r);
-    if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
-    sdnn_gradcheck_print(&r, stdout);
-    assert_int_equal(r.nlayers, 3);
-    for (int k = 0; k < r.nlayers; ++k) {
-        assert_true(r.layer[k].samples >= 4);
-        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
-    }
-    assert_int_equal(r.failed, 0);
-    sdnn_gradcheck_report_free(&r);
+    gradcheck_passes("dialect.cfg", text, 3);
 }
 
 /* A grouped route is slice group_id of the routed layer's channels, has no
@@ -358,19 +365,7 @@ static void test_gradcheck_grouped_route(void **state)
         "[route]\nlayers=-1,-3\n"
         "[convolutional]\nfilters=2\nsize=1\nactivation=linear\n"
         "[cost]\ntype=sse\n";
-    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
-    o.samples = 12;
-    sdnn_gradcheck_report r;
-    sdnn_status st = sdnn_gradcheck_text("grouped.cfg", text, &o, &r);
-    if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
-    sdnn_gradcheck_print(&r, stdout);
-    assert_int_equal(r.nlayers, 3);
-    for (int k = 0; k < r.nlayers; ++k) {
-        assert_true(r.layer[k].samples >= 4);
-        assert_true(r.layer[k].median_rel <= r.layer[k].threshold);
-    }
-    assert_int_equal(r.failed, 0);
-    sdnn_gradcheck_report_free(&r);
+    gradcheck_passes("grouped.cfg", text, 3);
 }
 
 static void test_grouped_route_refusals(void **state)

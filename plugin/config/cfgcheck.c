@@ -885,6 +885,21 @@ static sdnn_status check_layers(checker *c)
     return st;
 }
 
+/* Every check of `text` on a checker set up by the caller; frees what the
+ * checks allocate (the caller's output fields stay). */
+static sdnn_status run_checker(checker *c, const char *text)
+{
+    c->buf = strdup(text);
+    if (!c->buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", c->name);
+    sdnn_status st = read_lines(c);
+    if (st == SDNN_OK) st = check_dialect(c);
+    if (st == SDNN_OK) st = check_layers(c);
+    free(c->buf);
+    free(c->kvs);
+    free(c->secs);
+    return st;
+}
+
 sdnn_status sdnn_cfg_check_text(const char *name, const char *text)
 {
     return sdnn_cfg_check_text_max(name, text, (double)INT_MAX);
@@ -894,15 +909,7 @@ sdnn_status sdnn_cfg_check_text_max(const char *name, const char *text, double m
 {
     if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_check_text: no text");
     checker c = {.name = name, .max_floats = max_floats, .batch = 1};
-    c.buf = strdup(text);
-    if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
-    sdnn_status st = read_lines(&c);
-    if (st == SDNN_OK) st = check_dialect(&c);
-    if (st == SDNN_OK) st = check_layers(&c);
-    free(c.buf);
-    free(c.kvs);
-    free(c.secs);
-    return st;
+    return run_checker(&c, text);
 }
 
 sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, int max, int *n)
@@ -910,15 +917,8 @@ sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, in
     if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_channels: no text");
     checker c = {.name = name, .max_floats = (double)INT_MAX, .batch = 1, .chan_out = chan,
                  .chan_max = max};
-    c.buf = strdup(text);
-    if (!c.buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "%s: no memory to check the cfg", name);
-    sdnn_status st = read_lines(&c);
-    if (st == SDNN_OK) st = check_dialect(&c);
-    if (st == SDNN_OK) st = check_layers(&c);
+    sdnn_status st = run_checker(&c, text);
     *n = c.nlayers_out;
-    free(c.buf);
-    free(c.kvs);
-    free(c.secs);
     return st;
 }
 

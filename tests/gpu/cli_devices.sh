@@ -22,26 +22,10 @@
 # On simulated devices this is the engine's host logic, never the kernels.
 set -u
 B=${1:-build-sim}
-ROOT=$(pwd)
-BIN=$ROOT/$B/darknet
 SLOW=${SLOW:-1}
-W=$(mktemp -d "${TMPDIR:-/tmp}/sdnn-cli-devices-XXXXXX")
-failed=0
 checks=0
-say() { echo "cli_devices: $*"; }
-bad() { say "FAIL $*"; failed=$((failed + 1)); }
-
-if [ ! -x "$BIN" ]; then
-    bad "no $BIN (make GPU=sim BUILD=$B first)"
-    exit 1
-fi
-SDNN_SIM_DEVICES=2
-export SDNN_SIM_DEVICES
-"$BIN" scalednn gen-shapes "$W/shapes" -n 16 -valid 4 -seed 3 >"$W/gen.log" 2>&1 ||
-    { bad "gen-shapes failed ($W/gen.log)"; exit 1; }
-printf 'classes=4\ntrain=%s/shapes/train.txt\nvalid=%s/shapes/valid.txt\nnames=%s/shapes/shapes.names\nbackup=%s/backup/\n' \
-    "$W" "$W" "$W" "$W" >"$W/s.data"
-mkdir -p "$W/backup"
+NAME=cli_devices NIMG=16
+. tests/gpu/cli_common.sh
 
 # cfg TAG KEYS...: cfg/shapes-scalednn.cfg ([scalednn] is its last section)
 # with each KEY appended to that section, as W/TAG.cfg.

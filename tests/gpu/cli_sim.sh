@@ -20,27 +20,11 @@
 # arithmetic, never the CUDA kernels or NCCL.
 set -u
 B=${1:-build-sim}
-ROOT=$(pwd)
-BIN=$ROOT/$B/darknet
 ITERS=${SDNN_CLI_ITERS:-8}
 LOSS_TOL=0.2
 DEBIAN=${SDNN_DEBIAN_DARKNET:-/usr/bin/darknet}
-W=$(mktemp -d /tmp/sdnn-cli-sim-XXXXXX)
-failed=0
-say() { echo "cli_sim: $*"; }
-bad() { say "FAIL $*"; failed=$((failed + 1)); }
-
-if [ ! -x "$BIN" ]; then
-    bad "no $BIN (make GPU=sim BUILD=$B first)"
-    exit 1
-fi
-SDNN_SIM_DEVICES=2
-export SDNN_SIM_DEVICES
-"$BIN" scalednn gen-shapes "$W/shapes" -n 64 -valid 4 -seed 3 >"$W/gen.log" 2>&1 ||
-    { bad "gen-shapes failed ($W/gen.log)"; exit 1; }
-printf 'classes=4\ntrain=%s/shapes/train.txt\nvalid=%s/shapes/valid.txt\nnames=%s/shapes/shapes.names\nbackup=%s/backup/\n' \
-    "$W" "$W" "$W" "$W" >"$W/s.data"
-mkdir -p "$W/backup"
+NAME=cli_sim NIMG=64
+. tests/gpu/cli_common.sh
 
 # The mean of the loss column of a CSV (rows after the header).
 mean_loss() {

@@ -114,39 +114,27 @@ for src in tests/gpu/*.c; do
     *) run "$name" 240 ;;
     esac
 done
+# The scripts of tests/gpu (each prints "NAME: ok ..." per check, "FAIL" on
+# a failure, and exits non-zero on any).
+run_script() {
+    name=$1
+    start=$(date +%s)
+    if SLOW=$SLOW sh "tests/gpu/$name.sh" "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
+        echo "$name: ok on simulated devices ($(grep -c "^$name: ok" "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+    else
+        grep FAIL "$LOGS/.cur.log" | head -10
+        failed=$((failed + 1))
+        echo "$name: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+    fi
+    cat "$LOGS/.cur.log" >>"$LOG"
+    rm -f "$LOGS/.cur.log"
+}
 # ./darknet detector train -gpus 0,1 with engine=gpu through the trainer.
-start=$(date +%s)
-if SLOW=$SLOW sh tests/gpu/cli_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
-    echo "cli_sim: ok on simulated devices ($(grep -c '^cli_sim: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-else
-    grep FAIL "$LOGS/.cur.log" | head -10
-    failed=$((failed + 1))
-    echo "cli_sim: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-fi
-cat "$LOGS/.cur.log" >>"$LOG"
-rm -f "$LOGS/.cur.log"
+run_script cli_sim
 # -gpus names devices: ids past the count, virtual=1, the banner, a layer
 # the engine does not run.
-start=$(date +%s)
-if SLOW=$SLOW sh tests/gpu/cli_devices.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
-    echo "cli_devices: ok on simulated devices ($(grep -c '^cli_devices: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-else
-    grep FAIL "$LOGS/.cur.log" | head -10
-    failed=$((failed + 1))
-    echo "cli_devices: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-fi
-cat "$LOGS/.cur.log" >>"$LOG"
-rm -f "$LOGS/.cur.log"
+run_script cli_devices
 # scalednn gradcheck -engine gpu (the device's gradient vs central differences).
-start=$(date +%s)
-if SLOW=$SLOW sh tests/gpu/gradcheck_sim.sh "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
-    echo "gradcheck_sim: ok on simulated devices ($(grep -c '^gradcheck_sim: ok' "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-else
-    grep FAIL "$LOGS/.cur.log" | head -10
-    failed=$((failed + 1))
-    echo "gradcheck_sim: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-fi
-cat "$LOGS/.cur.log" >>"$LOG"
-rm -f "$LOGS/.cur.log"
+run_script gradcheck_sim
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed
