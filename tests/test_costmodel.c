@@ -94,6 +94,10 @@ static void test_collective_formulas(void **state)
     NEAR(sdnn_cm_allgather_s(&l, 4, 1e6), 3.03e-3);
     assert_true(sdnn_cm_ring_allreduce_s(&l, 1, 4e6) == 0);
     assert_true(sdnn_cm_allgather_s(&l, 1, 4e6) == 0);
+    /* central host: 2a + (W-1) B/b = 2e-5 + 3 * 4e6/1e9 = 1.202e-2, twice the
+     * ring's bytes over the root's link at W = 4 */
+    NEAR(sdnn_cm_central_s(&l, 4, 4e6), 1.202e-2);
+    assert_true(sdnn_cm_central_s(&l, 1, 4e6) == 0);
 }
 
 static void test_codec_costs(void **state)

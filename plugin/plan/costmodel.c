@@ -19,6 +19,7 @@
  *  eth1g   0.117 GB/s, 50 us  1 Gb/s = 125 MB/s; TCP over a 1500-byte MTU
  *                          delivers ~94% of it; a kernel TCP round of a
  *                          small message costs tens of microseconds.
+ *  eth100m 0.0117 GB/s, 50 us the same at 100 Mb/s (the network lab's slow link).
  *  eth10g  1.17 GB/s, 20 us   the same at 10 Gb/s.
  *  eth100g 11.7 GB/s, 10 us   the same at 100 Gb/s (RoCE would be lower).
  *  ib_edr  12 GB/s,   3 us    InfiniBand EDR 4x: 100 Gb/s, 64b/66b coding.
@@ -37,7 +38,7 @@
 static const sdnn_link links[] = {
     {"pcie3", 5e-6, 12e9},     {"pcie4", 5e-6, 24e9},     {"pcie5", 5e-6, 48e9},
     {"nvlink2", 3e-6, 150e9},  {"nvlink3", 3e-6, 300e9},  {"nvlink4", 3e-6, 450e9},
-    {"eth1g", 50e-6, 0.117e9}, {"eth10g", 20e-6, 1.17e9}, {"eth100g", 10e-6, 11.7e9},
+    {"eth100m", 50e-6, 0.0117e9}, {"eth1g", 50e-6, 0.117e9}, {"eth10g", 20e-6, 1.17e9}, {"eth100g", 10e-6, 11.7e9},
     {"ib_edr", 3e-6, 12e9},    {"ib_hdr", 3e-6, 24e9},
 };
 #define NLINKS ((int)(sizeof links / sizeof links[0]))
@@ -51,7 +52,7 @@ const sdnn_link *sdnn_link_at(int i)
 
 const char *sdnn_link_names(void)
 {
-    return "pcie3, pcie4, pcie5, nvlink2, nvlink3, nvlink4, eth1g, eth10g, eth100g, "
+    return "pcie3, pcie4, pcie5, nvlink2, nvlink3, nvlink4, eth100m, eth1g, eth10g, eth100g, "
            "ib_edr, ib_hdr";
 }
 
@@ -125,6 +126,12 @@ double sdnn_cm_ring_allreduce_s(const sdnn_link *l, int world, double bytes)
 {
     if (world <= 1) return 0;
     return 2.0 * (world - 1) * (l->alpha_s + bytes / ((double)world * l->beta_Bps));
+}
+
+double sdnn_cm_central_s(const sdnn_link *l, int world, double bytes)
+{
+    if (world <= 1) return 0;
+    return 2.0 * l->alpha_s + (double)(world - 1) * bytes / l->beta_Bps;
 }
 
 double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank)

@@ -69,6 +69,12 @@ sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int wo
 /* 2(W-1)(alpha + B/(W beta)); 0 for W <= 1. */
 double sdnn_cm_ring_allreduce_s(const sdnn_link *l, int world, double bytes);
 /* (W-1)(alpha + B/beta) for B bytes contributed by every rank; 0 for W <= 1. */
+/* Stock mode's central host between processes (comm/mpi_central.c): every
+ * other process streams its `bytes` to process 0, which streams the average
+ * back while later segments still arrive, so process 0's link carries
+ * (world-1) x bytes in each direction at once: 2 latencies + that over the
+ * link's rate. */
+double sdnn_cm_central_s(const sdnn_link *l, int world, double bytes);
 double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank);
 
 /* ---- codecs ------------------------------------------------------------- */
