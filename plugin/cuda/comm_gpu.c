@@ -139,7 +139,8 @@ sdnn_status sdnn_gpu_comm_open_nccl(const unsigned char id[SDNN_NCCL_ID_BYTES], 
     g->nccl = 1;
     g->world = nranks;
     g->first = first_rank;
-    if (st == SDNN_OK) st = sdnn_dnccl_init_ranks(id, nranks, first_rank, g->ctx, ndev, g->comm);
+    if (st == SDNN_OK) st = sdnn_dnccl_init_ranks(id, nranks, first_rank, g->ctx, ndev,
+                                                SDNN_COMM_TIMEOUT_S, g->comm);
     if (st == SDNN_OK) st = sdnn_dring_create(g->ctx, ndev, g->comm, nranks, first_rank, &g->ring);
     /* comm.h counts processes: this one is the (first_rank/ndev)-th of
      * nranks/ndev when every process drives ndev devices. */
