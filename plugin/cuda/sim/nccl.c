@@ -761,6 +761,23 @@ static void finish_allreduce(dop *o)
     memcpy(o->out, acc, n * sizeof(float));
 }
 
+/* 1 when an earlier message of the unit, not done yet, uses the pipe of
+ * message j of operation i (one pipe carries one message at a time, in
+ * the order the calls were made). */
+static int pipe_busy(const unit *u, int i, int j)
+{
+    const dop *o = &u->ops[i];
+    const xfer *x = &o->x[j];
+    for (int a = 0; a <= i; ++a) {
+        const dop *p = &u->ops[a];
+        for (int b = 0; b < (a == i ? j : p->nx); ++b) {
+            const xfer *y = &p->x[b];
+            if (!y->done && y->send == x->send && y->peer == x->peer && p->c == o->c) return 1;
+        }
+    }
+    return 0;
+}
+
 /* One unit between processes: every message progresses together (a ring
  * shift in a group cannot deadlock), until done, aborted, or the last
  * resort bound. */
@@ -782,6 +799,10 @@ static sdnn_status run_unit_shm(unit *u)
             for (int j = 0; j < o->nx; ++j) {
                 xfer *x = &o->x[j];
                 if (x->done) continue;
+                if (pipe_busy(u, i, j)) {
+                    odone = 0;
+                    continue;
+                }
                 int r = xfer_step(o->c->q, o->c->rank, x);
                 if (r < 0) {
                     st = SDNN_ERROR(SDNN_ERR_COMM,
