@@ -1131,6 +1131,9 @@ static void say_path(const eg_comm *g)
         printf("scalednn: backend %s: each process's device mean through pinned host memory, "
                "then %s between the %d processes (hierarchical)\n", sdnn_comm_name(h),
                sdnn_comm_name(h), h->size);
+    else if (sdnn_comm_is_nccl_boot(h) && g->E->one_device)
+        printf("scalednn: backend nccl: one process, its %d replicas on one device (device "
+               "copies)\n", g->E->n);
     else if (sdnn_comm_is_nccl_boot(h))
         printf("scalednn: backend nccl: one process, NCCL over its %d device%s\n", g->E->n,
                g->E->n == 1 ? "" : "s");

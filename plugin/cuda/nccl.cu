@@ -92,6 +92,7 @@ static sdnn_status settle(sdnn_dnccl *c, const char *what)
 enum { GROUP_MAX = 64 };
 static thread_local sdnn_dnccl *t_group[GROUP_MAX];
 static thread_local int t_ngroup;
+static thread_local int t_depth;   /* open ncclGroupStart calls */
 
 static void group_note(sdnn_dnccl *c)
 {
@@ -101,10 +102,11 @@ static void group_note(sdnn_dnccl *c)
 }
 
 /* An enqueueing call: ncclInProgress is success on a non-blocking
- * communicator (settled at the group's end). */
+ * communicator, settled at the group's end (or now, outside a group). */
 static sdnn_status queued(sdnn_dnccl *c, ncclResult_t e, const char *what)
 {
     if (e != ncclSuccess && !(e == ncclInProgress && c->nonblocking)) return nccl_fail(e, what);
+    if (t_depth == 0) return e == ncclInProgress ? settle(c, what) : SDNN_OK;
     group_note(c);
     return SDNN_OK;
 }
@@ -242,15 +244,17 @@ extern "C" sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c)
 extern "C" sdnn_status sdnn_dnccl_group_start(void)
 {
     SDNN_NC(ncclGroupStart(), "ncclGroupStart");
-    t_ngroup = 0;
+    if (t_depth++ == 0) t_ngroup = 0;
     return SDNN_OK;
 }
 
 extern "C" sdnn_status sdnn_dnccl_group_end(void)
 {
     ncclResult_t e = ncclGroupEnd();
+    if (t_depth > 0) --t_depth;
     sdnn_status st = SDNN_OK;
     if (e != ncclSuccess && e != ncclInProgress) st = nccl_fail(e, "ncclGroupEnd");
+    if (t_depth > 0) return st;
     /* Non-blocking: wait (bounded) until NCCL has enqueued the group. */
     for (int i = 0; i < t_ngroup && st == SDNN_OK; ++i) st = settle(t_group[i], "ncclGroupEnd");
     t_ngroup = 0;
