@@ -884,8 +884,9 @@ const char *sdnn_config_backend(const sdnn_config *cfg)
      * one NCCL communicator where the build has NCCL; else (and for the cpu
      * engine) the hierarchical mpi backend. */
     const sdnn_engine_ops *e = NULL;
-    if (sdnn_comm_known("nccl") == 1 && sdnn_engine_resolve(cfg->engine, 1, &e, NULL, 0) == SDNN_OK &&
-        e && strcmp(e->name, "gpu") == 0)
+    if (sdnn_comm_known("nccl") == 1 &&
+        sdnn_engine_resolve(cfg->engine, 1, &e, NULL, 0) == SDNN_OK && e &&
+        strcmp(e->name, "gpu") == 0)
         return "nccl";
     return "mpi";
 }
