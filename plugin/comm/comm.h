@@ -10,10 +10,11 @@
  * Collectives are called from one thread per process (the comm thread, or a
  * replica thread while the others wait), never concurrently on one handle.
  *
- * Backends between processes ("mpi") never wait forever: a call that sees
- * no progress from a peer for timeout_s seconds fails with SDNN_ERR_COMM
- * naming that peer, and the handle refuses every later call
- * (SDNN_ERR_ABORTED): close it and stop.
+ * Backends between processes ("mpi", and "nccl" whose bootstrap is mpi)
+ * never wait forever: a call that sees no progress from a peer for
+ * timeout_s seconds fails with SDNN_ERR_COMM naming that peer
+ * (sdnn_comm_silent_error's wording), and the handle refuses every later
+ * call (SDNN_ERR_ABORTED): close it and stop.
  */
 #ifndef SDNN_COMM_H
 #define SDNN_COMM_H
