@@ -182,10 +182,13 @@ static sdnn_status nccl_wait(sdnn_dring *R)
 {
     for (int i = 0; i < R->nlocal; ++i)
         SDNN_CHECK(sdnn_devent_record(R->r[i].done, R->r[i].ctx, SDNN_STREAM_COMM));
+    /* The deadline counts from the last progress seen: the start, or a
+     * local rank's stream passing its mark. */
     double t0 = now_s();
     long nap_us = 20;
+    int ndone = 0;
     for (;;) {
-        int all = 1;
+        int all = 1, done = 0;
         for (int i = 0; i < R->nlocal; ++i) {
             ring_rank *k = &R->r[i];
             sdnn_status e = sdnn_dnccl_async_error(k->comm);
@@ -196,9 +199,15 @@ static sdnn_status nccl_wait(sdnn_dring *R)
                                   mod(k->rank - 1, R->world), mod(k->rank + 1, R->world),
                                   sdnn_last_error());
             }
-            all &= sdnn_devent_done(k->done);
+            const int d = sdnn_devent_done(k->done);
+            all &= d;
+            done += d;
         }
         if (all) break;
+        if (done > ndone) {
+            ndone = done;
+            t0 = now_s();
+        }
         if (now_s() - t0 > R->timeout_s) {
             /* The message first (it reads which ranks still wait), then
              * the abort, which carries it to every cancelled operation. */

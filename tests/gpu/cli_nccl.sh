@@ -24,7 +24,9 @@ set -u
 B=${1:-build-sim}
 ITERS=${SDNN_CLI_ITERS:-8}
 LOSS_TOL=0.2
-TIMEOUT_S=3
+# comm_timeout_s of the fault runs: long enough that a process starved of
+# the CPU for a few seconds (2 shared cores) is not taken for a silent one.
+TIMEOUT_S=10
 SLOW=${SLOW:-1}
 MARGIN=$((30 * SLOW))
 DEBIAN=${SDNN_DEBIAN_DARKNET:-/usr/bin/darknet}
