@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "codec.h"
+#include "comm.h"
 #include "config.h"
 #include "replicas.h"
 
@@ -327,6 +328,9 @@ static const char *expand(const char *s) { return strcmp(s, KEYS) == 0 ? key_lis
 #define BACKENDS "(local, mpi, nccl, auto)"
 #define CODECS "(none, fp16, bf16, int8, topk, auto)"
 #define NOT_HERE "not available in this build"
+/* What a CPU build says it lacks for backend=nccl (comm_nccl.c). */
+#define NO_NCCL "a CPU build has no GPU engine and no NCCL (make GPU=1 with NCCL, or GPU=sim " \
+                "for simulated devices)"
 #if SDNN_MPI
 #define AVAILABLE "(available: local, mpi, auto)"
 #else
@@ -344,7 +348,9 @@ static const bad_case g_bad[] = {
 #if !SDNN_MPI
     { "backend=mpi", SDNN_ERR_UNSUPPORTED, NOT_HERE, AVAILABLE },
 #endif
-    { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE, AVAILABLE },
+#if !SDNN_GPU_ENGINE
+    { "backend=nccl", SDNN_ERR_UNSUPPORTED, NOT_HERE ": " NO_NCCL, AVAILABLE },
+#endif
     { "backend=", SDNN_ERR_INVALID, "empty value", AVAILABLE },
     { "fix_1x1_delta=2", SDNN_ERR_INVALID, "expected", "0 (Darknet's overwriting" },
     { "fix_1x1_delta=yes", SDNN_ERR_INVALID, "expected", "or 1 (adds, the default)" },
@@ -606,10 +612,31 @@ static void test_backend_keys(void **state)
     assert_string_equal(sdnn_config_backend(&cfg), "local");
     setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
     assert_string_equal(sdnn_config_backend(&cfg), "mpi");
+    /* The gpu engine between processes: nccl where the build has it (a
+     * GPU=sim build or GPU=1 with NCCL); the cpu engine keeps mpi. */
+    free(parse_ok("[scalednn]\nbackend=auto\nengine=gpu\n", &cfg));
+    assert_string_equal(sdnn_config_backend(&cfg), sdnn_comm_known("nccl") == 1 ? "nccl" : "mpi");
+    free(parse_ok("[scalednn]\nbackend=auto\nengine=cpu\n", &cfg));
+    assert_string_equal(sdnn_config_backend(&cfg), "mpi");
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    free(parse_ok("[scalednn]\nbackend=auto\nengine=gpu\n", &cfg));
+    assert_string_equal(sdnn_config_backend(&cfg), "local");
     if (saved) setenv("OMPI_COMM_WORLD_SIZE", keep, 1);
     else unsetenv("OMPI_COMM_WORLD_SIZE");
     free(parse_ok("[scalednn]\nbackend=local\n", &cfg));
     assert_string_equal(sdnn_config_backend(&cfg), "local");
+    /* One list of names: the comm registry's, nccl in it whatever the build. */
+    assert_string_equal(sdnn_comm_names(), "local, mpi, nccl");
+#if !SDNN_GPU_ENGINE
+    /* A CPU build knows the name and says what it lacks, at the cfg (above)
+     * and when the backend is opened. */
+    assert_int_equal(sdnn_comm_known("nccl"), 0);
+    sdnn_comm *c = (sdnn_comm *)&cfg;
+    assert_int_equal(sdnn_comm_open("nccl", &c), SDNN_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(sdnn_last_error(), "comm backend nccl is not available in this build: "
+                                              NO_NCCL));
+#endif
 }
 
 /* ---- the 1x1 delta fix ----------------------------------------------------- */
@@ -947,7 +974,7 @@ static void test_load_bad_section(void **state)
     assert_int_equal(out.fd, -1);
     char prefix[256];
     snprintf(prefix, sizeof prefix,
-             "%s:4: [scalednn] backend=nccl: " NOT_HERE " " AVAILABLE,
+             "%s:4: [scalednn] backend=nccl: " NOT_HERE ": " NO_NCCL " " AVAILABLE,
              path);
     assert_msg_starts(prefix);
 }

@@ -12,10 +12,8 @@
 static const sdnn_comm_ops *const registry[] = {
     &sdnn_comm_local_ops,
     &sdnn_comm_mpi_ops,
+    &sdnn_comm_nccl_boot_ops,
 };
-
-/* Backends later issues bring: known names, so the message can say so. */
-static const char *const planned[] = {"nccl"};
 
 static char available_names[128];
 static pthread_once_t available_once = PTHREAD_ONCE_INIT;
@@ -44,9 +42,8 @@ static pthread_once_t known_once = PTHREAD_ONCE_INIT;
 static void list_known(void)
 {
     size_t len = 0;
-    size_t nr = sizeof registry / sizeof registry[0], np = sizeof planned / sizeof planned[0];
-    for (size_t i = 0; i < nr + np; ++i) {
-        const char *name = i < nr ? registry[i]->name : planned[i - nr];
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i) {
+        const char *name = registry[i]->name;
         int w = snprintf(known_names + len, sizeof known_names - len, "%s%s", len ? ", " : "",
                          name);
         if (w < 0 || (size_t)w >= sizeof known_names - len) break;
@@ -86,9 +83,17 @@ int sdnn_comm_known(const char *name)
     if (!name) return -1;
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i)
         if (strcmp(registry[i]->name, name) == 0) return registry[i]->built ? 1 : 0;
-    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; ++i)
-        if (strcmp(planned[i], name) == 0) return 0;
     return -1;
+}
+
+const char *sdnn_comm_lacks(const char *name)
+{
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; ++i)
+        if (name && strcmp(registry[i]->name, name) == 0)
+            return registry[i]->built || !registry[i]->unavailable_reason
+                       ? NULL
+                       : registry[i]->unavailable_reason();
+    return NULL;
 }
 
 sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out)
@@ -126,11 +131,6 @@ sdnn_status sdnn_comm_open_opts(const char *name, const sdnn_comm_opts *opts, sd
         *out = c;
         return SDNN_OK;
     }
-    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; ++i)
-        if (strcmp(planned[i], name) == 0)
-            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
-                              "comm backend %s is not available in this build (available: %s)",
-                              name, sdnn_comm_available_names());
     return SDNN_ERROR(SDNN_ERR_INVALID, "unknown comm backend %s (available: %s)", name,
                       sdnn_comm_available_names());
 }

@@ -10,10 +10,11 @@
  * Collectives are called from one thread per process (the comm thread, or a
  * replica thread while the others wait), never concurrently on one handle.
  *
- * Backends between processes ("mpi") never wait forever: a call that sees
- * no progress from a peer for timeout_s seconds fails with SDNN_ERR_COMM
- * naming that peer, and the handle refuses every later call
- * (SDNN_ERR_ABORTED): close it and stop.
+ * Backends between processes ("mpi", and "nccl" whose bootstrap is mpi)
+ * never wait forever: a call that sees no progress from a peer for
+ * timeout_s seconds fails with SDNN_ERR_COMM naming that peer
+ * (sdnn_comm_silent_error's wording), and the handle refuses every later
+ * call (SDNN_ERR_ABORTED): close it and stop.
  */
 #ifndef SDNN_COMM_H
 #define SDNN_COMM_H
@@ -94,7 +95,7 @@ struct sdnn_comm {
     void *impl;
 };
 
-/* Open backend `name` ("local", "mpi").  Unknown names are
+/* Open backend `name` ("local", "mpi", "nccl").  Unknown names are
  * SDNN_ERR_INVALID, known but unavailable ones SDNN_ERR_UNSUPPORTED.
  * sdnn_comm_open uses SDNN_COMM_OPTS_INIT. */
 sdnn_status sdnn_comm_open(const char *name, sdnn_comm **out);
@@ -122,11 +123,14 @@ sdnn_status sdnn_comm_barrier(sdnn_comm *c);
 
 /* Names of the backends this build has, comma-separated (for messages). */
 const char *sdnn_comm_available_names(void);
-/* Every backend name the registry knows, available here or not, and the
- * ones later issues bring ("local, mpi, nccl"), comma-separated. */
+/* NULL, or why this build lacks backend `name` (its unavailable_reason). */
+const char *sdnn_comm_lacks(const char *name);
+/* Every backend name the registry knows, built here or not ("local, mpi,
+ * nccl"), comma-separated. */
 const char *sdnn_comm_names(void);
 /* 1: `name` is a backend this build has (`built`); 0: a known name this
- * build lacks (MPI=0, or a later issue's); -1: not a backend name. */
+ * build lacks (mpi with MPI=0, nccl in a CPU or NCCL=0 build); -1: not a
+ * backend name. */
 int sdnn_comm_known(const char *name);
 /* The backends this build has (`built`), comma-separated: what a cfg may
  * name ("local, mpi"). */
@@ -136,9 +140,52 @@ const char *sdnn_comm_built_names(void);
  * summed in index order.  Exposed for benchmarks and other backends. */
 void sdnn_mean_buffers(const float *const *in, int nin, float *out, size_t n);
 
+/* What a backend knows when a peer went silent (sdnn_comm_silent_error). */
+typedef struct sdnn_silent_peer {
+    const char *backend;   /* "mpi", "nccl" */
+    int rank;              /* the rank that waited */
+    double waited;         /* seconds without progress */
+    int peer;              /* the rank that did not answer */
+    const char *peer_note; /* NULL, or text after the peer (" (process 1)") */
+    const char *what;      /* what was missing ("no data from it for ring step 2 of 6") */
+    double timeout;        /* the deadline, seconds */
+    const char *after;     /* NULL, or text after the message ("; communicators aborted") */
+} sdnn_silent_peer;
+
+/* SDNN_ERR_COMM with the backends' one message for a silent peer:
+ * "BACKEND rank R: waited W s for rank P, which did not answer (WHAT); it
+ * stopped, is stuck, or waits itself for a rank that did (timeout T s)". */
+sdnn_status sdnn_comm_silent_error(const sdnn_silent_peer *s);
+
 extern const sdnn_comm_ops sdnn_comm_local_ops;
 /* Between processes started by mpirun (comm_mpi.c); available() is 0 in a
  * build without MPI (MPI=0). */
 extern const sdnn_comm_ops sdnn_comm_mpi_ops;
+/* "nccl" (comm_nccl.c, its table in plugin/cuda/comm_tables.c in a build
+ * with NCCL or simulated devices): the host side of the gpu engine's NCCL
+ * exchange.  Under mpirun it is the mpi backend, used only as the
+ * bootstrap (it carries the NCCL id, the trainer's scalars, broadcasts and
+ * barriers); the gpu engine's comm_open claims it and runs the bucket
+ * collectives on one NCCL communicator over every device of every process.
+ * Unclaimed (engine=cpu), its bucket collectives are refused. */
+extern const sdnn_comm_ops sdnn_comm_nccl_boot_ops;
+/* The bootstrap's calls for the gpu engine (comm_nccl.c). */
+sdnn_status sdnn_comm_nccl_boot_init(sdnn_comm *c);
+void sdnn_comm_nccl_boot_destroy(sdnn_comm *c);
+sdnn_status sdnn_comm_nccl_boot_mean(sdnn_comm *c, const float *const *in, int nin, float *out,
+                                     size_t n);
+sdnn_status sdnn_comm_nccl_boot_coded(sdnn_comm *c, const sdnn_codec_ops *codec,
+                                      const sdnn_codec_params *p, uint64_t stream,
+                                      const float *const *in, int nin, float *const *out,
+                                      size_t n, size_t *wire);
+sdnn_status sdnn_comm_nccl_boot_broadcast(sdnn_comm *c, float *buf, size_t n);
+sdnn_status sdnn_comm_nccl_boot_central(sdnn_comm *c, float *buf, size_t n, size_t *wire);
+sdnn_status sdnn_comm_nccl_boot_barrier(sdnn_comm *c);
+int sdnn_comm_nccl_boot_available(void);
+/* 1 when c is the "nccl" bootstrap; sdnn_comm_nccl_claim marks that the
+ * gpu engine carries its bucket collectives (then it forwards only the
+ * trainer's host calls). */
+int sdnn_comm_is_nccl_boot(const sdnn_comm *c);
+void sdnn_comm_nccl_claim(sdnn_comm *c);
 
 #endif

@@ -9,6 +9,8 @@
 
 #include "mpi_internal.h"
 
+#include <stdio.h>
+
 #include <stdlib.h>
 
 /* Segment j of a buffer of n floats cut into pieces of seg: [lo, lo+len). */
@@ -115,13 +117,14 @@ static sdnn_status root_stalled(void *state, double waited)
 {
     const central *s = state;
     const int recv = s->summed < s->rposted && s->summed - s->sdone < MP_CDEPTH;
-    return SDNN_ERROR(SDNN_ERR_COMM,
-                      "mpi rank 0: waited %.1f s for rank %d, which did not answer (%s "
-                      "for segment %ld of %ld of the central average); it stopped, is "
-                      "stuck, or waits elsewhere (timeout %.1f s)",
-                      waited, recv ? s->cpeer : s->speer,
-                      recv ? "no data from it" : "it took none of the average",
-                      (recv ? s->summed : s->sdone) + 1, s->nseg, s->M->timeout);
+    char what[160];
+    snprintf(what, sizeof what, "%s for segment %ld of %ld of the central average",
+             recv ? "no data from it" : "it took none of the average",
+             (recv ? s->summed : s->sdone) + 1, s->nseg);
+    const sdnn_silent_peer e = {.backend = "mpi", .rank = 0, .waited = waited,
+                                .peer = recv ? s->cpeer : s->speer, .what = what,
+                                .timeout = s->M->timeout};
+    return sdnn_comm_silent_error(&e);
 }
 
 /* Any other process: its segments to process 0 (MP_CDEPTH in flight), and
@@ -188,14 +191,14 @@ static int leaf_step(void *state)
 static sdnn_status leaf_stalled(void *state, double waited)
 {
     const central *s = state;
-    return SDNN_ERROR(SDNN_ERR_COMM,
-                      "mpi rank %d: waited %.1f s for rank 0, the central host, which did "
-                      "not answer (%s, segment %ld of %ld); it stopped, is stuck, or "
-                      "waits for a rank that did (timeout %.1f s)",
-                      s->M->rank, waited,
-                      s->sdone < s->sposted ? "it took none of our weights"
-                                            : "no average came back",
-                      (s->sdone < s->sposted ? s->sdone : s->rdone) + 1, s->nseg, s->M->timeout);
+    char what[160];
+    snprintf(what, sizeof what, "%s, segment %ld of %ld",
+             s->sdone < s->sposted ? "it took none of our weights" : "no average came back",
+             (s->sdone < s->sposted ? s->sdone : s->rdone) + 1, s->nseg);
+    const sdnn_silent_peer e = {.backend = "mpi", .rank = s->M->rank, .waited = waited,
+                                .peer = 0, .peer_note = ", the central host", .what = what,
+                                .timeout = s->M->timeout};
+    return sdnn_comm_silent_error(&e);
 }
 
 sdnn_status sdnn_mpi_central_mean(mp_impl *M, size_t n)

@@ -90,12 +90,13 @@ static sdnn_status shift_stalled(void *state, double waited)
     const shift *s = state;
     const mp_impl *M = s->M;
     const int from_left = s->rdone < s->rposted;
-    return SDNN_ERROR(SDNN_ERR_COMM,
-                      "mpi rank %d: waited %.1f s for rank %d, which did not answer "
-                      "(%s in the compressed ring); it stopped, is stuck, or waits "
-                      "itself for a rank that did (timeout %.1f s)",
-                      M->rank, waited, from_left ? M->left : M->right,
-                      from_left ? "no data from it" : "it took none of our data", M->timeout);
+    const sdnn_silent_peer e = {
+        .backend = "mpi", .rank = M->rank, .waited = waited,
+        .peer = from_left ? M->left : M->right,
+        .what = from_left ? "no data from it in the compressed ring"
+                          : "it took none of our data in the compressed ring",
+        .timeout = M->timeout};
+    return sdnn_comm_silent_error(&e);
 }
 
 static sdnn_status mp_shift(sdnn_transport *t, const void *send, size_t slen, void *recv,

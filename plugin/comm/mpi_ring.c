@@ -8,6 +8,8 @@
 
 #include "mpi_internal.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 static int mod(int a, int m) { return ((a % m) + m) % m; }
@@ -163,13 +165,14 @@ static sdnn_status ring_stalled(void *state, double waited)
     const mp_impl *M = g->M;
     const int from_left = g->rdone < g->rposted;
     const long m = from_left ? g->rdone : g->sdone;
-    return SDNN_ERROR(SDNN_ERR_COMM,
-                      "mpi rank %d: waited %.1f s for rank %d, which did not answer "
-                      "(%s ring step %ld of %ld, segment %ld of %ld); it stopped, is "
-                      "stuck, or waits itself for a rank that did (timeout %.1f s)",
-                      M->rank, waited, from_left ? M->left : M->right,
-                      from_left ? "no data from it for" : "it took none of our data for",
-                      m / g->nseg + 1, 2L * (g->P - 1), m % g->nseg + 1, g->nseg, M->timeout);
+    char what[160];
+    snprintf(what, sizeof what, "%s ring step %ld of %ld, segment %ld of %ld",
+             from_left ? "no data from it for" : "it took none of our data for",
+             m / g->nseg + 1, 2L * (g->P - 1), m % g->nseg + 1, g->nseg);
+    const sdnn_silent_peer s = {.backend = "mpi", .rank = M->rank, .waited = waited,
+                                .peer = from_left ? M->left : M->right, .what = what,
+                                .timeout = M->timeout};
+    return sdnn_comm_silent_error(&s);
 }
 
 sdnn_status sdnn_mpi_ring_allreduce(mp_impl *M, size_t n, const float *const *in, int nin,

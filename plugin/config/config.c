@@ -160,8 +160,11 @@ static const key_spec g_keys[N_KEYS] = {
     [K_BACKEND] = {
         .key = "backend", .type = KT_NAME, F(backend), .check = check_backend,
         .names = sdnn_comm_built_names, .allowed = "a backend (available: %s, auto)", .shown = 1,
-        .help = "local: replicas of one process; mpi: processes started by mpirun too; "
-            "auto: mpi under mpirun with more than one process" },
+        .help = "local: replicas of one process; mpi: processes started by mpirun too "
+            "(the gpu engine: each process's device mean, then mpi); nccl: engine=gpu, one "
+            "NCCL communicator over every device of every process (the id through mpi); "
+            "auto: under mpirun with more than one process nccl for the gpu engine where the "
+            "build has NCCL, else mpi; local alone" },
     [K_ENGINE] = {
         .key = "engine", .type = KT_NAME, F(engine), .check = check_engine,
         .names = sdnn_engine_names, .allowed = "an engine (%s) or auto",
@@ -303,14 +306,15 @@ static void key_names(char *buf, size_t len)
  * trains alone or under mpirun). */
 static sdnn_status check_backend(const key_spec *k, const line_ref *lr)
 {
-    char what[256], allowed[192];
+    char what[384], allowed[192];
     if (strcmp(lr->value, "auto") == 0) return SDNN_OK;
     int known = sdnn_comm_known(lr->value);
     if (known == 1) return SDNN_OK;
     if (known == 0) {
         allowed_text(k, allowed, sizeof allowed);
-        snprintf(what, sizeof what, "not available in this build (available: %s, auto)",
-                 sdnn_comm_built_names());
+        const char *lacks = sdnn_comm_lacks(lr->value);
+        snprintf(what, sizeof what, "not available in this build%s%s (available: %s, auto)",
+                 lacks ? ": " : "", lacks ? lacks : "", sdnn_comm_built_names());
         return line_error(lr, SDNN_ERR_UNSUPPORTED, what);
     }
     snprintf(what, sizeof what, "unknown backend (%s, auto)", sdnn_comm_names());
@@ -875,7 +879,16 @@ const char *sdnn_config_backend(const sdnn_config *cfg)
     if (strcmp(cfg->backend, "auto") != 0) return cfg->backend;
     /* mpirun (OpenMPI) tells every process the size of its world. */
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    return ws && atoi(ws) > 1 ? "mpi" : "local";
+    if (!(ws && atoi(ws) > 1)) return "local";
+    /* Between processes the gpu engine's buckets go device to device over
+     * one NCCL communicator where the build has NCCL; else (and for the cpu
+     * engine) the hierarchical mpi backend. */
+    const sdnn_engine_ops *e = NULL;
+    if (sdnn_comm_known("nccl") == 1 &&
+        sdnn_engine_resolve(cfg->engine, 1, &e, NULL, 0) == SDNN_OK && e &&
+        strcmp(e->name, "gpu") == 0)
+        return "nccl";
+    return "mpi";
 }
 
 sdnn_status sdnn_config_check_devices(const sdnn_config *cfg, const int *devices, int n)

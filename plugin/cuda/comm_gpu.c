@@ -139,7 +139,8 @@ sdnn_status sdnn_gpu_comm_open_nccl(const unsigned char id[SDNN_NCCL_ID_BYTES], 
     g->nccl = 1;
     g->world = nranks;
     g->first = first_rank;
-    if (st == SDNN_OK) st = sdnn_dnccl_init_ranks(id, nranks, first_rank, g->ctx, ndev, g->comm);
+    if (st == SDNN_OK) st = sdnn_dnccl_init_ranks(id, nranks, first_rank, g->ctx, ndev,
+                                                SDNN_COMM_TIMEOUT_S, g->comm);
     if (st == SDNN_OK) st = sdnn_dring_create(g->ctx, ndev, g->comm, nranks, first_rank, &g->ring);
     /* comm.h counts processes: this one is the (first_rank/ndev)-th of
      * nranks/ndev when every process drives ndev devices. */
@@ -287,7 +288,10 @@ sdnn_status sdnn_gpucomm_broadcast(sdnn_comm *c, float *buf, size_t n)
                           "nccl broadcast: one buffer per process needs one device per process");
     SDNN_CHECK(sdnn_dctx_bind(g->ctx[0]));
     SDNN_CHECK(sdnn_dnccl_broadcast(g->comm[0], g->ctx[0], SDNN_STREAM_COMM, buf, n, 0));
-    return sdnn_dctx_sync_stream(g->ctx[0], SDNN_STREAM_COMM);
+    /* The ring's bounded wait (timeout_s, aborting on expiry) over the
+     * same communicators and comm streams. */
+    sdnn_dring_set_timeout(g->ring, c->timeout_s);
+    return sdnn_dring_sync(g->ring);
 }
 
 sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c)
@@ -308,8 +312,10 @@ sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c)
         /* Part of the group may be queued: cancel it rather than wait on it. */
         if (st != SDNN_OK)
             for (int i = 0; i < g->ndev; ++i) sdnn_dnccl_abort(g->comm[i]);
-        for (int i = 0; i < g->ndev && st == SDNN_OK; ++i)
-            st = sdnn_dctx_sync_stream(g->ctx[i], SDNN_STREAM_COMM);
+        if (st == SDNN_OK) {
+            sdnn_dring_set_timeout(g->ring, c->timeout_s);
+            st = sdnn_dring_sync(g->ring);
+        }
     }
     for (int i = 0; i < g->ndev; ++i) sdnn_dfree(tmp[i]);
     return st;

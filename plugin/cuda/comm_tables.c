@@ -58,3 +58,28 @@ const sdnn_comm_ops sdnn_comm_device_ops = {
     .hierarchical = 0,
     .unavailable_reason = no_device,
 };
+
+/* backend=nccl's host side (plugin/comm/comm_nccl.c): built when this build
+ * has NCCL (real, or the simulated one of GPU=sim). */
+static const char *boot_lacks(void)
+{
+    return SDNN_NCCL ? "under mpirun it needs the mpi backend (MPI=1) for its bootstrap"
+                     : "this build has no NCCL (NCCL=0; build with NCCL=1 and NCCL_HOME)";
+}
+
+static int boot_available(void) { return SDNN_NCCL && sdnn_comm_nccl_boot_available(); }
+
+const sdnn_comm_ops sdnn_comm_nccl_boot_ops = {
+    .name = "nccl",
+    .available = boot_available,
+    .init = sdnn_comm_nccl_boot_init,
+    .allreduce_mean = sdnn_comm_nccl_boot_mean,
+    .allreduce_mean_coded = sdnn_comm_nccl_boot_coded,
+    .broadcast = sdnn_comm_nccl_boot_broadcast,
+    .central_mean = sdnn_comm_nccl_boot_central,
+    .barrier = sdnn_comm_nccl_boot_barrier,
+    .destroy = sdnn_comm_nccl_boot_destroy,
+    .hierarchical = 0,
+    .unavailable_reason = boot_lacks,
+    .built = SDNN_NCCL,
+};

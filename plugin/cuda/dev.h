@@ -290,16 +290,25 @@ sdnn_status sdnn_dnccl_unique_id(unsigned char id[SDNN_NCCL_ID_BYTES]);
 /* One rank per context, all in this process (ncclCommInitAll). */
 sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_dnccl **comms);
 /* This process's ranks first_rank .. first_rank + n - 1 of a world of
- * nranks, joined through id (ncclCommInitRank for each, in one group). */
+ * nranks, joined through id (ncclCommInitRank for each, in one group),
+ * across processes.  The communicators are non-blocking (NCCL's config
+ * blocking=0): init waits at most timeout_s for every rank to join, and
+ * aborts them on expiry; later waits are the caller's (sdnn_dring_sync
+ * polls sdnn_dnccl_async_error against its deadline).  The simulated
+ * build joins processes through shared memory named after the id. */
 sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks,
                                   int first_rank, sdnn_dctx *const *ctxs, int n,
-                                  sdnn_dnccl **comms);
+                                  double timeout_s, sdnn_dnccl **comms);
 /* After the work queued on it completed (ncclCommDestroy: waits for it). */
 void sdnn_dnccl_destroy(sdnn_dnccl *c);
 /* At once, cancelling what is queued or in flight (ncclCommAbort): the
  * way out after a failure or a timeout.  The handle stays valid for
  * sdnn_dnccl_destroy (which then only frees it); other calls fail. */
 void sdnn_dnccl_abort(sdnn_dnccl *c);
+/* sdnn_dnccl_abort, with the reason (the simulated NCCL adds it to the
+ * message of every operation it cancels, so that a stream's sticky error
+ * says why; real NCCL keeps none). */
+void sdnn_dnccl_abort_because(sdnn_dnccl *c, const char *why);
 /* SDNN_OK, or the asynchronous error the communicator has seen
  * (ncclCommGetAsyncError), or SDNN_ERR_ABORTED after an abort. */
 sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c);
@@ -335,6 +344,13 @@ sdnn_status sdnn_dring_create(sdnn_dctx *const *ctxs, int nlocal, sdnn_dnccl *co
 /* NCCL over one process's devices (ncclCommInitAll); the ring owns the
  * communicators.  NCCL refuses two ranks on one device. */
 sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n, sdnn_dring **out);
+/* The ring over this process's n devices as NCCL ranks first_rank ..
+ * first_rank + n - 1 of a world of `world` ranks across processes, joined
+ * through id (sdnn_dnccl_init_ranks, at most timeout_s); it owns the
+ * communicators and its deadline is timeout_s. */
+sdnn_status sdnn_dring_create_nccl_world(const unsigned char id[SDNN_NCCL_ID_BYTES], int world,
+                                         int first_rank, sdnn_dctx *const *ctxs, int n,
+                                         double timeout_s, sdnn_dring **out);
 void sdnn_dring_destroy(sdnn_dring *r);
 /* out[r] = decoded mean over every rank of in[]; out[r] may alias in[r].
  * Queued on the ranks' comm streams; *wire += bytes the local ranks sent. */

@@ -66,6 +66,7 @@
 #include "replicas.h"
 #include "timeline.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -875,15 +876,30 @@ static void eg_set_timeline(sdnn_engine *e, struct sdnn_timeline *tl)
 
 /* ---- the comm over the engine's buffers ------------------------------------------ */
 
+/* Between processes there are two paths, picked by the trainer's backend:
+ *   mpi   hierarchical: each process's device mean (the local ring) goes
+ *         through pinned host memory to the mpi backend and back;
+ *   nccl  one NCCL communicator over every device of every process
+ *         (processes x devices ranks, process p's device d is rank
+ *         p * devices + d): process 0 makes the NCCL id, the bootstrap
+ *         (comm_nccl.c, the mpi backend underneath) broadcasts it, and the
+ *         bucket collectives run device to device on the ring over it,
+ *         every wait bounded by comm_timeout_s (ring.c).  On simulated
+ *         devices the NCCL is sim/nccl.c's, between processes through
+ *         shared memory: the host logic, ordering and arithmetic, never
+ *         real NCCL's behaviour. */
 typedef struct eg_comm {
     gpu_engine *E;
     sdnn_comm *host;             /* the trainer's (not owned) */
+    int world_ring;              /* nccl: ring spans every device of every process */
     sdnn_dring *ring;
     float *h;                    /* pinned: every local buffer, between processes */
     size_t h_n;
 } eg_comm;
 
 static int spans_processes(const eg_comm *g) { return g->host && g->host->size > 1; }
+/* Through host memory to the mpi backend (backend=mpi between processes). */
+static int via_host(const eg_comm *g) { return spans_processes(g) && !g->world_ring; }
 
 static sdnn_status check_nin(eg_comm *g, int nin)
 {
@@ -952,7 +968,7 @@ static sdnn_status gc_mean(sdnn_comm *c, const float *const *in, int nin, float 
     eg_comm *g = c->impl;
     gpu_engine *E = g->E;
     SDNN_CHECK(check_nin(g, nin));
-    if (spans_processes(g)) {
+    if (via_host(g)) {
         SDNN_CHECK(to_host(g, in, n));
         const float *hin[EG_MAX];
         for (int r = 0; r < nin; ++r) hin[r] = g->h + (size_t)r * n;
@@ -982,7 +998,7 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
     gpu_engine *E = g->E;
     if (wire) *wire = 0;
     SDNN_CHECK(check_nin(g, nin));
-    if (spans_processes(g)) {
+    if (via_host(g)) {
         SDNN_CHECK(to_host(g, in, n));
         const float *hin[EG_MAX];
         float *hout[EG_MAX];
@@ -1063,6 +1079,67 @@ static const sdnn_comm_ops gc_ops = {
     .unavailable_reason = NULL,
 };
 
+/* backend=nccl between processes: every process the same device count,
+ * then the id from process 0 and the ring over the world of
+ * processes x devices NCCL ranks. */
+static sdnn_status open_world(eg_comm *g, sdnn_comm *host, sdnn_dctx *const *ctxs)
+{
+    gpu_engine *E = g->E;
+    if (E->one_device)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                          "backend=nccl between processes: the %d replicas of this process share "
+                          "one device (virtual=1), and NCCL needs a device per rank; use "
+                          "backend=mpi", E->n);
+    /* The mean of n and of n*n over the processes: equal counts leave no
+     * variance (host scalars, carried by the bootstrap). */
+    float cnt[2] = {(float)E->n, (float)E->n * (float)E->n};
+    const float *in[1] = {cnt};
+    SDNN_CHECK(sdnn_comm_allreduce_mean(host, in, 1, cnt, 2, NULL));
+    if (fabsf(cnt[0] - (float)E->n) > 0.01f || fabsf(cnt[1] - cnt[0] * cnt[0]) > 0.01f)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "backend=nccl: process %d drives %d devices, and the processes do not "
+                          "all drive the same number (mean %.2f); give every process the same "
+                          "-gpus count", host->rank, E->n, (double)cnt[0]);
+    float idf[SDNN_NCCL_ID_BYTES / sizeof(float)];
+    unsigned char id[SDNN_NCCL_ID_BYTES];
+    memset(idf, 0, sizeof idf);
+    /* A process 0 that cannot make an id still joins the broadcast (with
+     * zeros), so that the others fail at init instead of waiting. */
+    sdnn_status made = host->rank == 0 ? sdnn_dnccl_unique_id(id) : SDNN_OK;
+    if (host->rank == 0 && made == SDNN_OK) memcpy(idf, id, sizeof id);
+    SDNN_CHECK(sdnn_comm_broadcast(host, idf, sizeof idf / sizeof idf[0]));
+    if (made != SDNN_OK) return made;
+    memcpy(id, idf, sizeof id);
+    const int world = host->size * E->n, first = host->rank * E->n;
+    SDNN_CHECK(sdnn_dring_create_nccl_world(id, world, first, ctxs, E->n, host->timeout_s,
+                                            &g->ring));
+    g->world_ring = 1;
+    sdnn_comm_nccl_claim(host);
+    return SDNN_OK;
+}
+
+/* The start banner's line for the exchange between processes (process 0). */
+static void say_path(const eg_comm *g)
+{
+    const sdnn_comm *h = g->host;
+    if (!h || h->rank != 0) return;
+    if (g->world_ring)
+        printf("scalednn: backend nccl: one NCCL communicator of %d ranks (%d process%s x %d "
+               "device%s), its id through mpi\n", h->size * g->E->n, h->size,
+               h->size == 1 ? "" : "es", g->E->n, g->E->n == 1 ? "" : "s");
+    else if (h->size > 1)
+        printf("scalednn: backend %s: each process's device mean through pinned host memory, "
+               "then %s between the %d processes (hierarchical)\n", sdnn_comm_name(h),
+               sdnn_comm_name(h), h->size);
+    else if (sdnn_comm_is_nccl_boot(h) && g->E->one_device)
+        printf("scalednn: backend nccl: one process, its %d replicas on one device (device "
+               "copies)\n", g->E->n);
+    else if (sdnn_comm_is_nccl_boot(h))
+        printf("scalednn: backend nccl: one process, NCCL over its %d device%s\n", g->E->n,
+               g->E->n == 1 ? "" : "s");
+    fflush(stdout);
+}
+
 static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct sdnn_comm **out)
 {
     gpu_engine *E = e->impl;
@@ -1087,12 +1164,19 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     c->impl = g;
     sdnn_dctx *ctxs[EG_MAX];
     for (int r = 0; r < E->n; ++r) ctxs[r] = E->rep[r].vd;
-    sdnn_status st = E->one_device ? sdnn_dring_create(ctxs, E->n, NULL, E->n, 0, &g->ring)
-                                   : sdnn_dring_create_nccl_local(ctxs, E->n, &g->ring);
+    sdnn_status st;
+    if (host && host->size > 1 && sdnn_comm_is_nccl_boot(host))
+        st = open_world(g, host, ctxs);
+    else if (E->one_device)
+        st = sdnn_dring_create(ctxs, E->n, NULL, E->n, 0, &g->ring);
+    else
+        st = sdnn_dring_create_nccl_local(ctxs, E->n, &g->ring);
+    if (st == SDNN_OK && host && sdnn_comm_is_nccl_boot(host)) sdnn_comm_nccl_claim(host);
     if (st != SDNN_OK) {
         sdnn_comm_close(c);
         return st;
     }
+    say_path(g);
     E->comm = c;
     *out = c;
     return SDNN_OK;

@@ -5,11 +5,20 @@
  * ncclComm_t; after sdnn_dnccl_abort the communicator is gone
  * (ncclCommAbort) and the handle only waits for sdnn_dnccl_destroy.  In an
  * NCCL=0 build every call is SDNN_ERR_UNSUPPORTED.
+ *
+ * The communicators of a world across processes (sdnn_dnccl_init_ranks)
+ * are non-blocking (config blocking=0): no NCCL call waits for a peer.
+ * Init, and a group that NCCL is still enqueueing (ncclInProgress), are
+ * polled with ncclCommGetAsyncError against the handle's deadline and
+ * aborted (ncclCommAbort) on expiry; the ring's host wait does the same
+ * for the work on the streams (ring.c, sdnn_dring_sync).
  */
 #include "cuda_util.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if SDNN_NCCL
 #include <nccl.h>
 #endif
@@ -20,6 +29,8 @@ struct sdnn_dnccl {
 #endif
     int device;
     int dead;       /* aborted */
+    int nonblocking;
+    double timeout_s;
 };
 
 #if SDNN_NCCL
@@ -34,6 +45,71 @@ static sdnn_status nccl_fail(ncclResult_t e, const char *what)
         ncclResult_t sdnn_e_ = (call);                                         \
         if (sdnn_e_ != ncclSuccess) return nccl_fail(sdnn_e_, (what));         \
     } while (0)
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A non-blocking communicator until NCCL finished what it was doing
+ * (ncclInProgress), at most its deadline; aborted on expiry or error. */
+static sdnn_status settle(sdnn_dnccl *c, const char *what)
+{
+    if (!c->nonblocking || c->dead) return SDNN_OK;
+    const double t0 = mono_s();
+    long nap_us = 10;
+    for (;;) {
+        ncclResult_t a = ncclSuccess;
+        ncclResult_t e = ncclCommGetAsyncError(c->comm, &a);
+        if (e != ncclSuccess) a = e;
+        if (a == ncclSuccess) return SDNN_OK;
+        if (a != ncclInProgress) {
+            sdnn_status st = nccl_fail(a, what);
+            cudaSetDevice(c->device);
+            ncclCommAbort(c->comm);
+            c->dead = 1;
+            return st;
+        }
+        if (mono_s() - t0 > c->timeout_s) {
+            cudaSetDevice(c->device);
+            ncclCommAbort(c->comm);
+            c->dead = 1;
+            return SDNN_ERROR(SDNN_ERR_COMM,
+                              "%s: NCCL still in progress after %.1f s (a peer that never "
+                              "joined or answered); communicator aborted",
+                              what, c->timeout_s);
+        }
+        struct timespec t = {0, nap_us * 1000L};
+        nanosleep(&t, NULL);
+        if (nap_us < 1000) nap_us *= 2;
+    }
+}
+
+/* The communicators the calling thread's open group touched, settled by
+ * sdnn_dnccl_group_end when NCCL answers ncclInProgress. */
+enum { GROUP_MAX = 64 };
+static thread_local sdnn_dnccl *t_group[GROUP_MAX];
+static thread_local int t_ngroup;
+static thread_local int t_depth;   /* open ncclGroupStart calls */
+
+static void group_note(sdnn_dnccl *c)
+{
+    for (int i = 0; i < t_ngroup; ++i)
+        if (t_group[i] == c) return;
+    if (t_ngroup < GROUP_MAX) t_group[t_ngroup++] = c;
+}
+
+/* An enqueueing call: ncclInProgress is success on a non-blocking
+ * communicator, settled at the group's end (or now, outside a group). */
+static sdnn_status queued(sdnn_dnccl *c, ncclResult_t e, const char *what)
+{
+    if (e != ncclSuccess && !(e == ncclInProgress && c->nonblocking)) return nccl_fail(e, what);
+    if (t_depth == 0) return e == ncclInProgress ? settle(c, what) : SDNN_OK;
+    group_note(c);
+    return SDNN_OK;
+}
 
 static sdnn_status alive(sdnn_dnccl *c, const char *what)
 {
@@ -85,28 +161,57 @@ extern "C" sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_d
 
 extern "C" sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES],
                                              int nranks, int first_rank, sdnn_dctx *const *ctxs,
-                                             int n, sdnn_dnccl **comms)
+                                             int n, double timeout_s, sdnn_dnccl **comms)
 {
     enum { MAXDEV = 64 };
     for (int i = 0; i < n; ++i) comms[i] = NULL;
     if (n < 1 || n > MAXDEV)
         return SDNN_ERROR(SDNN_ERR_INVALID, "nccl: %d local devices (1..%d)", n, (int)MAXDEV);
+    if (!(timeout_s > 0)) timeout_s = 60.0;
     ncclUniqueId u;
     memcpy(u.internal, id, SDNN_NCCL_ID_BYTES);
     ncclComm_t raw[MAXDEV] = {};
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
     ncclResult_t e = ncclGroupStart();
-    for (int i = 0; i < n && e == ncclSuccess; ++i) {
+    for (int i = 0; i < n && (e == ncclSuccess || e == ncclInProgress); ++i) {
         cudaSetDevice(ctxs[i]->o.device);
-        e = ncclCommInitRank(&raw[i], nranks, u, first_rank + i);
+        e = ncclCommInitRankConfig(&raw[i], nranks, u, first_rank + i, &cfg);
     }
     ncclResult_t e2 = ncclGroupEnd();
-    if (e == ncclSuccess) e = e2;
-    if (e != ncclSuccess) {
+    if (e == ncclSuccess || e == ncclInProgress) e = e2;
+    if (e != ncclSuccess && e != ncclInProgress) {
         for (int i = 0; i < n; ++i)
             if (raw[i]) ncclCommAbort(raw[i]);
-        return nccl_fail(e, "ncclCommInitRank");
+        return nccl_fail(e, "ncclCommInitRankConfig");
     }
-    return wrap_all(raw, ctxs, n, comms);
+    SDNN_CHECK(wrap_all(raw, ctxs, n, comms));
+    sdnn_status st = SDNN_OK;
+    for (int i = 0; i < n; ++i) {
+        comms[i]->nonblocking = 1;
+        comms[i]->timeout_s = timeout_s;
+    }
+    for (int i = 0; i < n && st == SDNN_OK; ++i) {
+        char what[96];
+        snprintf(what, sizeof what, "ncclCommInitRankConfig (rank %d of %d)", first_rank + i,
+                 nranks);
+        st = settle(comms[i], what);
+    }
+    if (st != SDNN_OK) {
+        for (int i = 0; i < n; ++i) {
+            sdnn_dnccl_abort(comms[i]);
+            free(comms[i]);
+            comms[i] = NULL;
+        }
+    }
+    return st;
+}
+
+/* NCCL keeps no reason: the caller's message is the one reported. */
+extern "C" void sdnn_dnccl_abort_because(sdnn_dnccl *c, const char *why)
+{
+    (void)why;
+    sdnn_dnccl_abort(c);
 }
 
 extern "C" void sdnn_dnccl_abort(sdnn_dnccl *c)
@@ -139,47 +244,51 @@ extern "C" sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c)
 extern "C" sdnn_status sdnn_dnccl_group_start(void)
 {
     SDNN_NC(ncclGroupStart(), "ncclGroupStart");
+    if (t_depth++ == 0) t_ngroup = 0;
     return SDNN_OK;
 }
 
 extern "C" sdnn_status sdnn_dnccl_group_end(void)
 {
-    SDNN_NC(ncclGroupEnd(), "ncclGroupEnd");
-    return SDNN_OK;
+    ncclResult_t e = ncclGroupEnd();
+    if (t_depth > 0) --t_depth;
+    sdnn_status st = SDNN_OK;
+    if (e != ncclSuccess && e != ncclInProgress) st = nccl_fail(e, "ncclGroupEnd");
+    if (t_depth > 0) return st;
+    /* Non-blocking: wait (bounded) until NCCL has enqueued the group. */
+    for (int i = 0; i < t_ngroup && st == SDNN_OK; ++i) st = settle(t_group[i], "ncclGroupEnd");
+    t_ngroup = 0;
+    return st;
 }
 
 extern "C" sdnn_status sdnn_dnccl_send(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const void *buf,
                                        size_t bytes, int peer)
 {
     SDNN_CHECK(alive(c, "ncclSend"));
-    SDNN_NC(ncclSend(buf, bytes, ncclUint8, peer, c->comm, ctx->s[stream]), "ncclSend");
-    return SDNN_OK;
+    return queued(c, ncclSend(buf, bytes, ncclUint8, peer, c->comm, ctx->s[stream]), "ncclSend");
 }
 
 extern "C" sdnn_status sdnn_dnccl_recv(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, void *buf,
                                        size_t bytes, int peer)
 {
     SDNN_CHECK(alive(c, "ncclRecv"));
-    SDNN_NC(ncclRecv(buf, bytes, ncclUint8, peer, c->comm, ctx->s[stream]), "ncclRecv");
-    return SDNN_OK;
+    return queued(c, ncclRecv(buf, bytes, ncclUint8, peer, c->comm, ctx->s[stream]), "ncclRecv");
 }
 
 extern "C" sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, int stream,
                                                 const float *in, float *out, size_t n)
 {
     SDNN_CHECK(alive(c, "ncclAllReduce"));
-    SDNN_NC(ncclAllReduce(in, out, n, ncclFloat, ncclSum, c->comm, ctx->s[stream]),
-            "ncclAllReduce");
-    return SDNN_OK;
+    return queued(c, ncclAllReduce(in, out, n, ncclFloat, ncclSum, c->comm, ctx->s[stream]),
+                  "ncclAllReduce");
 }
 
 extern "C" sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf,
                                             size_t n, int root)
 {
     SDNN_CHECK(alive(c, "ncclBroadcast"));
-    SDNN_NC(ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, ctx->s[stream]),
-            "ncclBroadcast");
-    return SDNN_OK;
+    return queued(c, ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, ctx->s[stream]),
+                  "ncclBroadcast");
 }
 
 #else /* !SDNN_NCCL */
@@ -202,13 +311,14 @@ extern "C" sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_d
 }
 extern "C" sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES],
                                              int nranks, int first_rank, sdnn_dctx *const *ctxs,
-                                             int n, sdnn_dnccl **comms)
+                                             int n, double timeout_s, sdnn_dnccl **comms)
 {
-    (void)id; (void)nranks; (void)first_rank; (void)ctxs;
+    (void)id; (void)nranks; (void)first_rank; (void)ctxs; (void)timeout_s;
     for (int i = 0; i < n; ++i) comms[i] = NULL;
     return no_nccl();
 }
 extern "C" void sdnn_dnccl_abort(sdnn_dnccl *c) { (void)c; }
+extern "C" void sdnn_dnccl_abort_because(sdnn_dnccl *c, const char *why) { (void)c; (void)why; }
 extern "C" void sdnn_dnccl_destroy(sdnn_dnccl *c) { free(c); }
 extern "C" sdnn_status sdnn_dnccl_async_error(sdnn_dnccl *c) { (void)c; return no_nccl(); }
 extern "C" sdnn_status sdnn_dnccl_group_start(void) { return no_nccl(); }

@@ -120,12 +120,14 @@ int sdnn_dring_failed(const sdnn_dring *R) { return R->failed; }
 /* After a failed NCCL call: cancel everything the ring queued (NCCL may
  * have queued part of a group), so that no stream waits for a peer
  * forever.  A ring over device copies has nothing to cancel. */
-static void ring_abort(sdnn_dring *R)
+static void ring_abort_because(sdnn_dring *R, const char *why)
 {
     if (!R->nccl || R->failed) return;
     R->failed = 1;
-    for (int i = 0; i < R->nlocal; ++i) sdnn_dnccl_abort(R->r[i].comm);
+    for (int i = 0; i < R->nlocal; ++i) sdnn_dnccl_abort_because(R->r[i].comm, why);
 }
+
+static void ring_abort(sdnn_dring *R) { ring_abort_because(R, NULL); }
 
 static sdnn_status refuse_failed(const sdnn_dring *R)
 {
@@ -136,15 +138,57 @@ static sdnn_status refuse_failed(const sdnn_dring *R)
     return SDNN_OK;
 }
 
+/* The rank every local rank ends up waiting on: the first rank outside
+ * this process to the left of the local block (data flows to the right, so
+ * a stall travels right from the silent rank), or the left neighbour of
+ * the first local rank still waiting when the world is this process. */
+static int silent_rank(const sdnn_dring *R, int first_waiting)
+{
+    if (R->world > R->nlocal) return mod(R->r[0].rank - 1, R->world);
+    return mod(first_waiting - 1, R->world);
+}
+
+/* The deadline passed: the backends' one message for a silent peer
+ * (comm.h, sdnn_comm_silent_error), naming the rank and its process
+ * (every process drives nlocal ranks), then each local rank still waiting. */
+static sdnn_status silent_error(const sdnn_dring *R, double waited)
+{
+    char who[384] = "";
+    size_t len = 0;
+    int first = -1;
+    for (int i = 0; i < R->nlocal; ++i) {
+        if (sdnn_devent_done(R->r[i].done)) continue;
+        int g = R->r[i].rank;
+        if (first < 0) first = g;
+        if (len < sizeof who)
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%d (peers %d, %d)",
+                                    len ? ", " : "", g, mod(g - 1, R->world),
+                                    mod(g + 1, R->world));
+    }
+    if (first < 0) first = R->r[0].rank;
+    const int peer = silent_rank(R, first);
+    char note[64] = "", what[512], after[] = "; NCCL communicators aborted";
+    if (R->world > R->nlocal)
+        snprintf(note, sizeof note, " (process %d)", peer / R->nlocal);
+    snprintf(what, sizeof what, "no progress on the NCCL exchange; waiting: rank %s", who);
+    const sdnn_silent_peer e = {.backend = "nccl", .rank = first, .waited = waited, .peer = peer,
+                                .peer_note = note, .what = what, .timeout = R->timeout_s,
+                                .after = after};
+    return sdnn_comm_silent_error(&e);
+}
+
 /* The bounded host wait of sdnn_dring_sync over NCCL. */
 static sdnn_status nccl_wait(sdnn_dring *R)
 {
     for (int i = 0; i < R->nlocal; ++i)
         SDNN_CHECK(sdnn_devent_record(R->r[i].done, R->r[i].ctx, SDNN_STREAM_COMM));
+    /* The deadline counts from the last progress seen: the start, or a
+     * local rank's stream passing its mark. */
     double t0 = now_s();
     long nap_us = 20;
+    int ndone = 0;
     for (;;) {
-        int all = 1;
+        int all = 1, done = 0;
         for (int i = 0; i < R->nlocal; ++i) {
             ring_rank *k = &R->r[i];
             sdnn_status e = sdnn_dnccl_async_error(k->comm);
@@ -155,29 +199,21 @@ static sdnn_status nccl_wait(sdnn_dring *R)
                                   mod(k->rank - 1, R->world), mod(k->rank + 1, R->world),
                                   sdnn_last_error());
             }
-            all &= sdnn_devent_done(k->done);
+            const int d = sdnn_devent_done(k->done);
+            all &= d;
+            done += d;
         }
         if (all) break;
+        if (done > ndone) {
+            ndone = done;
+            t0 = now_s();
+        }
         if (now_s() - t0 > R->timeout_s) {
-            /* Every local rank still waiting, with its two peers. */
-            char who[512] = "";
-            size_t len = 0;
-            int first = -1;
-            for (int i = 0; i < R->nlocal; ++i) {
-                if (sdnn_devent_done(R->r[i].done)) continue;
-                int g = R->r[i].rank;
-                if (first < 0) first = g;
-                if (len < sizeof who)
-                    len += (size_t)snprintf(who + len, sizeof who - len, "%s%d (peers %d, %d)",
-                                            len ? ", " : "", g, mod(g - 1, R->world),
-                                            mod(g + 1, R->world));
-            }
-            ring_abort(R);
-            return SDNN_ERROR(SDNN_ERR_COMM,
-                              "NCCL ring: rank %d's exchange with its peers made no progress "
-                              "for %.1f s (a peer that never answers, or an unmatched send or "
-                              "receive); waiting: rank %s; communicators aborted",
-                              first, R->timeout_s, who);
+            /* The message first (it reads which ranks still wait), then
+             * the abort, which carries it to every cancelled operation. */
+            sdnn_status st = silent_error(R, now_s() - t0);
+            ring_abort_because(R, sdnn_last_error());
+            return st;
         }
         struct timespec t = {0, nap_us * 1000L};
         nanosleep(&t, NULL);
@@ -218,6 +254,29 @@ void sdnn_dring_destroy(sdnn_dring *R)
     }
     free(R->r);
     free(R);
+}
+
+sdnn_status sdnn_dring_create_nccl_world(const unsigned char id[SDNN_NCCL_ID_BYTES], int world,
+                                         int first_rank, sdnn_dctx *const *ctxs, int n,
+                                         double timeout_s, sdnn_dring **out)
+{
+    *out = NULL;
+    enum { MAXDEV = 64 };
+    if (n < 1 || n > MAXDEV)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "nccl: %d local devices (1..%d)", n, (int)MAXDEV);
+    sdnn_dnccl *comms[MAXDEV];
+    SDNN_CHECK(sdnn_dnccl_init_ranks(id, world, first_rank, ctxs, n, timeout_s, comms));
+    sdnn_status st = sdnn_dring_create(ctxs, n, comms, world, first_rank, out);
+    if (st != SDNN_OK) {
+        for (int i = 0; i < n; ++i) {
+            sdnn_dnccl_abort(comms[i]);
+            sdnn_dnccl_destroy(comms[i]);
+        }
+        return st;
+    }
+    (*out)->owns_comms = 1;
+    sdnn_dring_set_timeout(*out, timeout_s);
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_dring_create_nccl_local(sdnn_dctx *const *ctxs, int n, sdnn_dring **out)

@@ -131,6 +131,9 @@ run_script() {
 }
 # ./darknet detector train -gpus 0,1 with engine=gpu through the trainer.
 run_script cli_sim
+# backend=nccl under mpirun: 2 processes x 2 devices on one NCCL communicator
+# against 1 x 4 and backend=mpi, a killed and a stopped rank.
+run_script cli_nccl
 # -gpus names devices: ids past the count, virtual=1, the banner, a layer
 # the engine does not run.
 run_script cli_devices

@@ -22,6 +22,23 @@
  *    ncclCommDestroy does.
  * Allreduce sums in rank order (real NCCL's order is its own choice).
  *
+ * Between processes (sdnn_dnccl_init_ranks, the world of backend=nccl under
+ * mpirun): the ranks meet in a shared memory segment named after the id
+ * (shm_open, unlinked once every rank joined, so nothing is left behind
+ * by a run that completes its init).  It holds one byte pipe per ordered
+ * pair of ranks (single producer, single consumer, C11 atomics), and every
+ * operation is messages on those pipes: a send is one message to its
+ * peer, an allreduce sends the rank's input to every other rank and sums
+ * the W inputs in rank order (so every rank gets the same bits, those of
+ * the in-process world), a broadcast is the root's message to each rank.
+ * Each message starts with its kind and size, so a send met by a
+ * collective, or sizes that disagree, fail as mismatches.  A killed or
+ * stopped peer leaves its pipes still: the operations waiting on it never
+ * finish, as with NCCL, until the caller's deadline aborts the
+ * communicator (sdnn_dnccl_abort cancels them at once).  Joining waits at
+ * most the timeout given to init_ranks and names the ranks that never
+ * came.
+ *
  * Fault injection for the error-path tests, read when a world is created:
  *   SDNN_SIM_NCCL_FAULT=silent:R:K  rank R never answers from its K-th
  *                                   queued unit on (a peer that hangs)
@@ -35,7 +52,11 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +92,38 @@ typedef struct coll {
     float *result;
 } coll;
 
+/* ---- the pipes between processes (declared here, used below) ---- */
+enum { SHM_CAP = 1 << 18, SHM_MAXR = 64, SHM_HDR = 4096, SHM_MAGIC = 0x5344504e };
+
+typedef struct shm_pipe {
+    _Atomic uint64_t head;   /* bytes written (the sender's) */
+    char pad1[56];
+    _Atomic uint64_t tail;   /* bytes read (the receiver's) */
+    char pad2[56];
+    unsigned char data[SHM_CAP];
+} shm_pipe;
+
+typedef struct shm_hdr {
+    _Atomic uint32_t magic;
+    _Atomic int32_t nranks;
+    _Atomic int32_t joined;
+    _Atomic int32_t pid[SHM_MAXR];   /* 0 until rank r joined */
+} shm_hdr;
+
+/* The 16 bytes before each message's payload. */
+typedef struct shm_msg {
+    uint32_t kind;
+    uint32_t from;
+    uint64_t bytes;
+} shm_msg;
+
 struct clique {
     clique *next;
+    /* between processes: the mapped segment (NULL: one process) */
+    shm_hdr *shm;
+    shm_pipe *pipes;     /* [src * nranks + dst] */
+    size_t shm_len;
+    char shm_name[64];
     unsigned char id[SDNN_NCCL_ID_BYTES];
     int has_id;
     int nranks, joined, alive;
@@ -87,6 +138,7 @@ struct sdnn_dnccl {
     clique *q;
     int rank, device;
     int aborted;
+    char why[384];                  /* sdnn_dnccl_abort_because's reason */
     sdnn_status async;
     char async_msg[512];
     uint64_t *send_seq, *recv_seq;  /* per peer */
@@ -94,6 +146,19 @@ struct sdnn_dnccl {
     long units;                     /* units queued so far (fault injection) */
     int inflight;                   /* units queued that name it */
 };
+
+/* One message of an operation between processes: its header and payload
+ * move through one pipe, `off` bytes of sizeof(shm_msg) + bytes so far. */
+typedef struct xfer {
+    int send, peer;
+    uint32_t kind;
+    const unsigned char *src;
+    unsigned char *dst;
+    size_t bytes;
+    size_t off;
+    shm_msg got;         /* a receive's header as it arrived */
+    int done;
+} xfer;
 
 typedef struct dop {
     int kind;
@@ -114,6 +179,10 @@ typedef struct dop {
     int done;
     post *p;
     coll *k;
+    /* between processes */
+    xfer *x;
+    int nx;
+    float *tmp;          /* allreduce: the other ranks' inputs, W x n */
 } dop;
 
 typedef struct unit {
@@ -182,6 +251,10 @@ static clique *clique_new(int nranks)
 
 static void clique_free(clique *q)
 {
+    if (q->shm) {
+        munmap(q->shm, q->shm_len);
+        shm_unlink(q->shm_name);   /* already gone after a complete join */
+    }
     for (clique **p = &g_cliques; *p; p = &(*p)->next)
         if (*p == q) {
             *p = q->next;
@@ -295,9 +368,50 @@ sdnn_status sdnn_dnccl_init_all(sdnn_dctx *const *ctxs, int n, sdnn_dnccl **comm
     return st;
 }
 
+/* The segment of world `id` mapped into this process (made by whichever
+ * process comes first; both size it the same, which keeps what is there). */
+static sdnn_status shm_attach(clique *q, const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks)
+{
+    static const char call[] = "ncclCommInitRank (simulated NCCL)";
+    if (nranks > SHM_MAXR)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "%s: %d ranks between processes (at most %d)", call,
+                          nranks, (int)SHM_MAXR);
+    /* The name: a hash of the whole id (pid, counter and time of its maker). */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < SDNN_NCCL_ID_BYTES; ++i) h = (h ^ id[i]) * 1099511628211ull;
+    snprintf(q->shm_name, sizeof q->shm_name, "/sdnn-simnccl-%016llx", (unsigned long long)h);
+    q->shm_len = SHM_HDR + (size_t)nranks * (size_t)nranks * sizeof(shm_pipe);
+    int fd = shm_open(q->shm_name, O_RDWR | O_CREAT, 0600);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_COMM, "%s: shm_open %s: %s", call, q->shm_name, strerror(errno));
+    void *m = MAP_FAILED;
+    if (ftruncate(fd, (off_t)q->shm_len) == 0)
+        m = mmap(NULL, q->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        shm_unlink(q->shm_name);
+        return SDNN_ERROR(SDNN_ERR_COMM, "%s: %zu bytes of shared memory for %d ranks: %s", call,
+                          q->shm_len, nranks, strerror(err));
+    }
+    q->shm = m;
+    q->pipes = (shm_pipe *)((unsigned char *)m + SHM_HDR);
+    uint32_t zero = 0;
+    if (atomic_compare_exchange_strong(&q->shm->magic, &zero, SHM_MAGIC))
+        atomic_store(&q->shm->nranks, nranks);
+    for (int spin = 0; atomic_load(&q->shm->nranks) == 0 && spin < 100000; ++spin) {
+        struct timespec t = {0, 10000};
+        nanosleep(&t, NULL);
+    }
+    if (atomic_load(&q->shm->nranks) != nranks)
+        return SDNN_ERROR(SDNN_ERR_COMM, "%s: the world of this id has %d ranks, joined as %d",
+                          call, (int)atomic_load(&q->shm->nranks), nranks);
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], int nranks,
                                   int first_rank, sdnn_dctx *const *ctxs, int n,
-                                  sdnn_dnccl **comms)
+                                  double timeout_s, sdnn_dnccl **comms)
 {
     static const char call[] = "ncclCommInitRank";
     for (int i = 0; i < n; ++i) comms[i] = NULL;
@@ -305,6 +419,7 @@ sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], in
         return SDNN_ERROR(SDNN_ERR_INVALID, "%s: ranks %d..%d of a world of %d", call,
                           first_rank, first_rank + n - 1, nranks);
     SDNN_CHECK(check_devices(ctxs, n, call));
+    if (!(timeout_s > 0)) timeout_s = hang_s();
     sdnn_status st = SDNN_OK;
     pthread_mutex_lock(&g_mu);
     clique *q = g_cliques;
@@ -316,6 +431,7 @@ sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], in
             memcpy(q->id, id, SDNN_NCCL_ID_BYTES);
             q->has_id = 1;
             st = read_fault(q);
+            if (st == SDNN_OK) st = shm_attach(q, id, nranks);
             if (st != SDNN_OK) clique_free(q);
             else {
                 q->next = g_cliques;
@@ -327,41 +443,59 @@ sdnn_status sdnn_dnccl_init_ranks(const unsigned char id[SDNN_NCCL_ID_BYTES], in
                         call, q->nranks, nranks);
     }
     for (int i = 0; i < n && st == SDNN_OK; ++i) {
-        if (q->rank[first_rank + i])
+        int32_t none = 0, me = (int32_t)getpid();
+        if (q->rank[first_rank + i] ||
+            !atomic_compare_exchange_strong(&q->shm->pid[first_rank + i], &none, me))
             st = SDNN_ERROR(SDNN_ERR_COMM, "%s (simulated NCCL): rank %d joined twice", call,
                             first_rank + i);
         else
             st = comm_new(q, first_rank + i, ctxs[i], &comms[i]);
+        if (st == SDNN_OK) atomic_fetch_add(&q->shm->joined, 1);
     }
-    /* NCCL's init is collective: wait for the other ranks to join. */
-    double deadline = now_s() + hang_s();
-    while (st == SDNN_OK && q->joined < q->nranks) {
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    /* NCCL's init is collective: wait (without the lock) for every rank of
+     * every process, at most timeout_s. */
+    const double deadline = now_s() + timeout_s;
+    while (st == SDNN_OK && atomic_load(&q->shm->joined) < nranks) {
         if (now_s() > deadline) {
+            char who[256] = "";
+            size_t len = 0;
+            for (int r = 0; r < nranks && len < sizeof who; ++r)
+                if (atomic_load(&q->shm->pid[r]) == 0)
+                    len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", len ? ", " : "",
+                                            r);
             st = SDNN_ERROR(SDNN_ERR_COMM,
-                            "%s (simulated NCCL): %d of %d ranks joined (the others live in "
-                            "other processes, which the simulated NCCL cannot reach, or never "
-                            "came)",
-                            call, q->joined, q->nranks);
+                            "%s (simulated NCCL): %d of %d ranks joined in %.1f s; rank %s never "
+                            "came (its process stopped, failed, or was not started)",
+                            call, (int)atomic_load(&q->shm->joined), nranks, timeout_s, who);
             break;
         }
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 20000000L;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_nsec -= 1000000000L;
-            ++t.tv_sec;
-        }
-        pthread_cond_timedwait(&g_cv, &g_mu, &t);
+        struct timespec t = {0, 1000000L};
+        nanosleep(&t, NULL);
     }
-    if (st != SDNN_OK)
+    /* Everyone has the segment open: its name can go. */
+    if (st == SDNN_OK) shm_unlink(q->shm_name);
+    if (st != SDNN_OK) {
+        pthread_mutex_lock(&g_mu);
         for (int i = 0; i < n; ++i)
             if (comms[i]) {
                 comm_free_locked(comms[i]);
                 comms[i] = NULL;
             }
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+    }
     return st;
+}
+
+void sdnn_dnccl_abort_because(sdnn_dnccl *c, const char *why)
+{
+    if (!c) return;
+    pthread_mutex_lock(&g_mu);
+    if (!c->aborted && why && *why) snprintf(c->why, sizeof c->why, "%s", why);
+    pthread_mutex_unlock(&g_mu);
+    sdnn_dnccl_abort(c);
 }
 
 void sdnn_dnccl_abort(sdnn_dnccl *c)
@@ -512,9 +646,232 @@ static coll *coll_slot(clique *q, const dop *o)
     return k;
 }
 
+/* ---- operations between processes (the shared memory pipes) ---------------------- */
+
+static shm_pipe *pipe_of(clique *q, int src, int dst)
+{
+    return &q->pipes[(size_t)src * (size_t)q->nranks + (size_t)dst];
+}
+
+/* Move what the pipe allows of x (1 when bytes moved, -1 on a mismatch). */
+static int xfer_step(clique *q, int me, xfer *x)
+{
+    const size_t H = sizeof(shm_msg), total = H + x->bytes;
+    shm_pipe *p = x->send ? pipe_of(q, me, x->peer) : pipe_of(q, x->peer, me);
+    uint64_t head, tail;
+    if (x->send) {
+        head = atomic_load_explicit(&p->head, memory_order_relaxed);
+        tail = atomic_load_explicit(&p->tail, memory_order_acquire);
+    } else {
+        head = atomic_load_explicit(&p->head, memory_order_acquire);
+        tail = atomic_load_explicit(&p->tail, memory_order_relaxed);
+    }
+    size_t room = x->send ? SHM_CAP - (size_t)(head - tail) : (size_t)(head - tail);
+    size_t want = total - x->off;
+    if (want > room) want = room;
+    if (want == 0) return 0;
+    shm_msg hdr = {x->kind, (uint32_t)me, (uint64_t)x->bytes};
+    uint64_t at = x->send ? head : tail;
+    for (size_t done = 0; done < want;) {
+        size_t pos = (size_t)(at % SHM_CAP), len = SHM_CAP - pos;
+        if (len > want - done) len = want - done;
+        size_t o = x->off + done;   /* offset in the message */
+        for (size_t k = 0; k < len;) {
+            size_t piece;
+            if (o + k < H) {
+                piece = H - (o + k) < len - k ? H - (o + k) : len - k;
+                if (x->send) memcpy(p->data + pos + k, (unsigned char *)&hdr + o + k, piece);
+                else memcpy((unsigned char *)&x->got + o + k, p->data + pos + k, piece);
+            } else {
+                piece = len - k;
+                size_t d = o + k - H;
+                if (x->send) memcpy(p->data + pos + k, x->src + d, piece);
+                else memcpy(x->dst + d, p->data + pos + k, piece);
+            }
+            k += piece;
+            /* A receive checks the header once it is whole. */
+            if (!x->send && o + k >= H && o + k - piece < H &&
+                (x->got.kind != x->kind || x->got.bytes != x->bytes))
+                return -1;
+        }
+        done += len;
+        at += len;
+    }
+    x->off += want;
+    if (x->send) atomic_store_explicit(&p->head, head + want, memory_order_release);
+    else atomic_store_explicit(&p->tail, tail + want, memory_order_release);
+    if (x->off == total) x->done = 1;
+    return 1;
+}
+
+static void add_xfer(dop *o, int send, int peer, const void *src, void *dst, size_t bytes)
+{
+    xfer *x = &o->x[o->nx++];
+    memset(x, 0, sizeof *x);
+    x->send = send;
+    x->peer = peer;
+    x->kind = (uint32_t)(o->kind == NOP_SEND || o->kind == NOP_RECV ? NOP_SEND : o->kind);
+    x->src = src;
+    x->dst = dst;
+    x->bytes = bytes;
+}
+
+/* o's messages (and the allreduce's landing space). */
+static sdnn_status plan_xfers(dop *o)
+{
+    clique *q = o->c->q;
+    const int W = q->nranks, me = o->c->rank;
+    o->x = calloc((size_t)(2 * W + 1), sizeof *o->x);
+    if (!o->x) return SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for an operation");
+    switch (o->kind) {
+    case NOP_SEND: add_xfer(o, 1, o->peer, o->cbuf, NULL, o->bytes); break;
+    case NOP_RECV: add_xfer(o, 0, o->peer, NULL, o->buf, o->bytes); break;
+    case NOP_ALLREDUCE:
+        o->tmp = malloc(((size_t)W * o->n + 1) * sizeof(float));
+        if (!o->tmp) return SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a reduction");
+        for (int r = 0; r < W; ++r) {
+            if (r == me) continue;
+            add_xfer(o, 1, r, o->in, NULL, o->n * sizeof(float));
+            add_xfer(o, 0, r, NULL, o->tmp + (size_t)r * o->n, o->n * sizeof(float));
+        }
+        break;
+    default:
+        for (int r = 0; r < W; ++r) {
+            if (r == me) continue;
+            if (me == o->root) add_xfer(o, 1, r, o->out, NULL, o->n * sizeof(float));
+            else if (r == o->root) add_xfer(o, 0, r, NULL, o->out, o->n * sizeof(float));
+        }
+    }
+    return SDNN_OK;
+}
+
+/* Every rank's input summed in rank order, as the in-process world does:
+ * ((in0 + in1) + in2) + ...  Slot `me` of tmp (no message lands there) is
+ * the accumulator; out may alias in. */
+static void finish_allreduce(dop *o)
+{
+    const int W = o->c->q->nranks, me = o->c->rank;
+    const size_t n = o->n;
+    float *acc = o->tmp + (size_t)me * n;
+    memcpy(acc, me == 0 ? o->in : o->tmp, n * sizeof(float));
+    for (int r = 1; r < W; ++r) {
+        const float *src = r == me ? o->in : o->tmp + (size_t)r * n;
+        for (size_t i = 0; i < n; ++i) acc[i] += src[i];
+    }
+    memcpy(o->out, acc, n * sizeof(float));
+}
+
+/* 1 when an earlier message of the unit, not done yet, uses the pipe of
+ * message j of operation i (one pipe carries one message at a time, in
+ * the order the calls were made). */
+static int pipe_busy(const unit *u, int i, int j)
+{
+    const dop *o = &u->ops[i];
+    const xfer *x = &o->x[j];
+    for (int a = 0; a <= i; ++a) {
+        const dop *p = &u->ops[a];
+        for (int b = 0; b < (a == i ? j : p->nx); ++b) {
+            const xfer *y = &p->x[b];
+            if (!y->done && y->send == x->send && y->peer == x->peer && p->c == o->c) return 1;
+        }
+    }
+    return 0;
+}
+
+/* One unit between processes: every message progresses together (a ring
+ * shift in a group cannot deadlock), until done, aborted, or the last
+ * resort bound. */
+static sdnn_status run_unit_shm(unit *u)
+{
+    sdnn_status st = SDNN_OK;
+    char what[160];
+    int silent = 0;
+    for (int i = 0; i < u->nops; ++i) silent |= u->ops[i].silent;
+    for (int i = 0; i < u->nops && st == SDNN_OK; ++i) st = plan_xfers(&u->ops[i]);
+    const double deadline = now_s() + hang_s();
+    long nap_ns = 0;
+    while (st == SDNN_OK) {
+        int all = 1, moved = 0;
+        for (int i = 0; i < u->nops && !silent && st == SDNN_OK; ++i) {
+            dop *o = &u->ops[i];
+            if (o->done) continue;
+            int odone = 1;
+            for (int j = 0; j < o->nx; ++j) {
+                xfer *x = &o->x[j];
+                if (x->done) continue;
+                if (pipe_busy(u, i, j)) {
+                    odone = 0;
+                    continue;
+                }
+                int r = xfer_step(o->c->q, o->c->rank, x);
+                if (r < 0) {
+                    st = SDNN_ERROR(SDNN_ERR_COMM,
+                                    "simulated NCCL, rank %d: %s met %s of %llu bytes from peer "
+                                    "%d (the ranks' calls do not match)",
+                                    o->c->rank, pending_what(o, what, sizeof what),
+                                    x->got.kind < 4 ? op_names[x->got.kind] : "garbage",
+                                    (unsigned long long)x->got.bytes, x->peer);
+                    break;
+                }
+                moved |= r;
+                odone &= x->done;
+            }
+            if (st == SDNN_OK && odone) {
+                if (o->kind == NOP_ALLREDUCE) finish_allreduce(o);
+                o->done = 1;
+                moved = 1;
+            }
+            all &= o->done;
+        }
+        if (st != SDNN_OK) break;
+        if (!silent && all) break;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < u->nops && st == SDNN_OK; ++i)
+            if (u->ops[i].c->aborted)
+                st = SDNN_ERROR(SDNN_ERR_COMM,
+                                "simulated NCCL, rank %d: %s cancelled: the communicator was "
+                                "aborted%s%s",
+                                u->ops[i].c->rank, pending_what(&u->ops[i], what, sizeof what),
+                                u->ops[i].c->why[0] ? ": " : "", u->ops[i].c->why);
+        pthread_mutex_unlock(&g_mu);
+        if (st != SDNN_OK) break;
+        if (moved) {
+            nap_ns = 0;
+            continue;
+        }
+        if (now_s() > deadline) {
+            st = SDNN_ERROR(SDNN_ERR_COMM,
+                            "simulated NCCL, rank %d: %s still unmatched after %.1f s "
+                            "(real NCCL would hang here: the caller's own timeout should "
+                            "have aborted the communicator)",
+                            u->ops[0].c->rank, pending_what(&u->ops[0], what, sizeof what),
+                            hang_s());
+            break;
+        }
+        nap_ns = nap_ns ? nap_ns * 2 : 20000;
+        if (nap_ns > 1000000L) nap_ns = 1000000L;
+        struct timespec t = {0, nap_ns};
+        nanosleep(&t, NULL);
+    }
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < u->nops; ++i) {
+        dop *o = &u->ops[i];
+        if (st != SDNN_OK) set_async(o->c, st, sdnn_last_error());
+        --o->c->inflight;
+        free(o->x);
+        free(o->tmp);
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(u->ops);
+    free(u);
+    return st;
+}
+
 static sdnn_status run_unit(void *arg)
 {
     unit *u = *(unit **)arg;
+    if (u->nops > 0 && u->ops[0].c->q->shm) return run_unit_shm(u);
     sdnn_status st = SDNN_OK;
     char what[160];
     pthread_mutex_lock(&g_mu);
@@ -584,9 +941,10 @@ static sdnn_status run_unit(void *arg)
             if (u->ops[i].c->aborted) {
                 st = SDNN_ERROR(SDNN_ERR_COMM,
                                 "simulated NCCL, rank %d: %s cancelled: the communicator was "
-                                "aborted",
+                                "aborted%s%s",
                                 u->ops[i].c->rank,
-                                pending_what(&u->ops[i], what, sizeof what));
+                                pending_what(&u->ops[i], what, sizeof what),
+                                u->ops[i].c->why[0] ? ": " : "", u->ops[i].c->why);
                 break;
             }
         if (st != SDNN_OK) break;
