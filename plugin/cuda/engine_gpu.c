@@ -1128,3 +1128,25 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .available_on = eg_available_on,
     .describe_device = eg_describe_device,
 };
+
+/* ---- what a replica holds and moves (issue 14: memory, host loss) ---------------- */
+
+sdnn_status sdnn_gpu_engine_replica_stats(sdnn_engine *e, int r, sdnn_gpu_engine_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!e || !e->ops || e->ops->destroy != eg_destroy || !e->impl)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "not an instance of the gpu engine");
+    gpu_engine *E = e->impl;
+    if (r < 0 || r >= E->n) return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: no replica %d", r);
+    eg_rep *R = &E->rep[r];
+    pthread_mutex_lock(&E->mu);
+    for (eg_alloc *a = E->allocs; a; a = a->next) {
+        size_t b = (a->n ? a->n : 1) * sizeof(float);
+        if (a->r == r) s->bucket_bytes += b;
+        if (a->mirror[r]) s->bucket_bytes += b;
+    }
+    pthread_mutex_unlock(&E->mu);
+    s->codec_bytes = R->enc_n + R->cscr_n;
+    SDNN_CHECK(sdnn_dctx_bind(R->vd));
+    return sdnn_gpu_net_host_loss_stats(R->g, &s->host_loss);
+}
