@@ -113,6 +113,7 @@ typedef struct eg_rep {
      * (hooks.h's context), filled from layer events after the sync */
     double *prof;
     int prof_scale;              /* subdivisions the last pass stands for */
+    sdnn_gpu_host_loss_stats hl_taken;  /* host_loss_take's last reading */
 } eg_rep;
 
 typedef struct gpu_engine {
@@ -1098,6 +1099,28 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     return SDNN_OK;
 }
 
+/* The host-loss counters since the last call (net.c's round trip). */
+static sdnn_status eg_host_loss_take(sdnn_engine *e, int r, uint64_t *bytes, double *wait_s)
+{
+    gpu_engine *E = e->impl;
+    *bytes = 0;
+    *wait_s = 0;
+    if (r < 0 || r >= E->n) return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: no replica %d", r);
+    eg_rep *R = &E->rep[r];
+    sdnn_gpu_host_loss_stats now;
+    SDNN_CHECK(sdnn_gpu_net_host_loss_stats(R->g, &now));
+    const sdnn_gpu_host_loss_stats *p = &R->hl_taken;
+    /* a resize made a new net: its counters start again */
+    if (now.d2h_bytes < p->d2h_bytes || now.h2d_bytes < p->h2d_bytes ||
+        now.sum_bytes < p->sum_bytes || now.wait_s < p->wait_s)
+        memset(&R->hl_taken, 0, sizeof R->hl_taken);
+    *bytes = (now.d2h_bytes - p->d2h_bytes) + (now.h2d_bytes - p->h2d_bytes) +
+             (now.sum_bytes - p->sum_bytes);
+    *wait_s = now.wait_s - p->wait_s;
+    R->hl_taken = now;
+    return SDNN_OK;
+}
+
 const sdnn_engine_ops sdnn_engine_gpu = {
     .name = "gpu",
     .available = eg_available,
@@ -1127,6 +1150,7 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .nonfinite_at = eg_nonfinite_at,
     .available_on = eg_available_on,
     .describe_device = eg_describe_device,
+    .host_loss_take = eg_host_loss_take,
 };
 
 /* ---- what a replica holds and moves (issue 14: memory, host loss) ---------------- */

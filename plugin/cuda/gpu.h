@@ -141,12 +141,16 @@ double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);
  * their per-element loss (batch x inputs floats) to the host for the cost
  * sum.  wait_s: the time the device's compute stream stood waiting on the
  * host loss (events around the round trip; on simulated devices the host
- * clock as each ran); host_s: the host thread's time in it. */
+ * clock as each ran); host_s: the host thread's time in it, from the call
+ * to the delta's copy queued (its wait for the layers before the head
+ * included); compute_s: libdarknet's layer alone. */
 typedef struct sdnn_gpu_host_loss_stats {
     uint64_t d2h_bytes, h2d_bytes;   /* yolo/region layers */
     uint64_t sum_bytes;              /* softmax/cost sums, device -> host */
     uint64_t layers;                 /* host-loss layer passes */
     double wait_s, host_s;
+    double compute_s;                /* the CPU layers alone (host_s also holds the
+                                      * host's wait for the head's input) */
 } sdnn_gpu_host_loss_stats;
 /* Waits for the last round trip's copies, then *s. */
 sdnn_status sdnn_gpu_net_host_loss_stats(sdnn_gpu_net *g, sdnn_gpu_host_loss_stats *s);

@@ -794,7 +794,9 @@ static sdnn_status host_loss_forward_sync(sdnn_gpu_net *g, int i, const sdnn_dst
     SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, g->host_in, s->input, nin * sizeof(float),
                           1));
     network nc = host_loss_net(g, i, s);
+    double c0 = sdnn_gpu_now();
     SDNN_CHECK(host_loss_compute(g, i, nc, l->output, l->delta));
+    g->hl.compute_s += sdnn_gpu_now() - c0;
     SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, d->output, l->output,
                           nout * sizeof(float), 0));
     if (nc.train)
@@ -828,7 +830,9 @@ static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *
     /* A failed copy leaves the buffer unwritten: its sticky error, now. */
     SDNN_CHECK(sdnn_dctx_sync_stream(g->ctx, SDNN_STREAM_COPY));
     network nc = host_loss_net(g, i, s);
+    double c0 = sdnn_gpu_now();
     SDNN_CHECK(host_loss_compute(g, i, nc, g->hl_out, g->hl_delta));
+    g->hl.compute_s += sdnn_gpu_now() - c0;
     size_t back = 0;
     if (nc.train) {
         SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COPY, d->delta, g->hl_delta,

@@ -474,6 +474,13 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
                                    t->iteration, (double)st->bytes, 0, NULL);
         }
     }
+    for (int r = 0; r < t->n && t->eng->ops->host_loss_take; ++r) {
+        uint64_t b = 0;
+        double w = 0;
+        if (t->eng->ops->host_loss_take(t->eng, r, &b, &w) != SDNN_OK) continue;
+        st->host_loss_bytes += (size_t)b;
+        if (w > st->host_loss_wait_s) st->host_loss_wait_s = w;
+    }
     double t1 = sdnn_now_s();
     st->seconds = t1 - t0;
     if (t->tl) {

@@ -29,7 +29,8 @@
  *             running statistics), nothing between syncs; the step's bytes
  *             count is twice that; every step's pinned copies are the slice
  *             (inputs and truths, once) plus the host loss of every
- *             subdivision; after each sync every parameter is within
+ *             subdivision, and the step's host_loss_bytes (the CSV column)
+ *             says as much; after each sync every parameter is within
  *             STOCK_TOL of the CPU's
  *   memory    the shapes-sized cfgs in both modes, each in a child process:
  *             per device, scalednn's peak <= stock's peak + that replica's
@@ -451,6 +452,7 @@ static void check_stock(void)
     uint64_t want_check = (uint64_t)n * n0->n * 8;
     double worst = 0;
     int syncs = 0, worst_layer = -1, measured = 0, moved_ok = 1, pinned_ok = 1, bytes_ok = 1;
+    int stats_ok = 1;
     for (int step = 0; step < STOCK_STEPS; ++step) {
         data d = gt_detection_data(per * n, n0->w, n0->h, n0->c, n0->truths, 3,
                                    300 + (uint64_t)step);
@@ -474,6 +476,10 @@ static void check_stock(void)
         uint64_t qd2h = b.d2h_pinned_bytes - a.d2h_pinned_bytes;
         uint64_t qh2d = b.h2d_pinned_bytes - a.h2d_pinned_bytes;
         uint64_t wsync = gs.synced ? want_sync : 0;
+        /* the trainer's statistics (the CSV's host_loss_bytes): every
+         * replica's passes of the step */
+        uint64_t want_hl = (uint64_t)n * n0->subdivisions * (hl_d2h + hl_h2d);
+        if (gs.host_loss_bytes != want_hl || !(gs.host_loss_wait_s > 0)) stats_ok = 0;
         if (gs.synced) {
             ++syncs;
             printf("    stock      step %d (sync): pageable %llu to the host, %llu back "
@@ -508,6 +514,8 @@ static void check_stock(void)
                 syncs, STOCK_STEPS, c.interval);
     SOFT_ASSERT(bytes_ok, "stock: a sync's byte count is not 2 x %llu",
                 (unsigned long long)want_sync);
+    SOFT_ASSERT(stats_ok, "stock: a step's host_loss_bytes is not %d x %d x %llu or its wait "
+                "is 0", n, n0->subdivisions, (unsigned long long)(hl_d2h + hl_h2d));
     SOFT_ASSERT(worst <= STOCK_TOL, "stock: parameters %.2e from the cpu engine's (layer %d)",
                 worst, worst_layer);
     if (measured) {
