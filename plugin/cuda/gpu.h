@@ -77,7 +77,8 @@ void sdnn_gpu_net_destroy(sdnn_gpu_net *g);
 network *sdnn_gpu_net_host(sdnn_gpu_net *g);
 /* What the net holds beside its layers' buffers and the vdev's workspace:
  * device bytes (the two parameter arenas, the net's own input and truth
- * buffers) and pinned host bytes (the host-loss input, the staging of
+ * buffers) and pinned host bytes (the host-loss input, output and delta of
+ * the largest head, the staging of
  * sdnn_gpu_net_train).  The input, truth and staging buffers are made by
  * the first call that needs them (sdnn_gpu_net_train, _set_input,
  * _predict, _layer_forward, the INPUT and TRUTH tensors), so the nets of a

@@ -826,9 +826,11 @@ static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *
     SDNN_CHECK(sdnn_devent_wait(g->hl_ready, g->ctx, SDNN_STREAM_COPY));
     SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COPY, g->host_in, s->input, nin * sizeof(float), 0));
     SDNN_CHECK(sdnn_devent_record(g->hl_copied, g->ctx, SDNN_STREAM_COPY));
+    /* Only this copy: waiting for the whole copy stream would also wait for
+     * whatever was queued on it after (preloads).  A failed copy leaves
+     * the buffer unwritten; the stream's sticky error fails the step at
+     * the replica's sync, before anything of it is used. */
     SDNN_CHECK(sdnn_devent_sync(g->hl_copied));
-    /* A failed copy leaves the buffer unwritten: its sticky error, now. */
-    SDNN_CHECK(sdnn_dctx_sync_stream(g->ctx, SDNN_STREAM_COPY));
     network nc = host_loss_net(g, i, s);
     double c0 = sdnn_gpu_now();
     SDNN_CHECK(host_loss_compute(g, i, nc, g->hl_out, g->hl_delta));
