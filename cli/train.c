@@ -469,7 +469,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         }
         sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t,
                             elapsed, ips, st.bytes, st.exposed_s, st.comm_s, wait,
-                            st.sync_wait_s, map};
+                            st.sync_wait_s, map, st.host_loss_bytes, st.host_loss_wait_s};
         if (sdnn_csv_write(&R->csv, &row) != SDNN_OK) {
             /* A full disk must not cost the weights: keep training without
              * the CSV (the saves will report their own errors). */

@@ -15,6 +15,11 @@
 #      images/s (fp32 against fp32, TF32 against TF32)
 #   4. allreduce sweeps: device backend 2 and 4 ranks, nccl world 1, codecs
 #      none/fp16/int8/topk; target #wrong 0 (bench_gpu comm exits 3 if not)
+#   5. host YOLO loss bytes a step (bench_hostloss bytes, yolov3-tiny at the
+#      sizes of 3): #wrong 0 (counters and copies = the formula); memory of
+#      scalednn vs stock mode on shapes (bench_hostloss memory): #wrong 0
+#      (scalednn's device peak <= stock's + the bucket buffers; measured on
+#      simulated devices, "not measured" on CUDA)
 #
 # Every step runs even after one fails.  One line per step (name, ok or
 # FAILED, seconds, its key number) and one per target (value, target,
@@ -190,6 +195,12 @@ step yolo_1dev_fp32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps 
 step yolo_1dev_tf32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -preload 2 -async -tf32
 step yolo_2vrep_stock 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode stock -async -tf32
 step yolo_2vrep_scalednn 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode scalednn -async -tf32
+BH=$B/bench/gpu/bench_hostloss
+# The host YOLO loss's bytes a step (the formula, the net's counters and, on
+# simulated devices, the runtime's copies) and the memory bound against
+# stock mode (simulated devices measure the device peak; CUDA: not measured).
+step hostloss_bytes 120 d2h $BH bytes "$Y" -batch $YB -subdivisions $(( YB / 4 )) -size $YS
+step memory_shapes 120 wrong $BH memory cfg/shapes.cfg -batch 8 -subdivisions 2 -size 64 -replicas 2 -steps 3
 if [ "$DEVICE" = cuda ]; then
     step torch_fp32 120 images_per_s python3 bench/gpu/torch_yolov3_tiny.py "$Y" --batch $YB --size $YS --steps $YN --no-tf32
     step torch_tf32 120 images_per_s python3 bench/gpu/torch_yolov3_tiny.py "$Y" --batch $YB --size $YS --steps $YN --tf32
@@ -204,7 +215,7 @@ else
     say "target 0.7 x PyTorch: not run (PyTorch runs on the CUDA device only)"
 fi
 # #wrong 0 is each comm step's own exit status (3 when not); shown again here.
-for s in comm_device2_none comm_device2_fp16 comm_device2_int8 comm_device2_topk comm_device4_none comm_nccl1_none; do
+for s in comm_device2_none comm_device2_fp16 comm_device2_int8 comm_device2_topk comm_device4_none comm_nccl1_none hostloss_bytes memory_shapes; do
     target "$s #wrong" "$(val "$s" wrong)" eq 0
 done
 

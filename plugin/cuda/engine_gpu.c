@@ -114,6 +114,7 @@ typedef struct eg_rep {
      * (hooks.h's context), filled from layer events after the sync */
     double *prof;
     int prof_scale;              /* subdivisions the last pass stands for */
+    sdnn_gpu_host_loss_stats hl_taken;  /* host_loss_take's last reading */
 } eg_rep;
 
 typedef struct gpu_engine {
@@ -1182,6 +1183,28 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     return SDNN_OK;
 }
 
+/* The host-loss counters since the last call (net.c's round trip). */
+static sdnn_status eg_host_loss_take(sdnn_engine *e, int r, uint64_t *bytes, double *wait_s)
+{
+    gpu_engine *E = e->impl;
+    *bytes = 0;
+    *wait_s = 0;
+    if (r < 0 || r >= E->n) return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: no replica %d", r);
+    eg_rep *R = &E->rep[r];
+    sdnn_gpu_host_loss_stats now;
+    SDNN_CHECK(sdnn_gpu_net_host_loss_stats(R->g, &now));
+    const sdnn_gpu_host_loss_stats *p = &R->hl_taken;
+    /* a resize made a new net: its counters start again */
+    if (now.d2h_bytes < p->d2h_bytes || now.h2d_bytes < p->h2d_bytes ||
+        now.sum_bytes < p->sum_bytes || now.wait_s < p->wait_s)
+        memset(&R->hl_taken, 0, sizeof R->hl_taken);
+    *bytes = (now.d2h_bytes - p->d2h_bytes) + (now.h2d_bytes - p->h2d_bytes) +
+             (now.sum_bytes - p->sum_bytes);
+    *wait_s = now.wait_s - p->wait_s;
+    R->hl_taken = now;
+    return SDNN_OK;
+}
+
 const sdnn_engine_ops sdnn_engine_gpu = {
     .name = "gpu",
     .available = eg_available,
@@ -1211,4 +1234,27 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .nonfinite_at = eg_nonfinite_at,
     .available_on = eg_available_on,
     .describe_device = eg_describe_device,
+    .host_loss_take = eg_host_loss_take,
 };
+
+/* ---- what a replica holds and moves (issue 14: memory, host loss) ---------------- */
+
+sdnn_status sdnn_gpu_engine_replica_stats(sdnn_engine *e, int r, sdnn_gpu_engine_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!e || !e->ops || e->ops->destroy != eg_destroy || !e->impl)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "not an instance of the gpu engine");
+    gpu_engine *E = e->impl;
+    if (r < 0 || r >= E->n) return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: no replica %d", r);
+    eg_rep *R = &E->rep[r];
+    pthread_mutex_lock(&E->mu);
+    for (eg_alloc *a = E->allocs; a; a = a->next) {
+        size_t b = (a->n ? a->n : 1) * sizeof(float);
+        if (a->r == r) s->bucket_bytes += b;
+        if (a->mirror[r]) s->bucket_bytes += b;
+    }
+    pthread_mutex_unlock(&E->mu);
+    s->codec_bytes = R->enc_n + R->cscr_n;
+    SDNN_CHECK(sdnn_dctx_bind(R->vd));
+    return sdnn_gpu_net_host_loss_stats(R->g, &s->host_loss);
+}

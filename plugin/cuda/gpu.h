@@ -77,7 +77,8 @@ void sdnn_gpu_net_destroy(sdnn_gpu_net *g);
 network *sdnn_gpu_net_host(sdnn_gpu_net *g);
 /* What the net holds beside its layers' buffers and the vdev's workspace:
  * device bytes (the two parameter arenas, the net's own input and truth
- * buffers) and pinned host bytes (the host-loss input, the staging of
+ * buffers) and pinned host bytes (the host-loss input, output and delta of
+ * the largest head, the staging of
  * sdnn_gpu_net_train).  The input, truth and staging buffers are made by
  * the first call that needs them (sdnn_gpu_net_train, _set_input,
  * _predict, _layer_forward, the INPUT and TRUTH tensors), so the nets of a
@@ -132,6 +133,44 @@ void sdnn_gpu_net_set_backward_hook(sdnn_gpu_net *g, sdnn_gpu_backward_hook fn, 
 /* Seconds spent in host-side losses (YOLO, region: device output to the
  * host, libdarknet's CPU layer, delta back), since creation. */
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);
+/* What the host-side losses moved and cost since creation (issue 14; net.c
+ * describes the round trip).  Per pass of a YOLO/region layer (the fork's
+ * yolo included): its input, batch x inputs floats, device -> host; its
+ * delta, batch x outputs floats, host -> device when training; its output
+ * too where a later device pass reads it (region's backward, a layer that
+ * takes it as input) or when not training.  Softmax and cost layers bring
+ * their per-element loss (batch x inputs floats) to the host for the cost
+ * sum.  wait_s: the time the device's compute stream stood waiting on the
+ * host loss (events around the round trip; on simulated devices the host
+ * clock as each ran); host_s: the host thread's time in it, from the call
+ * to the delta's copy queued (its wait for the layers before the head
+ * included); compute_s: libdarknet's layer alone. */
+typedef struct sdnn_gpu_host_loss_stats {
+    uint64_t d2h_bytes, h2d_bytes;   /* yolo/region layers */
+    uint64_t sum_bytes;              /* softmax/cost sums, device -> host */
+    uint64_t layers;                 /* host-loss layer passes */
+    double wait_s, host_s;
+    double compute_s;                /* the CPU layers alone (host_s also holds the
+                                      * host's wait for the head's input) */
+} sdnn_gpu_host_loss_stats;
+/* Waits for the last round trip's copies, then *s. */
+sdnn_status sdnn_gpu_net_host_loss_stats(sdnn_gpu_net *g, sdnn_gpu_host_loss_stats *s);
+/* 1: the synchronous path the round trip replaced (copies on the compute
+ * stream with the host waiting; Darknet's own layer buffers), kept as the
+ * reference tests/gpu/hostloss.c compares the deltas against. */
+void sdnn_gpu_net_set_host_loss_sync(sdnn_gpu_net *g, int sync);
+
+/* An instance of the gpu engine (engine_gpu.c; e from sdnn_engine_create or
+ * the create of a copy of its table): replica r's bucket buffers (what the
+ * exchange allocated on r's device with buf_alloc, and the comm's mirrors
+ * of other replicas' buffers there), the device codecs' buffers, and its
+ * net's host-loss counters.  SDNN_ERR_INVALID for another engine. */
+struct sdnn_engine;
+typedef struct sdnn_gpu_engine_stats {
+    size_t bucket_bytes, codec_bytes;
+    sdnn_gpu_host_loss_stats host_loss;
+} sdnn_gpu_engine_stats;
+sdnn_status sdnn_gpu_engine_replica_stats(struct sdnn_engine *e, int r, sdnn_gpu_engine_stats *s);
 /* Per-layer device timing for the planner (bucket_mb=auto): with `on`,
  * every later forward and backward records an event before and after each
  * layer on the compute stream (the events are made on the first call).

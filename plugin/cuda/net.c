@@ -39,6 +39,20 @@ struct sdnn_gpu_net {
                                    * through its preload rings instead) */
     float *host_in;               /* pinned, the largest host-loss input */
     size_t host_in_n;             /* its floats */
+    /* The host loss's round trip (hostloss.c's part of this file, below):
+     * pinned output and delta of the largest host-loss layer, the events
+     * that order the copies, which outputs a later device pass reads, the
+     * counters. */
+    float *hl_out, *hl_delta;     /* pinned, outputs x batch of the largest */
+    size_t hl_out_n;
+    sdnn_devent *hl_ready;        /* compute stream: the layer's input is complete */
+    sdnn_devent *hl_copied;       /* copy stream: the input is on the host */
+    sdnn_devent *hl_back;         /* copy stream: the delta (output) is on the device */
+    int hl_pending;               /* hl_ready..hl_back not yet added to the wait */
+    int hl_sync;                  /* 1: the synchronous reference path */
+    unsigned char *hl_keep;       /* [n]: the device needs the output after training */
+    int hl_all;                   /* every output back (the one-layer entry points) */
+    sdnn_gpu_host_loss_stats hl;
     const float *cur_input;       /* device input of the current pass */
     const float *cur_truth;       /* device truth of the current pass */
     const float *cur_truth_host;
@@ -322,6 +336,8 @@ static int kind_has_cost(int kind)
 
 /* ---- creation -------------------------------------------------------------------- */
 
+static sdnn_status host_loss_setup(sdnn_gpu_net *g, size_t out_n);
+
 void sdnn_gpu_net_destroy(sdnn_gpu_net *g)
 {
     if (!g) return;
@@ -335,6 +351,12 @@ void sdnn_gpu_net_destroy(sdnn_gpu_net *g)
     sdnn_hfree_pinned(g->stage_x);
     sdnn_hfree_pinned(g->stage_y);
     sdnn_hfree_pinned(g->host_in);
+    sdnn_hfree_pinned(g->hl_out);
+    sdnn_hfree_pinned(g->hl_delta);
+    sdnn_devent_destroy(g->hl_ready);
+    sdnn_devent_destroy(g->hl_copied);
+    sdnn_devent_destroy(g->hl_back);
+    free(g->hl_keep);
     for (int i = 0; g->prof_ev && i < 2 * (g->n + 1); ++i) sdnn_devent_destroy(g->prof_ev[i]);
     free(g->prof_ev);
     free(g->span_off);
@@ -376,7 +398,7 @@ sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **
     SDNN_CHECKGOTO(sdnn_dmalloc(vd, total * sizeof(float), (void **)&g->arena), st, fail);
     SDNN_CHECKGOTO(sdnn_dmalloc(vd, total * sizeof(float), (void **)&g->arena_upd), st, fail);
 
-    size_t ws = 0, host_in = 0;
+    size_t ws = 0, host_in = 0, host_out = 0;
     for (int i = 0; i < net->n; ++i) {
         sdnn_dlayer *d = &g->L[i];
         size_t o = g->span_off[i], nw = sdnn_dl_nweights(d), nb = sdnn_dl_nbiases(d);
@@ -403,6 +425,8 @@ sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **
         if (d->workspace > ws) ws = d->workspace;
         if (host_loss(d) && (size_t)d->inputs * d->batch > host_in)
             host_in = (size_t)d->inputs * d->batch;
+        if (host_loss(d) && (size_t)d->outputs * d->batch > host_out)
+            host_out = (size_t)d->outputs * d->batch;
     }
     if (ws) {
         /* Once, for the largest need of every layer, before any pass: the
@@ -414,6 +438,7 @@ sdnn_status sdnn_gpu_net_create(network *net, sdnn_gpu_vdev *vd, sdnn_gpu_net **
         SDNN_CHECKGOTO(sdnn_hmalloc_pinned(host_in * sizeof(float), (void **)&g->host_in), st,
                        fail);
     g->host_in_n = host_in;
+    if (host_out) SDNN_CHECKGOTO(host_loss_setup(g, host_out), st, fail);
     SDNN_CHECKGOTO(sdnn_gpu_net_push(g), st, fail);
     *out = g;
     return SDNN_OK;
@@ -441,7 +466,7 @@ void sdnn_gpu_net_memory(const sdnn_gpu_net *g, size_t *device, size_t *pinned)
     size_t ntr = (size_t)g->cpu->truths * g->cpu->batch;
     size_t io = (nin + (ntr ? ntr : 1)) * sizeof(float);
     *device = 2 * g->arena_n * sizeof(float) + (g->input ? io : 0);
-    *pinned = g->host_in_n * sizeof(float) + (g->stage_x ? io : 0);
+    *pinned = (g->host_in_n + 2 * g->hl_out_n) * sizeof(float) + (g->stage_x ? io : 0);
 }
 
 network *sdnn_gpu_net_host(sdnn_gpu_net *g) { return g->cpu; }
@@ -609,11 +634,34 @@ static sdnn_dstate state_for(sdnn_gpu_net *g, int i, int train)
 
 /* YOLO and region: libdarknet's CPU layer on the device input, as Darknet's
  * GPU build does (the CPU build activates the raw input itself), then its
- * output and delta back to the device.  The layers treat every image
- * apart (the cost is the squared norm of the whole delta), so with
- * SDNN_GPU_LOSS_THREADS=T the batch is cut into T parts run by T threads,
- * each with a view of the layer; the cost is the sum of the parts' costs
- * (equal up to rounding).  Each part prints Darknet's own status line. */
+ * delta (and, where a later device pass reads it, its output) back to the
+ * device.  The layers treat every image apart (the cost is the squared
+ * norm of the whole delta), so with SDNN_GPU_LOSS_THREADS=T the batch is
+ * cut into T parts run by T threads, each with a view of the layer; the
+ * cost is the sum of the parts' costs (equal up to rounding).  Each part
+ * prints Darknet's own status line.
+ *
+ * The round trip (issue 14) moves only the layer's own tensors and never
+ * stops the device's other streams:
+ *   compute stream   record hl_ready after the layers before it
+ *   copy stream      wait hl_ready; input -> pinned host_in; record hl_copied
+ *   host             wait hl_copied; the CPU layer writes its output and
+ *                    delta into pinned hl_out / hl_delta (a copy of the
+ *                    layer struct points there: Darknet's own l->output and
+ *                    l->delta are not written)
+ *   copy stream      hl_delta -> delta (hl_out -> output where hl_keep);
+ *                    record hl_back
+ *   compute stream   wait hl_back (no host wait), then the later layers
+ * The truth is the host copy the batch came with (cur_truth_host): it
+ * never crosses again.  The pinned buffers are reused by the next
+ * host-loss layer only after its own input arrived on the copy stream,
+ * which is after this layer's copies back (one stream, in order).  The
+ * device's wait is the time from hl_ready to hl_back (timing events:
+ * on simulated devices the host clock when each ran); it is read at the
+ * next host-loss layer or by sdnn_gpu_net_host_loss_stats.
+ * hl_sync = 1 keeps the synchronous path it replaced (copies on the
+ * compute stream, the host waiting, Darknet's own buffers) as the
+ * reference that tests/gpu/hostloss.c compares bit for bit. */
 typedef struct loss_part {
     layer l;
     network net;
@@ -638,7 +686,106 @@ static int loss_threads(int batch)
     return t;
 }
 
-static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *s)
+/* A later device pass reads layer i's output: the next layer takes it as
+ * its input (anything but a route, which reads its own sources), a route
+ * or shortcut names it, or its own backward needs it (region's logistic
+ * gradient). */
+static int output_needed(const sdnn_gpu_net *g, int i)
+{
+    if (g->L[i].kind == SDNN_DL_REGION) return 1;
+    if (i + 1 < g->n && g->L[i + 1].kind != SDNN_DL_ROUTE) return 1;
+    for (int j = i + 1; j < g->n; ++j) {
+        const sdnn_dlayer *d = &g->L[j];
+        if (d->kind == SDNN_DL_SHORTCUT && d->from == i) return 1;
+        for (int k = 0; d->kind == SDNN_DL_ROUTE && k < d->nroute; ++k)
+            if (d->route_from[k] == i) return 1;
+    }
+    return 0;
+}
+
+static sdnn_status host_loss_setup(sdnn_gpu_net *g, size_t out_n)
+{
+    SDNN_CHECK(sdnn_hmalloc_pinned(out_n * sizeof(float), (void **)&g->hl_out));
+    SDNN_CHECK(sdnn_hmalloc_pinned(out_n * sizeof(float), (void **)&g->hl_delta));
+    g->hl_out_n = out_n;
+    SDNN_CHECK(sdnn_devent_create(g->ctx, 1, &g->hl_ready));
+    SDNN_CHECK(sdnn_devent_create(g->ctx, 1, &g->hl_copied));
+    SDNN_CHECK(sdnn_devent_create(g->ctx, 1, &g->hl_back));
+    g->hl_keep = calloc((size_t)g->n, 1);
+    if (!g->hl_keep) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the host-loss table");
+    for (int i = 0; i < g->n; ++i) g->hl_keep[i] = (unsigned char)output_needed(g, i);
+    return SDNN_OK;
+}
+
+/* The last round trip's device wait, once its copies are done. */
+static sdnn_status host_loss_settle(sdnn_gpu_net *g)
+{
+    if (!g->hl_pending) return SDNN_OK;
+    SDNN_CHECK(sdnn_devent_sync(g->hl_back));
+    float ms = 0;
+    SDNN_CHECK(sdnn_devent_elapsed(g->hl_ready, g->hl_back, &ms));
+    g->hl.wait_s += (double)ms / 1000.0;
+    g->hl_pending = 0;
+    return SDNN_OK;
+}
+
+/* libdarknet's layer (a copy of it whose output and delta are `out` and
+ * `delta`) on the host input, in T parts; the cost into d->cost and the
+ * layer's own cost slot. */
+static sdnn_status host_loss_compute(sdnn_gpu_net *g, int i, network nc, float *out, float *delta)
+{
+    sdnn_dlayer *d = &g->L[i];
+    layer lc = g->cpu->layers[i];
+    layer *l = &g->cpu->layers[i];
+    lc.output = out;
+    lc.delta = delta;
+    int T = loss_threads(lc.batch);
+    if (T == 1) {
+        lc.forward(lc, nc);
+        d->cost = l->cost ? l->cost[0] : 0;
+        return SDNN_OK;
+    }
+    loss_part parts[64];
+    pthread_t th[64];
+    int started = 0;
+    for (int t = 0; t < T; ++t) {
+        int b0 = lc.batch * t / T, b1 = lc.batch * (t + 1) / T;
+        loss_part *p = &parts[t];
+        p->l = lc;
+        p->l.batch = b1 - b0;
+        p->l.output = lc.output + (size_t)b0 * lc.outputs;
+        p->l.delta = lc.delta + (size_t)b0 * lc.outputs;
+        p->net = nc;
+        p->net.input = nc.input + (size_t)b0 * lc.inputs;
+        if (nc.truth) p->net.truth = nc.truth + (size_t)b0 * lc.truths;
+        p->cost = 0;
+        if (pthread_create(&th[t], NULL, loss_part_run, p) != 0) break;
+        ++started;
+    }
+    for (int t = 0; t < started; ++t) pthread_join(th[t], NULL);
+    if (started < T)
+        return SDNN_ERROR(SDNN_ERR_SYSTEM, "layer %d: could not start %d loss threads", i, T);
+    float c = 0;
+    for (int t = 0; t < T; ++t) c += parts[t].cost;
+    d->cost = c;
+    if (l->cost) l->cost[0] = c;
+    return SDNN_OK;
+}
+
+static network host_loss_net(sdnn_gpu_net *g, int i, const sdnn_dstate *s)
+{
+    network nc = *g->cpu;
+    nc.input = g->host_in;
+    nc.truth = (float *)g->cur_truth_host;
+    nc.train = s->train && g->cur_truth_host != NULL;
+    nc.index = i;
+    nc.delta = NULL;
+    return nc;
+}
+
+/* The path this file had before the round trip above: every copy on the
+ * compute stream with the host waiting, Darknet's own output and delta. */
+static sdnn_status host_loss_forward_sync(sdnn_gpu_net *g, int i, const sdnn_dstate *s)
 {
     sdnn_dlayer *d = &g->L[i];
     layer *l = &g->cpu->layers[i];
@@ -646,42 +793,10 @@ static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *
     size_t nin = (size_t)d->inputs * d->batch, nout = (size_t)d->outputs * d->batch;
     SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, g->host_in, s->input, nin * sizeof(float),
                           1));
-    network nc = *g->cpu;
-    nc.input = g->host_in;
-    nc.truth = (float *)g->cur_truth_host;
-    nc.train = s->train && g->cur_truth_host != NULL;
-    nc.index = i;
-    nc.delta = NULL;
-    int T = loss_threads(l->batch);
-    if (T == 1) {
-        l->forward(*l, nc);
-        d->cost = l->cost ? l->cost[0] : 0;
-    } else {
-        loss_part parts[64];
-        pthread_t th[64];
-        int started = 0;
-        for (int t = 0; t < T; ++t) {
-            int b0 = l->batch * t / T, b1 = l->batch * (t + 1) / T;
-            loss_part *p = &parts[t];
-            p->l = *l;
-            p->l.batch = b1 - b0;
-            p->l.output = l->output + (size_t)b0 * l->outputs;
-            p->l.delta = l->delta + (size_t)b0 * l->outputs;
-            p->net = nc;
-            p->net.input = nc.input + (size_t)b0 * l->inputs;
-            if (nc.truth) p->net.truth = nc.truth + (size_t)b0 * l->truths;
-            p->cost = 0;
-            if (pthread_create(&th[t], NULL, loss_part_run, p) != 0) break;
-            ++started;
-        }
-        for (int t = 0; t < started; ++t) pthread_join(th[t], NULL);
-        if (started < T)
-            return SDNN_ERROR(SDNN_ERR_SYSTEM, "layer %d: could not start %d loss threads", i, T);
-        float c = 0;
-        for (int t = 0; t < T; ++t) c += parts[t].cost;
-        d->cost = c;
-        if (l->cost) l->cost[0] = c;
-    }
+    network nc = host_loss_net(g, i, s);
+    double c0 = sdnn_gpu_now();
+    SDNN_CHECK(host_loss_compute(g, i, nc, l->output, l->delta));
+    g->hl.compute_s += sdnn_gpu_now() - c0;
     SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, d->output, l->output,
                           nout * sizeof(float), 0));
     if (nc.train)
@@ -690,7 +805,70 @@ static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *
     /* The next pull or host read must not race the copies from l's buffers. */
     SDNN_CHECK(sdnn_dctx_sync(g->ctx));
     d->has_cost = nc.train;
-    g->host_loss_s += sdnn_gpu_now() - t0;
+    double dt = sdnn_gpu_now() - t0;
+    g->host_loss_s += dt;
+    g->hl.host_s += dt;
+    g->hl.wait_s += dt;   /* the device had nothing queued meanwhile */
+    g->hl.layers++;
+    g->hl.d2h_bytes += nin * sizeof(float);
+    g->hl.h2d_bytes += (nc.train ? 2 : 1) * nout * sizeof(float);
+    return SDNN_OK;
+}
+
+static sdnn_status host_loss_forward(sdnn_gpu_net *g, int i, const sdnn_dstate *s)
+{
+    if (g->hl_sync) return host_loss_forward_sync(g, i, s);
+    sdnn_dlayer *d = &g->L[i];
+    double t0 = sdnn_gpu_now();
+    size_t nin = (size_t)d->inputs * d->batch, nout = (size_t)d->outputs * d->batch;
+    SDNN_CHECK(host_loss_settle(g));
+    SDNN_CHECK(sdnn_devent_record(g->hl_ready, g->ctx, SDNN_STREAM_COMPUTE));
+    SDNN_CHECK(sdnn_devent_wait(g->hl_ready, g->ctx, SDNN_STREAM_COPY));
+    SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COPY, g->host_in, s->input, nin * sizeof(float), 0));
+    SDNN_CHECK(sdnn_devent_record(g->hl_copied, g->ctx, SDNN_STREAM_COPY));
+    /* Only this copy: waiting for the whole copy stream would also wait for
+     * whatever was queued on it after (preloads).  A failed copy leaves
+     * the buffer unwritten; the stream's sticky error fails the step at
+     * the replica's sync, before anything of it is used. */
+    SDNN_CHECK(sdnn_devent_sync(g->hl_copied));
+    network nc = host_loss_net(g, i, s);
+    double c0 = sdnn_gpu_now();
+    SDNN_CHECK(host_loss_compute(g, i, nc, g->hl_out, g->hl_delta));
+    g->hl.compute_s += sdnn_gpu_now() - c0;
+    size_t back = 0;
+    if (nc.train) {
+        SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COPY, d->delta, g->hl_delta,
+                              nout * sizeof(float), 0));
+        back += nout;
+    }
+    if (!nc.train || g->hl_keep[i] || g->hl_all) {
+        SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COPY, d->output, g->hl_out,
+                              nout * sizeof(float), 0));
+        back += nout;
+    }
+    SDNN_CHECK(sdnn_devent_record(g->hl_back, g->ctx, SDNN_STREAM_COPY));
+    SDNN_CHECK(sdnn_devent_wait(g->hl_back, g->ctx, SDNN_STREAM_COMPUTE));
+    g->hl_pending = 1;
+    d->has_cost = nc.train;
+    double dt = sdnn_gpu_now() - t0;
+    g->host_loss_s += dt;
+    g->hl.host_s += dt;
+    g->hl.layers++;
+    g->hl.d2h_bytes += nin * sizeof(float);
+    g->hl.h2d_bytes += back * sizeof(float);
+    return SDNN_OK;
+}
+
+void sdnn_gpu_net_set_host_loss_sync(sdnn_gpu_net *g, int sync)
+{
+    (void)host_loss_settle(g);
+    g->hl_sync = sync != 0;
+}
+
+sdnn_status sdnn_gpu_net_host_loss_stats(sdnn_gpu_net *g, sdnn_gpu_host_loss_stats *s)
+{
+    SDNN_CHECK(host_loss_settle(g));
+    *s = g->hl;
     return SDNN_OK;
 }
 
@@ -700,7 +878,12 @@ static sdnn_status layer_forward(sdnn_gpu_net *g, int i, int train)
     sdnn_dstate s = state_for(g, i, train);
     if (train && d->delta) SDNN_CHECK(sdnn_k_fill(g->ctx, d->delta, (size_t)d->outputs * d->batch, 0));
     if (host_loss(d)) return host_loss_forward(g, i, &s);
-    return sdnn_dl_forward(g->ctx, d, &s);
+    SDNN_CHECK(sdnn_dl_forward(g->ctx, d, &s));
+    /* softmax and cost: the per-element loss came to the host for the sum
+     * (sdnn_dl_host_sum, a host wait) */
+    if ((d->kind == SDNN_DL_SOFTMAX || d->kind == SDNN_DL_COST) && d->has_cost)
+        g->hl.sum_bytes += (size_t)d->inputs * d->batch * sizeof(float);
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_gpu_net_layer_forward(sdnn_gpu_net *g, int i, int train)
@@ -711,7 +894,11 @@ sdnn_status sdnn_gpu_net_layer_forward(sdnn_gpu_net *g, int i, int train)
     g->cur_input = g->input;
     g->cur_truth = g->truth;
     g->cur_truth_host = g->cpu->truth;
-    SDNN_CHECK(layer_forward(g, i, train));
+    /* One layer checked by itself: its output comes back whatever reads it. */
+    g->hl_all = 1;
+    sdnn_status st = layer_forward(g, i, train);
+    g->hl_all = 0;
+    SDNN_CHECK(st);
     return sdnn_dctx_sync(g->ctx);
 }
 

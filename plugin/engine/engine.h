@@ -236,6 +236,13 @@ typedef struct sdnn_engine_ops {
      * 139.8 GiB" or "simulated device 1 (...)"; cpu the CPU replica and
      * its gemm.  Never fails: a device it cannot describe says why. */
     void (*describe_device)(int dev, char *buf, size_t len);
+
+    /* Added for the host loss (issue 14): what replica r moved between its
+     * device and the host for the losses computed on the host (YOLO and
+     * region heads, softmax/cost sums: bytes in both directions) since the
+     * previous call, and the time its device stood waiting on them.
+     * Called between steps.  May be NULL (a host engine moves nothing). */
+    sdnn_status (*host_loss_take)(sdnn_engine *e, int r, uint64_t *bytes, double *wait_s);
 } sdnn_engine_ops;
 
 struct sdnn_engine {

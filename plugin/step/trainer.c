@@ -456,14 +456,16 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         for (int r = 0; r < t->n && status == SDNN_OK; ++r) status = t->w[r].status;
         if (status == SDNN_OK && sdnn_stock_due(t->nets, t->world, t->cfg.interval)) {
             double s0 = sdnn_now_s();
-            /* Darknet's host averaging: the engine's copies come to the
-             * host networks and go back averaged. */
-            status = t->eng->ops->pull(t->eng, SDNN_ENGINE_PARAMS | SDNN_ENGINE_BNSTATS);
+            /* Darknet's host averaging (sync_nets): the engine's weights,
+             * biases and scales come to the host networks and go back
+             * averaged; running statistics stay on each device, as
+             * Darknet's pull_weights/distribute_weights leave them. */
+            status = t->eng->ops->pull(t->eng, SDNN_ENGINE_PARAMS);
             if (status == SDNN_OK)
                 status = sdnn_stock_sync_world(t->nets, t->n, t->comm, t->cfg.interval,
                                                &st->bytes);
             if (status == SDNN_OK)
-                status = t->eng->ops->push(t->eng, SDNN_ENGINE_PARAMS | SDNN_ENGINE_BNSTATS);
+                status = t->eng->ops->push(t->eng, SDNN_ENGINE_PARAMS);
             double s1 = sdnn_now_s();
             st->exposed_s = st->comm_s = s1 - s0;
             st->synced = 1;
@@ -471,6 +473,13 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
                 sdnn_timeline_span(t->tl, SDNN_TL_TRACK_MAIN, SDNN_TL_STOCK_SYNC, s0, s1,
                                    t->iteration, (double)st->bytes, 0, NULL);
         }
+    }
+    for (int r = 0; r < t->n && t->eng->ops->host_loss_take; ++r) {
+        uint64_t b = 0;
+        double w = 0;
+        if (t->eng->ops->host_loss_take(t->eng, r, &b, &w) != SDNN_OK) continue;
+        st->host_loss_bytes += (size_t)b;
+        if (w > st->host_loss_wait_s) st->host_loss_wait_s = w;
     }
     double t1 = sdnn_now_s();
     st->seconds = t1 - t0;

@@ -30,6 +30,9 @@ typedef struct sdnn_step_stats {
     size_t bytes;          /* bytes exchanged in this step */
     int synced;            /* stock mode: weights were averaged */
     int replanned;         /* bucket_mb=auto: a new plan takes over from the next step */
+    size_t host_loss_bytes;  /* device <-> host for the host-side losses, every
+                              * replica (the engine's host_loss_take; 0 on the host) */
+    double host_loss_wait_s; /* the longest a replica's device waited on them */
 } sdnn_step_stats;
 
 /* Take ownership of `nets` (n replicas with identical weights, see

@@ -46,10 +46,11 @@ sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)
     if (!c->f) return SDNN_OK;
     char map[32] = "";
     if (w->map >= 0) snprintf(map, sizeof map, "%.6f", w->map);
-    int n = fprintf(c->f, "%zu,%zu,%.6f,%.6f,%.8g,%.6f,%.3f,%.3f,%zu,%.6f,%.6f,%.6f,%.6f,%s\n",
+    int n = fprintf(c->f,
+                    "%zu,%zu,%.6f,%.6f,%.8g,%.6f,%.3f,%.3f,%zu,%.6f,%.6f,%.6f,%.6f,%s,%zu,%.6f\n",
                     w->iteration, w->images, w->loss, w->avg_loss, w->rate, w->seconds,
                     w->elapsed_s, w->images_per_s, w->bytes, w->exposed_s, w->comm_s,
-                    w->data_wait_s, w->sync_wait_s, map);
+                    w->data_wait_s, w->sync_wait_s, map, w->host_loss_bytes, w->host_loss_wait_s);
     if (n < 0 || fflush(c->f) != 0)
         return SDNN_ERROR(SDNN_ERR_IO, "cannot write a row to csv %s: %s", c->path, strerror(errno));
     return SDNN_OK;

@@ -32,12 +32,15 @@ typedef struct sdnn_csv_row {
     double data_wait_s;    /* time waiting for the loader */
     double sync_wait_s;    /* time waiting for slower replicas */
     double map;            /* mAP measured after this step; < 0 = not measured */
+    size_t host_loss_bytes;  /* device <-> host for the host-side losses (gpu engine) */
+    double host_loss_wait_s; /* the device's wait on them */
 } sdnn_csv_row;
 
 /* The header row, also what scripts/plot.sh reads. */
 #define SDNN_CSV_HEADER                                                            \
     "iteration,images,loss,avg_loss,learning_rate,seconds,elapsed_s,images_per_s," \
-    "bytes_exchanged,exposed_comm_s,comm_s,data_wait_s,sync_wait_s,map"
+    "bytes_exchanged,exposed_comm_s,comm_s,data_wait_s,sync_wait_s,map,host_loss_bytes," \
+    "host_loss_wait_s"
 
 /* label may be NULL (no label line).  A file that exists and is not one of
  * ours (it starts neither with "# label: " nor with the header) is never

@@ -49,6 +49,21 @@ for mode in scalednn stock; do
         wts=$W/backup/${tag}_final.weights
         if [ ! -s "$wts" ]; then bad "$tag: no $wts"; continue; fi
         say "ok $tag: trained $ITERS iterations on 2 simulated devices, mean loss $(mean_loss "$W/$tag.csv")"
+        # The CSV's host_loss_bytes (issue 14): per step, each of the 2
+        # replicas' 8 images of shapes.cfg's two [yolo] heads at 64x64
+        # (432 and 1728 inputs an image, each followed by no device reader
+        # of its output) go to the host and their deltas come back:
+        # 2 x 8 x (432 + 1728) x 4 x 2 = 276480 bytes; 0 on the cpu engine.
+        want=0
+        [ "$engine" = gpu ] && want=276480
+        got=$(awk -F, '/^iteration,/ { for (i = 1; i <= NF; i++) if ($i == "host_loss_bytes") c = i; next }
+            /^[0-9]/ { if (!c) { print "no column"; exit } if ($c != w) bad = $c; n++ }
+            END { if (!n) print "no rows"; else if (bad != "") print bad; else print "ok" }' w="$want" "$W/$tag.csv")
+        if [ "$got" = ok ]; then
+            say "ok $tag: every CSV row's host_loss_bytes is $want"
+        else
+            bad "$tag: host_loss_bytes $got, expected $want on every row ($W/$tag.csv)"
+        fi
     done
     g=$W/$mode-gpu.csv c=$W/$mode-cpu.csv
     if [ -s "$g" ] && [ -s "$c" ]; then

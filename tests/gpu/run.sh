@@ -76,6 +76,12 @@
 #             step and pull refuse with SDNN_ERR_ABORTED)
 #   memory    no unused staging buffers; the workspace grows only between
 #             steps
+#   hostloss  the host YOLO/region loss's round trip: bytes = the formula
+#             (and the runtime's pinned copies on simulated devices), the
+#             delta = the synchronous path bit for bit, a slow host loss
+#             shows as the device's wait; stock mode on the gpu engine moves
+#             Darknet's sync bytes and matches the cpu engine; memory:
+#             scalednn's device peak <= stock's + the bucket buffers
 #   wide      a connected layer of 70,000 outputs (past gridDim.y 65,535)
 #             against libdarknet
 #   convpick  cuDNN algorithm choice: tf32=1 never accepts fp16
@@ -216,6 +222,7 @@ run group 120
 run preload 60
 run group_fail 120
 run memory 60
+run hostloss 120
 run wide 180
 run convpick 30
 # A program of tests/gpu that the list above does not name still runs.
