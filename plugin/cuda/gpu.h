@@ -194,6 +194,7 @@ void sdnn_gpu_net_layer_span(const sdnn_gpu_net *g, int layer, size_t *off, size
  * copies on the virtual device's copy stream, the compute stream waits on
  * an event (no host wait) before it reads a slot. */
 typedef struct sdnn_gpu_preload sdnn_gpu_preload;
+struct sdnn_devent;     /* dev.h */
 
 typedef struct sdnn_gpu_slot {
     float *x, *y;           /* device */
@@ -215,6 +216,17 @@ sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, floa
                                   int rows);
 /* Slots a push may fill now (0..K). */
 int sdnn_gpu_preload_room(const sdnn_gpu_preload *p);
+/* The slot pushed last (queued, not popped) and the event its copy ends
+ * with: the source of a scatter (split=device0). */
+sdnn_status sdnn_gpu_preload_last(const sdnn_gpu_preload *p, sdnn_gpu_slot *out,
+                                  struct sdnn_devent **copied);
+/* Push `rows` rows from device memory of device src_dev (x, and y for the
+ * truths) by peer copies on the copy stream, after event `after`; the
+ * truths' host rows (yrows) go to the slot's pinned y_host.  The source
+ * must stay unchanged until this ring's pop of the slot has run. */
+sdnn_status sdnn_gpu_preload_push_peer(sdnn_gpu_preload *p, const float *x, const float *y,
+                                       int src_dev, struct sdnn_devent *after,
+                                       float *const *yrows, int rows);
 /* The oldest queued slot; the compute stream waits for its copy.  The
  * slot (its device rows and y_host) stays as it is until
  * sdnn_gpu_preload_release; one slot at a time is popped. */
