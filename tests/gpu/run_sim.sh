@@ -131,6 +131,10 @@ run_script() {
 }
 # ./darknet detector train -gpus 0,1 with engine=gpu through the trainer.
 run_script cli_sim
+# The loader -> preload ring path end to end: engine=gpu against engine=cpu
+# per iteration (preload 1-3, split=device0, subdivisions, stock, -map,
+# resume, random=1).
+run_script cli_engine
 # -gpus names devices: ids past the count, virtual=1, the banner, a layer
 # the engine does not run.
 run_script cli_devices
