@@ -304,6 +304,10 @@ static sdnn_status create_rep(gpu_engine *E, sdnn_engine *e, const sdnn_engine_o
     R->bad_layer = -1;
     sdnn_gpu_options go = SDNN_GPU_OPTIONS_INIT;
     go.device = o->devices ? o->devices[r] : r;
+    /* SDNN_GPU_TF32=1 lets cuDNN/cuBLAS use TF32 (bench_gpu -tf32); off:
+     * fp32 as libdarknet computes. */
+    const char *tf = getenv("SDNN_GPU_TF32");
+    go.tf32 = tf && strcmp(tf, "1") == 0;
     if (go.device < 0 || go.device >= ndev)
         return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: replica %d on device %d (%d device%s)",
                           r, go.device, ndev, ndev == 1 ? "" : "s");
@@ -662,6 +666,30 @@ static sdnn_status eg_feed(sdnn_engine *e, data d)
         SDNN_CHECK(sdnn_gpu_preload_push_peer(E->rep[r].ring, whole.x + (size_t)r * B * in,
                                               tr ? whole.y + (size_t)r * B * tr : NULL, d0, copied,
                                               ys ? ys + (size_t)r * B : NULL, B));
+    }
+    return SDNN_OK;
+}
+
+sdnn_gpu_net *sdnn_gpu_engine_net(sdnn_engine *e, int r)
+{
+    gpu_engine *E = e && e->ops == &sdnn_engine_gpu ? e->impl : NULL;
+    return E && r >= 0 && r < E->n ? E->rep[r].g : NULL;
+}
+
+sdnn_status sdnn_gpu_engine_preload_stats(sdnn_engine *e, sdnn_gpu_preload_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!e || e->ops != &sdnn_engine_gpu)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "preload statistics: not a gpu engine");
+    gpu_engine *E = e->impl;
+    for (int r = 0; r < E->n; ++r) {
+        sdnn_gpu_preload_stats one;
+        SDNN_CHECK(sdnn_dctx_sync_all(E->rep[r].vd));
+        SDNN_CHECK(sdnn_gpu_preload_stats_get(E->rep[r].ring, &one));
+        st->copy_ms += one.copy_ms;
+        st->exposed_ms += one.exposed_ms;
+        st->bytes += one.bytes;
+        st->copies += one.copies;
     }
     return SDNN_OK;
 }

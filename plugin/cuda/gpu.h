@@ -245,6 +245,15 @@ typedef struct sdnn_gpu_preload_stats {
  * events; call after a sync). */
 sdnn_status sdnn_gpu_preload_stats_get(sdnn_gpu_preload *p, sdnn_gpu_preload_stats *st);
 
+/* ---- the gpu engine (engine_gpu.c) from the device side ------------------------ */
+
+struct sdnn_engine;     /* engine.h */
+/* Replica r's device network of a gpu engine (NULL for another engine or
+ * r out of range): tests and benchmarks read its counters. */
+sdnn_gpu_net *sdnn_gpu_engine_net(struct sdnn_engine *e, int r);
+/* The sum over every replica's preload ring (after syncing them). */
+sdnn_status sdnn_gpu_engine_preload_stats(struct sdnn_engine *e, sdnn_gpu_preload_stats *st);
+
 /* ---- comm backends on devices: see gpu_comm.h ------------------------------- */
 
 /* ---- several replicas: the device trainer ------------------------------------- */

@@ -387,6 +387,7 @@ fail:
 
 int sdnn_trainer_replicas(const sdnn_trainer *t) { return t->n; }
 const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t) { return t->eng->ops; }
+sdnn_engine *sdnn_trainer_engine_instance(sdnn_trainer *t) { return t->eng; }
 int sdnn_trainer_device(const sdnn_trainer *t, int r) { return t->devices[r]; }
 network *sdnn_trainer_net(sdnn_trainer *t, int r) { return t->nets[r]; }
 network **sdnn_trainer_nets(sdnn_trainer *t) { return t->nets; }

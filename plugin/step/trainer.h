@@ -64,6 +64,8 @@ void sdnn_trainer_destroy(sdnn_trainer *t);
  * and replica r's device id (opts.devices[r], else r). */
 const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t);
 int sdnn_trainer_device(const sdnn_trainer *t, int r);
+/* The engine instance itself (tests and benchmarks that read its state). */
+sdnn_engine *sdnn_trainer_engine_instance(sdnn_trainer *t);
 
 int sdnn_trainer_replicas(const sdnn_trainer *t);
 network *sdnn_trainer_net(sdnn_trainer *t, int r);
