@@ -405,17 +405,30 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
             if (sdnn_trainer_iteration(R->t) + 200 > (size_t)net->max_batches) dim = 608;
             printf("Resizing to %d\n", dim);
             sdnn_loader_resize(&R->loader, dim, dim);
+            long dropped = sdnn_trainer_dropped(R->t);
             if (sdnn_trainer_resize(R->t, dim, dim) != SDNN_OK) return fail_status();
+            dropped = sdnn_trainer_dropped(R->t) - dropped;
+            if (dropped > 0)
+                printf("scalednn: %ld preloaded batch%s at the old size dropped (%ld so far)\n",
+                       dropped, dropped == 1 ? "" : "es", sdnn_trainer_dropped(R->t));
             net = sdnn_trainer_net(R->t, 0);
         }
-        data train;
-        if (sdnn_loader_next(&R->loader, &train) != SDNN_OK) return fail_status();
-        double wait = R->loader.wait_s;
+        /* The engine holds up to preload batches: the loader's batches go
+         * to the devices ahead of the step that trains them. */
+        double wait = 0;
+        while (sdnn_trainer_queued(R->t) < sdnn_trainer_preload(R->t)) {
+            data train;
+            if (sdnn_loader_next(&R->loader, &train) != SDNN_OK) return fail_status();
+            wait += R->loader.wait_s;
+            if (sdnn_trainer_feed(R->t, train) != SDNN_OK) {
+                free_data(train);
+                return fail_status();
+            }
+        }
         size_t before = sdnn_trainer_iteration(R->t);
         size_t seen_before = *net->seen;
         sdnn_step_stats st;
-        sdnn_status s = sdnn_trainer_step(R->t, train, &st);
-        free_data(train);
+        sdnn_status s = sdnn_trainer_step_fed(R->t, &st);
         if (s != SDNN_OK) {
             /* Between processes the message names the rank that went
              * silent; exiting non-zero makes mpirun end the others. */

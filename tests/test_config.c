@@ -656,6 +656,33 @@ static void test_engine_key(void **state)
     assert_msg_has("unknown engine (cpu, gpu, auto)");
 }
 
+/* preload=1..8 (2 by default) and split=cpu|device0 (cpu by default). */
+static void test_preload_split_keys(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    free(parse_ok("[scalednn]\n", &cfg));
+    assert_int_equal(cfg.preload, 2);
+    assert_string_equal(cfg.split, "cpu");
+    free(parse_ok("[scalednn]\npreload=1\nsplit=device0\n", &cfg));
+    assert_int_equal(cfg.preload, 1);
+    assert_string_equal(cfg.split, "device0");
+    free(parse_ok("[scalednn]\npreload=8\nsplit=cpu\n", &cfg));
+    assert_int_equal(cfg.preload, 8);
+    parse_fails("[scalednn]\npreload=0\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] preload=0");
+    assert_msg_has("an integer >= 1 and <= 8");
+    parse_fails("[scalednn]\nmode=scalednn\npreload=9\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":3: [scalednn] preload=9");
+    parse_fails("[scalednn]\nsplit=device1\n", SDNN_ERR_INVALID);
+    assert_msg_starts(NAME ":2: [scalednn] split=device1");
+    assert_msg_has("unknown split (cpu, device0)");
+    char desc[512];
+    free(parse_ok("[scalednn]\npreload=3\nsplit=device0\n", &cfg));
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, " preload=3 split=device0 "));
+}
+
 /* virtual=0|1 (0 by default) and what it allows of the -gpus ids. */
 static void test_virtual_key(void **state)
 {
@@ -707,7 +734,7 @@ static void test_describe(void **state)
     sdnn_config cfg = SDNN_CONFIG_INIT;
     char buf[256];
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=scalednn backend=local bucket_mb=auto overlap=1 "
+    assert_string_equal(buf, "mode=scalednn backend=local preload=2 split=cpu bucket_mb=auto overlap=1 "
                              "interval=4 compress=none csv=-");
     cfg.mode = SDNN_MODE_STOCK;
     cfg.bucket_mb = 0.5;
@@ -715,7 +742,7 @@ static void test_describe(void **state)
     cfg.interval = 16;
     snprintf(cfg.csv, sizeof cfg.csv, "/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=stock backend=local bucket_mb=0.5 overlap=0 "
+    assert_string_equal(buf, "mode=stock backend=local preload=2 split=cpu bucket_mb=0.5 overlap=0 "
                              "interval=16 compress=none csv=/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, 10);
     assert_string_equal(buf, "mode=stoc");
@@ -824,7 +851,7 @@ static void test_describe_codec_keys(void **state)
     free(parse_ok("[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
                   "topk_warmup=100\ncompress_min_kb=16\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
-    assert_string_equal(desc, "mode=scalednn backend=local bucket_mb=auto overlap=1 interval=4 "
+    assert_string_equal(desc, "mode=scalednn backend=local preload=2 split=cpu bucket_mb=auto overlap=1 interval=4 "
                               "compress=topk csv=- topk_ratio=0.05 topk_momentum=0.9 "
                               "topk_warmup=100 error_feedback=1 compress_min_kb=16");
     free(parse_ok("[scalednn]\ncompress=int8\nint8_chunk=64\n", &cfg));
@@ -985,6 +1012,7 @@ int main(void)
 {
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_no_section),
+        cmocka_unit_test(test_preload_split_keys),
         cmocka_unit_test(test_empty_text),
         cmocka_unit_test(test_empty_section_defaults),
         cmocka_unit_test(test_section_first),

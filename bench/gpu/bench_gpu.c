@@ -9,10 +9,11 @@
  *       memory (GB/s, median of 9)
  *   bench_gpu train CFG [-batch B] [-size S] [-steps N] [-replicas R]
  *                       [-mode scalednn|stock] [-preload K] [-tf32]
- *                       [-split cpu|device0] [-codec C] [-async]
- *       images/s of training on in-memory detection batches, with the
- *       preload ring's hidden fraction (1 - exposed copy / copy time) and
- *       the time spent in host-side losses
+ *                       [-split cpu|device0] [-codec C]
+ *       images/s of the trainer (sdnn_trainer_feed / step_fed) on the gpu
+ *       engine, R virtual replicas on device 0, on in-memory detection
+ *       batches, with the preload rings' hidden fraction (1 - exposed copy
+ *       / copy time) and the time spent in host-side losses
  *   bench_gpu comm [-backend device|nccl] [-ranks W] [-codec C] [-max MB] [-J]
  *       nccl-tests-style sweep of the allreduce-mean: size, time, algbw,
  *       busbw = algbw * 2(W-1)/W, #wrong against the host reference
@@ -20,9 +21,12 @@
  *       which the device ring equals bit for bit)
  */
 #include "comm.h"
+#include "config.h"
 #include "dev.h"
+#include "engine.h"
 #include "gpu.h"
 #include "gpu_test.h"
+#include "trainer.h"
 
 #include <time.h>
 
@@ -104,6 +108,19 @@ static int bench_bandwidth(int argc, char **argv)
 
 /* ---- training throughput ------------------------------------------------------------ */
 
+/* Replica rows of d as a batch of its own for the trainer to own: new row
+ * pointers, the same rows (free_data frees only the pointers). */
+static data view_of(data d)
+{
+    data v = d;
+    v.shallow = 1;
+    v.X.vals = malloc((size_t)d.X.rows * sizeof *v.X.vals);
+    v.y.vals = malloc((size_t)d.y.rows * sizeof *v.y.vals);
+    if (v.X.vals) memcpy(v.X.vals, d.X.vals, (size_t)d.X.rows * sizeof *v.X.vals);
+    if (v.y.vals) memcpy(v.y.vals, d.y.vals, (size_t)d.y.rows * sizeof *v.y.vals);
+    return v;
+}
+
 static int bench_train(int argc, char **argv)
 {
     if (argc < 3) {
@@ -118,14 +135,23 @@ static int bench_train(int argc, char **argv)
     int K = atoi(opt(argc, argv, "-preload", "2"));
     const char *mode = opt(argc, argv, "-mode", "scalednn");
     const char *split = opt(argc, argv, "-split", "cpu");
+    const char *codec = opt(argc, argv, "-codec", "none");
+    int tf32 = flag(argc, argv, "-tf32");
     if (R < 1 || R > 8 || batch % R) {
         fprintf(stderr, "-replicas must divide -batch\n");
         return 2;
     }
+    if (K < 1 || K > 8) {
+        fprintf(stderr, "-preload must be 1..8\n");
+        return 2;
+    }
+    /* Read by the gpu engine when it opens its devices. */
+    if (tf32) setenv("SDNN_GPU_TF32", "1", 1);
     char set[256];
     snprintf(set, sizeof set, "batch=%d\nsubdivisions=1\nwidth=%d\nheight=%d\n", batch / R, size,
              size);
-    network *nets[8];
+    network **nets = calloc((size_t)R, sizeof *nets);
+    if (!nets) DIE("memory");
     for (int r = 0; r < R; ++r) {
         nets[r] = gt_parse_file(cfg, set);
         if (!nets[r]) {
@@ -133,18 +159,26 @@ static int bench_train(int argc, char **argv)
             return 1;
         }
         if (r) gt_copy_net(nets[r], nets[0]);
-        /* learning rate x R, as the trainer does */
-        nets[r]->learning_rate *= (float)R;
     }
-    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
-    o.mode = strcmp(mode, "stock") ? SDNN_GPU_MODE_SCALEDNN : SDNN_GPU_MODE_STOCK;
-    o.preload = K;
-    o.split = strcmp(split, "device0") ? SDNN_GPU_SPLIT_CPU : SDNN_GPU_SPLIT_DEVICE0;
-    o.codec = opt(argc, argv, "-codec", NULL);
-    o.gpu.tf32 = flag(argc, argv, "-tf32");
-    o.async = flag(argc, argv, "-async");
-    sdnn_gpu_group *G;
-    if (sdnn_gpu_group_create(nets, R, &o, &G)) DIE("group");
+    /* The trainer on the gpu engine, every replica on device 0 (virtual
+     * replicas), as detector train -gpus 0,0 with virtual=1 runs it; the
+     * trainer multiplies the learning rate by R. */
+    sdnn_config c = SDNN_CONFIG_INIT;
+    c.present = 1;
+    c.mode = strcmp(mode, "stock") ? SDNN_MODE_SCALEDNN : SDNN_MODE_STOCK;
+    c.bucket_mb = 4;
+    c.preload = K;
+    c.virtual_devices = 1;
+    snprintf(c.split, sizeof c.split, "%s", split);
+    snprintf(c.compress, sizeof c.compress, "%s", codec);
+    c.error_feedback = strcmp(codec, "none") != 0;
+    snprintf(c.engine, sizeof c.engine, "gpu");
+    int devices[8] = {0};
+    sdnn_trainer_opts to = SDNN_TRAINER_OPTS_INIT;
+    to.devices = devices;
+    sdnn_trainer *T;
+    if (sdnn_trainer_create_opts(nets, R, &c, &to, 1, &T)) DIE("trainer");
+    sdnn_engine *E = sdnn_trainer_engine_instance(T);
     int classes = 1;
     for (int i = 0; i < nets[0]->n; ++i)
         if (nets[0]->layers[i].type == YOLO || nets[0]->layers[i].type == REGION)
@@ -154,43 +188,40 @@ static int bench_train(int argc, char **argv)
     for (int k = 0; k < NB; ++k)
         d[k] = gt_detection_data(batch, size, size, nets[0]->c, nets[0]->truths, classes,
                                  77 + (uint64_t)k);
-    /* Keep K steps queued: the copies of the next steps run under this one. */
+    /* Keep K batches fed: the copies of the next steps run under this one. */
     int fed = 0;
     for (; fed < K && fed < steps; ++fed)
-        if (sdnn_gpu_group_feed(G, d[fed % NB])) DIE("feed");
+        if (sdnn_trainer_feed(T, view_of(d[fed % NB]))) DIE("feed");
     int warm = steps > 5 ? 3 : 1;
     double t0 = 0, loss = 0, exposed = 0;
     size_t bytes = 0;
     sdnn_gpu_preload_stats p0 = {0};
     for (int s = 0; s < steps; ++s) {
         if (s == warm) {
-            for (int r = 0; r < R; ++r) sdnn_gpu_vdev_sync(sdnn_gpu_net_vdev(sdnn_gpu_group_net(G, r)));
-            sdnn_gpu_group_preload_stats(G, &p0);
+            if (sdnn_gpu_engine_preload_stats(E, &p0)) DIE("preload statistics");
             t0 = now();
         }
-        sdnn_gpu_step_stats st;
-        if (sdnn_gpu_group_step(G, &st)) DIE("step %d", s);
+        sdnn_step_stats st;
+        if (sdnn_trainer_step_fed(T, &st)) DIE("step %d", s);
         if (fed < steps) {
-            if (sdnn_gpu_group_feed(G, d[fed % NB])) DIE("feed");
+            if (sdnn_trainer_feed(T, view_of(d[fed % NB]))) DIE("feed");
             ++fed;
         }
         if (s >= warm) {
-            exposed += st.exposed_comm_s;
+            exposed += st.exposed_s;
             bytes += st.bytes;
         }
         loss = st.loss;
     }
-    for (int r = 0; r < R; ++r) sdnn_gpu_vdev_sync(sdnn_gpu_net_vdev(sdnn_gpu_group_net(G, r)));
+    sdnn_gpu_preload_stats p;
+    if (sdnn_gpu_engine_preload_stats(E, &p)) DIE("preload statistics");
     double secs = now() - t0;
     int timed = steps - warm;
-    sdnn_gpu_preload_stats p;
-    sdnn_gpu_group_preload_stats(G, &p);
     double copy = p.copy_ms - p0.copy_ms, exp_ms = p.exposed_ms - p0.exposed_ms;
     double hl = 0;
-    for (int r = 0; r < R; ++r) hl += sdnn_gpu_net_host_loss_seconds(sdnn_gpu_group_net(G, r));
-    printf("train %s %dx%d batch %d = %d x %d, %s, preload %d, split %s%s%s %s\n", cfg, size, size,
-           batch, R, batch / R, mode, K, split, o.gpu.tf32 ? ", tf32" : "", o.async ? ", async" : "",
-           o.codec ? o.codec : "");
+    for (int r = 0; r < R; ++r) hl += sdnn_gpu_net_host_loss_seconds(sdnn_gpu_engine_net(E, r));
+    printf("train %s %dx%d batch %d = %d x %d, %s, preload %d, split %s%s %s (trainer, engine gpu)\n",
+           cfg, size, size, batch, R, batch / R, mode, K, split, tf32 ? ", tf32" : "", codec);
     printf("  images/s %.1f   step %.2f ms   loss %.3f\n", (double)timed * batch / secs,
            1e3 * secs / timed, loss);
     printf("  preload: %d copies, %.1f MB, copy %.2f ms, exposed %.3f ms, hidden %.1f%%\n",
@@ -201,8 +232,7 @@ static int bench_train(int argc, char **argv)
     printf("RESULT train images_per_s=%.1f hidden_pct=%.2f\n", (double)timed * batch / secs,
            copy > 0 ? 100.0 * (1.0 - exp_ms / copy) : 0.0);
     for (int k = 0; k < NB; ++k) free_data(d[k]);
-    sdnn_gpu_group_destroy(G);
-    for (int r = 0; r < R; ++r) free_network(nets[r]);
+    sdnn_trainer_destroy(T);   /* frees the replicas it owns */
     return 0;
 }
 

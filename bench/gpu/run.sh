@@ -184,17 +184,17 @@ else
 fi
 step bandwidth 60 pinned_h2d $BG bandwidth -mb $MB
 step preload1 90 hidden_pct $BG train cfg/shapes.cfg -batch $SB -size 64 -steps $SS -preload 1
-step preload2 90 hidden_pct $BG train cfg/shapes.cfg -batch $SB -size 64 -steps $SS -preload 2 -async
+step preload2 90 hidden_pct $BG train cfg/shapes.cfg -batch $SB -size 64 -steps $SS -preload 2
 # The quick correctness sweeps before the long training runs.
 for c in none fp16 int8 topk; do
     step "comm_device2_$c" 60 wrong $BG comm -backend device -ranks 2 -codec $c -max $CMAX
 done
 step comm_device4_none 60 wrong $BG comm -backend device -ranks 4 -codec none -max $CMAX
 step comm_nccl1_none 60 wrong $BG comm -backend nccl -ranks 1 -codec none -max $NMAX
-step yolo_1dev_fp32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -preload 2 -async
-step yolo_1dev_tf32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -preload 2 -async -tf32
-step yolo_2vrep_stock 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode stock -async -tf32
-step yolo_2vrep_scalednn 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode scalednn -async -tf32
+step yolo_1dev_fp32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -preload 2
+step yolo_1dev_tf32 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -preload 2 -tf32
+step yolo_2vrep_stock 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode stock -tf32
+step yolo_2vrep_scalednn 120 images_per_s $BG train "$Y" -batch $YB -size $YS -steps $YN -replicas 2 -mode scalednn -tf32
 BH=$B/bench/gpu/bench_hostloss
 # The host YOLO loss's bytes a step (the formula, the net's counters and, on
 # simulated devices, the runtime's copies) and the memory bound against

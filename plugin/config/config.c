@@ -102,7 +102,7 @@ struct key_spec {
 };
 
 enum {
-    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
+    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
     K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
@@ -148,6 +148,8 @@ static sdnn_status check_engine(const key_spec *k, const line_ref *lr);
 static sdnn_status check_compress(const key_spec *k, const line_ref *lr);
 static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr);
 static sdnn_status check_link(const key_spec *k, const line_ref *lr);
+static sdnn_status check_split(const key_spec *k, const line_ref *lr);
+static const char *split_names(void) { return "cpu, device0"; }
 
 #define F(field) offsetof(sdnn_config, field), sizeof ((sdnn_config *)0)->field
 
@@ -174,6 +176,16 @@ static const key_spec g_keys[N_KEYS] = {
         .expect = "0 (each -gpus id once, as Darknet) or 1 (an id may repeat)",
         .help = "1: -gpus may name a device more than once (-gpus 0,0: two replicas on "
             "device 0)" },
+    [K_PRELOAD] = {
+        .key = "preload", .type = KT_INT, F(preload), .lo = 1, .hi = 8,
+        .allowed = "an integer >= 1 and <= 8", .shown = 1,
+        .help = "engine=gpu: step batches copied to the devices ahead of training (1: none "
+            "ahead); engine=cpu reads the host batch in place and holds 1" },
+    [K_SPLIT] = {
+        .key = "split", .type = KT_NAME, F(split), .check = check_split, .names = split_names,
+        .allowed = "cpu or device0", .shown = 1,
+        .help = "engine=gpu: cpu: the host sends each device its rows; device0: the batch "
+            "goes to device 0 and is scattered device to device (engine=cpu: cpu only)" },
     [K_COMM_TIMEOUT] = {
         .key = "comm_timeout_s", .type = KT_NUM, F(comm_timeout_s), .lo = 0.0, .hi = 86400.0,
         .lo_open = 1, .allowed = "a number of seconds > 0 and <= 86400",
@@ -330,6 +342,14 @@ static sdnn_status check_engine(const key_spec *k, const line_ref *lr)
     char what[192];
     snprintf(what, sizeof what, "unknown engine (%s, auto)", sdnn_engine_names());
     return line_error(lr, SDNN_ERR_INVALID, what);
+}
+
+/* split=: cpu or device0 (the engine decides whether it can: engine.h). */
+static sdnn_status check_split(const key_spec *k, const line_ref *lr)
+{
+    (void)k;
+    if (strcmp(lr->value, "cpu") == 0 || strcmp(lr->value, "device0") == 0) return SDNN_OK;
+    return line_error(lr, SDNN_ERR_INVALID, "unknown split (cpu, device0)");
 }
 
 /* compress=: a codec of the registry (codec.c) or auto. */

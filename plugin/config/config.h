@@ -58,6 +58,10 @@ typedef struct sdnn_config {
                          * auto: gpu when it can run the replicas, else cpu */
     int virtual_devices; /* virtual=0|1: 1 lets -gpus name a device more than
                           * once (several replicas on one device) */
+    int preload;        /* preload=K (1..8): step batches a device engine
+                         * holds on the devices ahead of training */
+    char split[16];     /* split=cpu|device0: the host splits each batch to
+                         * the devices, or device 0 gets it and scatters */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets (the key
@@ -70,7 +74,7 @@ typedef struct sdnn_config {
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1,         \
-      .engine = "cpu", .virtual_devices = 0 }
+      .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

@@ -8,8 +8,17 @@
  *              handles) on physical device opts->devices[r] (NULL: r) and
  *              a device mirror of the host network; the host networks stay
  *              the model's owner and are brought up to date by pull().
- *   train      Darknet's train_network on the device: the slice goes
- *              through pinned staging to the device once, then forward
+ *   feed       (preload=K, split=) each replica's ring of K slots
+ *              (preload.c): split=cpu pushes replica r's rows of the step
+ *              batch from pinned staging on r's copy stream; split=device0
+ *              pushes the whole batch into replica 0's ring and then, on
+ *              each other replica's copy stream, peer copies its rows from
+ *              there into its own ring.  Called between steps, so with
+ *              K > 1 the copies of later batches overlap this step.
+ *   train      Darknet's train_network on the device: the oldest fed slot
+ *              (the compute stream waits for its copy's event; released
+ *              after the last subdivision), or with none fed the slice
+ *              through pinned staging to the device once; then forward
  *              and backward of every subdivision; on the last one, after
  *              each parameter layer's backward is queued, the host calls
  *              cb.backward_done(r, layer) (no host wait); then per layer
@@ -88,6 +97,8 @@ typedef struct eg_rep {
     int r;
     sdnn_dctx *vd;
     sdnn_gpu_net *g;
+    sdnn_gpu_preload *ring;      /* feed()'s slots (replica 0 under split=device0:
+                                  * whole batches) */
     int rows;                    /* slice rows the buffers hold */
     float *x, *y;                /* device slice */
     float *hx, *hy;              /* pinned staging of the slice */
@@ -121,6 +132,8 @@ typedef struct gpu_engine {
     int n, layers, subdivisions;
     int hooks;
     int one_device;              /* every replica on one physical device */
+    int preload;                 /* ring slots per replica (preload=) */
+    sdnn_engine_split split;     /* split= */
     eg_rep *rep;
     sdnn_engine_callbacks cb;
     sdnn_comm *comm;             /* comm_open's */
@@ -235,6 +248,8 @@ static void free_rep(gpu_engine *E, eg_rep *R)
     sdnn_dfree(R->bad);
     free(R->bad_host);
     free_slice(R);
+    sdnn_gpu_preload_destroy(R->ring);
+    R->ring = NULL;
     sdnn_gpu_net_destroy(R->g);
 }
 
@@ -260,13 +275,18 @@ static void eg_destroy(sdnn_engine *e)
 
 static sdnn_status backward_hook(void *ctx, sdnn_gpu_net *g, int layer);
 
+/* The device network at the host network's size, and its ring of
+ * `preload` slots of one slice (replica 0 under split=device0: of the whole
+ * step batch).  The synchronous path's slice buffers come with the first
+ * train() that has nothing fed. */
 static sdnn_status make_net(gpu_engine *E, eg_rep *R, network *net)
 {
     SDNN_CHECK(sdnn_gpu_net_create(net, R->vd, &R->g));
     sdnn_gpu_net_set_seed(R->g, 0x5ca1ed0dull + 0x1000193ull * (uint64_t)R->r);
     sdnn_gpu_net_set_backward_hook(R->g, backward_hook, R);
-    (void)E;
-    return slice_buffers(R, net, net->batch * net->subdivisions);
+    int rows = net->batch * net->subdivisions;
+    if (E->split == SDNN_ENGINE_SPLIT_DEVICE0 && R->r == 0) rows *= E->n;
+    return sdnn_gpu_preload_create(R->vd, E->preload, rows, net->inputs, net->truths, &R->ring);
 }
 
 static sdnn_status reset_bad(gpu_engine *E, eg_rep *R)
@@ -286,6 +306,10 @@ static sdnn_status create_rep(gpu_engine *E, sdnn_engine *e, const sdnn_engine_o
     R->bad_layer = -1;
     sdnn_gpu_options go = SDNN_GPU_OPTIONS_INIT;
     go.device = o->devices ? o->devices[r] : r;
+    /* SDNN_GPU_TF32=1 lets cuDNN/cuBLAS use TF32 (bench_gpu -tf32); off:
+     * fp32 as libdarknet computes. */
+    const char *tf = getenv("SDNN_GPU_TF32");
+    go.tf32 = tf && strcmp(tf, "1") == 0;
     if (go.device < 0 || go.device >= ndev)
         return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: replica %d on device %d (%d device%s)",
                           r, go.device, ndev, ndev == 1 ? "" : "s");
@@ -314,6 +338,16 @@ static sdnn_status eg_create(sdnn_engine *e, const sdnn_engine_opts *o)
     E->layers = e->nets[0]->n;
     E->subdivisions = e->nets[0]->subdivisions > 0 ? e->nets[0]->subdivisions : 1;
     E->hooks = o->hooks;
+    E->preload = o->preload;
+    E->split = o->split;
+    if (E->preload < 1 || E->preload > 8 ||
+        (E->split != SDNN_ENGINE_SPLIT_CPU && E->split != SDNN_ENGINE_SPLIT_DEVICE0)) {
+        sdnn_status bad = SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: preload=%d (1..8), split %d",
+                                     E->preload, (int)E->split);
+        eg_destroy(e);
+        return bad;
+    }
+    e->preload = E->preload;
     E->rep = calloc((size_t)e->n, sizeof *E->rep);
     sdnn_status st = E->rep ? SDNN_OK : SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the gpu engine");
     for (int r = 0; r < e->n && st == SDNN_OK; ++r) st = create_rep(E, e, o, r, ndev);
@@ -484,6 +518,9 @@ static sdnn_status update(gpu_engine *E, eg_rep *R, network *net)
     return SDNN_OK;
 }
 
+static sdnn_status train_rows(gpu_engine *E, eg_rep *R, network *net, const float *x,
+                              const float *y, const float *yh, int rows, float *loss);
+
 static sdnn_status eg_train(sdnn_engine *e, int r, data d, float *loss)
 {
     gpu_engine *E = e->impl;
@@ -499,19 +536,58 @@ static sdnn_status eg_train(sdnn_engine *e, int r, data d, float *loss)
                           "engine gpu: rows of %d inputs and %d truths, the net takes %d and %d",
                           d.X.cols, d.y.cols, net->inputs, net->truths);
     SDNN_CHECK(sdnn_dctx_bind(R->vd));
-    SDNN_CHECK(slice_buffers(R, net, d.X.rows));
-    /* The staging of the previous train() was read by copies sync() waited for. */
     size_t in = (size_t)net->inputs, tr = (size_t)net->truths;
-    for (int j = 0; j < d.X.rows; ++j) {
-        memcpy(R->hx + (size_t)j * in, d.X.vals[j], in * sizeof(float));
-        if (tr) memcpy(R->hy + (size_t)j * tr, d.y.vals[j], tr * sizeof(float));
+    const float *x, *y, *yh;
+    int fed = R->ring && sdnn_gpu_preload_queued(R->ring) > 0;
+    if (fed) {
+        /* The oldest fed batch: the compute stream waits for its copy. */
+        sdnn_gpu_slot sl;
+        SDNN_CHECK(sdnn_gpu_preload_pop(R->ring, &sl));
+        int want = E->split == SDNN_ENGINE_SPLIT_DEVICE0 && r == 0 ? d.X.rows * E->n : d.X.rows;
+        if (sl.rows != want) {
+            (void)sdnn_gpu_preload_release(R->ring);
+            return SDNN_ERROR(SDNN_ERR_INVALID,
+                              "engine gpu: replica %d: the fed batch has %d rows, train() was "
+                              "given a slice of %d", r, sl.rows, d.X.rows);
+        }
+        x = sl.x;
+        y = sl.y;
+        yh = sl.y_host;
+    } else {
+        SDNN_CHECK(slice_buffers(R, net, d.X.rows));
+        /* The staging of the previous train() was read by copies sync() waited for. */
+        for (int j = 0; j < d.X.rows; ++j) {
+            memcpy(R->hx + (size_t)j * in, d.X.vals[j], in * sizeof(float));
+            if (tr) memcpy(R->hy + (size_t)j * tr, d.y.vals[j], tr * sizeof(float));
+        }
+        SDNN_CHECK(sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, R->x, R->hx,
+                              (size_t)d.X.rows * in * 4, 0));
+        if (tr)
+            SDNN_CHECK(sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, R->y, R->hy,
+                                  (size_t)d.X.rows * tr * 4, 0));
+        x = R->x;
+        y = R->y;
+        yh = R->hy;
     }
-    SDNN_CHECK(sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, R->x, R->hx, (size_t)d.X.rows * in * 4, 0));
-    if (tr)
-        SDNN_CHECK(sdnn_dcopy(R->vd, SDNN_STREAM_COMPUTE, R->y, R->hy, (size_t)d.X.rows * tr * 4,
-                              0));
+    sdnn_status st = train_rows(E, R, net, x, y, yh, d.X.rows, loss);
+    /* The slot is free for a later push once the compute stream is past
+     * this step (the push waits for that event, not the host now). */
+    if (fed) {
+        sdnn_status rs = sdnn_gpu_preload_release(R->ring);
+        if (st == SDNN_OK) st = rs;
+    }
+    return st;
+}
+
+/* Forward, backward and the update of every subdivision of rows already on
+ * the device (x, y; yh the truths on the host). */
+static sdnn_status train_rows(gpu_engine *E, eg_rep *R, network *net, const float *x,
+                              const float *y, const float *yh, int rows, float *loss)
+{
+    int batch = net->batch;
+    size_t in = (size_t)net->inputs, tr = (size_t)net->truths;
     R->checked = 1;
-    int nb = d.X.rows / batch;
+    int nb = rows / batch;
     R->nsub = 0;
     /* The planner's profile, as the cpu engine's hooks give it: per layer,
      * the seconds of its forward and backward in this step (the last
@@ -532,8 +608,8 @@ static sdnn_status eg_train(sdnn_engine *e, int r, data d, float *loss)
         int rec = E->tl && R->sub_ev && R->nsub < E->subdivisions;
         if (rec) SDNN_CHECK(tl_mark(R, R->sub_ev, 3 * R->nsub));
         float err = 0;
-        SDNN_CHECK(sdnn_gpu_net_forward(R->g, R->x + r0 * in, tr ? R->y + r0 * tr : NULL,
-                                        tr ? R->hy + r0 * tr : NULL, 1, &err));
+        SDNN_CHECK(sdnn_gpu_net_forward(R->g, x + r0 * in, tr ? y + r0 * tr : NULL,
+                                        tr ? yh + r0 * tr : NULL, 1, &err));
         if (rec) SDNN_CHECK(tl_mark(R, R->sub_ev, 3 * R->nsub + 1));
         SDNN_CHECK(sdnn_gpu_net_backward(R->g));
         if (rec) SDNN_CHECK(tl_mark(R, R->sub_ev, 3 * R->nsub + 2));
@@ -542,6 +618,81 @@ static sdnn_status eg_train(sdnn_engine *e, int r, data d, float *loss)
         sum += err;
     }
     if (loss) *loss = sum / (float)(nb * batch);
+    return SDNN_OK;
+}
+
+/* ---- feed (preload rings) -------------------------------------------------------- */
+
+static sdnn_status eg_feed(sdnn_engine *e, data d)
+{
+    gpu_engine *E = e->impl;
+    network *n0 = e->nets[0];
+    int B = n0->batch * n0->subdivisions;
+    if (d.X.rows != B * E->n)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "engine gpu: feed of %d rows, a step takes %d x %d",
+                          d.X.rows, E->n, B);
+    if (d.X.cols != n0->inputs || (n0->truths && d.y.cols != n0->truths))
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "engine gpu: feed of rows with %d inputs and %d truths, the net takes "
+                          "%d and %d", d.X.cols, d.y.cols, n0->inputs, n0->truths);
+    /* Every ring or none: the rings stay in step, slot for slot. */
+    for (int r = 0; r < E->n; ++r)
+        if (sdnn_gpu_preload_room(E->rep[r].ring) < 1)
+            return SDNN_ERROR(SDNN_ERR_INVALID,
+                              "engine gpu: %d batches fed and not trained (preload=%d): train "
+                              "before feeding more", sdnn_gpu_preload_queued(E->rep[r].ring),
+                              E->preload);
+    float *const *ys = n0->truths ? d.y.vals : NULL;
+    if (E->split == SDNN_ENGINE_SPLIT_CPU || E->n == 1) {
+        for (int r = 0; r < E->n; ++r) {
+            SDNN_CHECK(sdnn_dctx_bind(E->rep[r].vd));
+            SDNN_CHECK(sdnn_gpu_preload_push(E->rep[r].ring, d.X.vals + (size_t)r * B,
+                                             ys ? ys + (size_t)r * B : NULL, B));
+        }
+        return SDNN_OK;
+    }
+    /* split=device0: the whole batch to replica 0's device, then each
+     * other replica's rows from there (its copy stream waits for the copy
+     * to device 0; no host wait).  Replica 0's slot is reused only after
+     * every replica trained on it: the engine's caller syncs every replica
+     * after train(), and a feed comes after that. */
+    SDNN_CHECK(sdnn_dctx_bind(E->rep[0].vd));
+    SDNN_CHECK(sdnn_gpu_preload_push(E->rep[0].ring, d.X.vals, ys, B * E->n));
+    sdnn_gpu_slot whole;
+    sdnn_devent *copied;
+    SDNN_CHECK(sdnn_gpu_preload_last(E->rep[0].ring, &whole, &copied));
+    int d0 = sdnn_dctx_device(E->rep[0].vd);
+    size_t in = (size_t)n0->inputs, tr = (size_t)n0->truths;
+    for (int r = 1; r < E->n; ++r) {
+        SDNN_CHECK(sdnn_dctx_bind(E->rep[r].vd));
+        SDNN_CHECK(sdnn_gpu_preload_push_peer(E->rep[r].ring, whole.x + (size_t)r * B * in,
+                                              tr ? whole.y + (size_t)r * B * tr : NULL, d0, copied,
+                                              ys ? ys + (size_t)r * B : NULL, B));
+    }
+    return SDNN_OK;
+}
+
+sdnn_gpu_net *sdnn_gpu_engine_net(sdnn_engine *e, int r)
+{
+    gpu_engine *E = e && e->ops == &sdnn_engine_gpu ? e->impl : NULL;
+    return E && r >= 0 && r < E->n ? E->rep[r].g : NULL;
+}
+
+sdnn_status sdnn_gpu_engine_preload_stats(sdnn_engine *e, sdnn_gpu_preload_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!e || e->ops != &sdnn_engine_gpu)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "preload statistics: not a gpu engine");
+    gpu_engine *E = e->impl;
+    for (int r = 0; r < E->n; ++r) {
+        sdnn_gpu_preload_stats one;
+        SDNN_CHECK(sdnn_dctx_sync_all(E->rep[r].vd));
+        SDNN_CHECK(sdnn_gpu_preload_stats_get(E->rep[r].ring, &one));
+        st->copy_ms += one.copy_ms;
+        st->exposed_ms += one.exposed_ms;
+        st->bytes += one.bytes;
+        st->copies += one.copies;
+    }
     return SDNN_OK;
 }
 
@@ -842,6 +993,10 @@ static sdnn_status eg_resize(sdnn_engine *e, int w, int h)
         sdnn_gpu_net_destroy(R->g);
         R->g = NULL;
         free_slice(R);
+        /* Slots fed at the old size are dropped with their ring (the
+         * trainer drops their host batches); E->comm is kept. */
+        sdnn_gpu_preload_destroy(R->ring);
+        R->ring = NULL;
         SDNN_CHECK(make_net(E, R, e->nets[r]));
     }
     return SDNN_OK;
@@ -1235,6 +1390,7 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .available_on = eg_available_on,
     .describe_device = eg_describe_device,
     .host_loss_take = eg_host_loss_take,
+    .feed = eg_feed,
 };
 
 /* ---- what a replica holds and moves (issue 14: memory, host loss) ---------------- */

@@ -1,5 +1,5 @@
 /*
- * gpu: the GPU engine's device API (make GPU=1): device network, group, preload.
+ * gpu: the GPU engine's device API (make GPU=1): device network, preload ring.
  *
  * A device mirror of a CPU `network` built by Debian's libdarknet: the
  * engine reads the CPU network's layers (this header includes darknet.h
@@ -19,12 +19,10 @@
  * its own streams and library handles); several virtual devices may share
  * one physical device.
  *
- * How a trainer drives it (sdnn_gpu_group is the device counterpart of
- * sdnn_trainer): parse the replicas as on the CPU (sdnn_replicas_create),
- * multiply their learning rates by N, sdnn_gpu_group_create, then per step
- * sdnn_gpu_group_feed (the loader's batch, `preload` steps ahead) and
- * sdnn_gpu_group_step; before a save sdnn_gpu_group_pull, average the
- * batch-norm statistics (sdnn_replicas_average_bn) and save replica 0.
+ * How training drives it: the trainer (plugin/step/trainer.c) on the gpu
+ * engine (engine_gpu.c, engine.h's table): one sdnn_gpu_net per replica,
+ * the loader's batches fed into each device's preload ring ahead of the
+ * step that trains them (sdnn_trainer_feed, preload=, split=).
  */
 #ifndef SDNN_CUDA_GPU_H
 #define SDNN_CUDA_GPU_H
@@ -81,8 +79,8 @@ network *sdnn_gpu_net_host(sdnn_gpu_net *g);
  * the largest head, the staging of
  * sdnn_gpu_net_train).  The input, truth and staging buffers are made by
  * the first call that needs them (sdnn_gpu_net_train, _set_input,
- * _predict, _layer_forward, the INPUT and TRUTH tensors), so the nets of a
- * group, which read their rows from the preload rings, hold none. */
+ * _predict, _layer_forward, the INPUT and TRUTH tensors), so the gpu
+ * engine's nets, which read their rows from the preload rings, hold none. */
 void sdnn_gpu_net_memory(const sdnn_gpu_net *g, size_t *device, size_t *pinned);
 sdnn_gpu_vdev *sdnn_gpu_net_vdev(sdnn_gpu_net *g);
 
@@ -233,6 +231,7 @@ void sdnn_gpu_net_layer_span(const sdnn_gpu_net *g, int layer, size_t *off, size
  * copies on the virtual device's copy stream, the compute stream waits on
  * an event (no host wait) before it reads a slot. */
 typedef struct sdnn_gpu_preload sdnn_gpu_preload;
+struct sdnn_devent;     /* dev.h */
 
 typedef struct sdnn_gpu_slot {
     float *x, *y;           /* device */
@@ -254,6 +253,17 @@ sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, floa
                                   int rows);
 /* Slots a push may fill now (0..K). */
 int sdnn_gpu_preload_room(const sdnn_gpu_preload *p);
+/* The slot pushed last (queued, not popped) and the event its copy ends
+ * with: the source of a scatter (split=device0). */
+sdnn_status sdnn_gpu_preload_last(const sdnn_gpu_preload *p, sdnn_gpu_slot *out,
+                                  struct sdnn_devent **copied);
+/* Push `rows` rows from device memory of device src_dev (x, and y for the
+ * truths) by peer copies on the copy stream, after event `after`; the
+ * truths' host rows (yrows) go to the slot's pinned y_host.  The source
+ * must stay unchanged until this ring's pop of the slot has run. */
+sdnn_status sdnn_gpu_preload_push_peer(sdnn_gpu_preload *p, const float *x, const float *y,
+                                       int src_dev, struct sdnn_devent *after,
+                                       float *const *yrows, int rows);
 /* The oldest queued slot; the compute stream waits for its copy.  The
  * slot (its device rows and y_host) stays as it is until
  * sdnn_gpu_preload_release; one slot at a time is popped. */
@@ -272,77 +282,16 @@ typedef struct sdnn_gpu_preload_stats {
  * events; call after a sync). */
 sdnn_status sdnn_gpu_preload_stats_get(sdnn_gpu_preload *p, sdnn_gpu_preload_stats *st);
 
+/* ---- the gpu engine (engine_gpu.c) from the device side ------------------------ */
+
+struct sdnn_engine;     /* engine.h */
+/* Replica r's device network of a gpu engine (NULL for another engine or
+ * r out of range): tests and benchmarks read its counters. */
+sdnn_gpu_net *sdnn_gpu_engine_net(struct sdnn_engine *e, int r);
+/* The sum over every replica's preload ring (after syncing them). */
+sdnn_status sdnn_gpu_engine_preload_stats(struct sdnn_engine *e, sdnn_gpu_preload_stats *st);
+
 /* ---- comm backends on devices: see gpu_comm.h ------------------------------- */
-
-/* ---- several replicas: the device trainer ------------------------------------- */
-
-typedef enum sdnn_gpu_split { SDNN_GPU_SPLIT_CPU = 0, SDNN_GPU_SPLIT_DEVICE0 } sdnn_gpu_split;
-typedef enum sdnn_gpu_mode { SDNN_GPU_MODE_SCALEDNN = 0, SDNN_GPU_MODE_STOCK } sdnn_gpu_mode;
-
-typedef struct sdnn_gpu_group_options {
-    const int *devices;     /* replica r runs on devices[r] (NULL: all on 0) */
-    const char *comm;       /* "device" (virtual devices on one GPU) or "nccl" */
-    sdnn_gpu_mode mode;
-    int stock_interval;     /* stock mode: Darknet's 4 */
-    int preload;            /* K >= 1 slots per replica */
-    sdnn_gpu_split split;
-    int overlap;            /* exchange a bucket as soon as its backward is done */
-    double bucket_mb;
-    const char *codec;      /* NULL/"none", "fp16", "bf16", "int8", "topk" */
-    sdnn_codec_params codec_params;
-    size_t compress_min_floats;
-    int error_feedback;
-    sdnn_gpu_options gpu;   /* device field ignored (devices[] wins) */
-    int async;              /* 0: a step returns when the devices are done;
-                             * 1: it returns once everything is queued (the
-                             * host prepares the next batch meanwhile; the
-                             * step's exposed_comm_s is then that of the
-                             * previous step) */
-} sdnn_gpu_group_options;
-
-#define SDNN_GPU_GROUP_OPTIONS_INIT \
-    { NULL, "device", SDNN_GPU_MODE_SCALEDNN, 4, 2, SDNN_GPU_SPLIT_CPU, 1, 4.0, NULL, \
-      SDNN_CODEC_PARAMS_INIT, 4096, 1, SDNN_GPU_OPTIONS_INIT, 0 }
-
-typedef struct sdnn_gpu_group sdnn_gpu_group;
-
-typedef struct sdnn_gpu_step_stats {
-    float loss;             /* mean of the replicas' losses */
-    double seconds;
-    double exposed_comm_s;  /* compute stream waiting for exchanges */
-    size_t bytes;           /* exchanged */
-    int synced;             /* stock mode */
-} sdnn_gpu_step_stats;
-
-/* nets[0..n-1]: CPU replicas with identical weights (sdnn_replicas_create);
- * not owned.  Multiplies nothing: the caller scales learning rates as the
- * CPU trainer does. */
-sdnn_status sdnn_gpu_group_create(network **nets, int n, const sdnn_gpu_group_options *o,
-                                  sdnn_gpu_group **out);
-void sdnn_gpu_group_destroy(sdnn_gpu_group *G);
-/* Queue the batch of one future step (n x batch x subdivisions rows) to
- * every replica's preload ring, or to none: with `preload` fed steps not
- * yet stepped (or a batch of the wrong size) it is SDNN_ERR_INVALID and
- * queues nothing, and the group goes on.  It waits on the host only for a
- * device to finish the step that last read the slot it reuses.  It never
- * waits for a slot to free up: only sdnn_gpu_group_step frees one, the
- * group is driven from one thread, so that wait would never end (feed at
- * most `preload` steps ahead, then step). */
-sdnn_status sdnn_gpu_group_feed(sdnn_gpu_group *G, data d);
-/* One step on the oldest fed batch (nothing fed: SDNN_ERR_INVALID, and the
- * group goes on).  A step that fails once it has started leaves the
- * replicas, the rings and the exchange state partway through it: the
- * group is then failed, like the CPU trainer after a failed step: every
- * later feed, step and pull is SDNN_ERR_ABORTED naming the first failure,
- * so nothing of that step reaches a save.  Only destroy remains. */
-sdnn_status sdnn_gpu_group_step(sdnn_gpu_group *G, sdnn_gpu_step_stats *st);
-/* SDNN_OK, or the status of the failure that stopped the group. */
-sdnn_status sdnn_gpu_group_failed(const sdnn_gpu_group *G);
-/* Every replica's device state to its CPU network (before a save);
- * SDNN_ERR_ABORTED once the group has failed. */
-sdnn_status sdnn_gpu_group_pull(sdnn_gpu_group *G);
-sdnn_gpu_net *sdnn_gpu_group_net(sdnn_gpu_group *G, int r);
-sdnn_status sdnn_gpu_group_preload_stats(sdnn_gpu_group *G, sdnn_gpu_preload_stats *st);
 
 #ifdef __cplusplus
 }

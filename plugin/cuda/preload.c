@@ -127,8 +127,8 @@ static sdnn_status harvest(sdnn_gpu_preload *p, slot *s)
     return SDNN_OK;
 }
 
-sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, float *const *yrows,
-                                  int rows)
+/* The tail slot, free for a push of `rows` rows (its last reader done). */
+static sdnn_status take_tail(sdnn_gpu_preload *p, int rows, slot **out)
 {
     if (rows < 1 || rows > p->rows)
         return SDNN_ERROR(SDNN_ERR_INVALID, "preload: %d rows for slots of %d", rows, p->rows);
@@ -145,6 +145,15 @@ sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, floa
         s->in_use = 0;
         SDNN_CHECK(harvest(p, s));
     }
+    *out = s;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, float *const *yrows,
+                                  int rows)
+{
+    slot *s;
+    SDNN_CHECK(take_tail(p, rows, &s));
     for (int r = 0; r < rows; ++r) {
         memcpy(s->hx + (size_t)r * p->inputs, xrows[r], (size_t)p->inputs * sizeof(float));
         if (p->truths && yrows)
@@ -157,6 +166,44 @@ sdnn_status sdnn_gpu_preload_push(sdnn_gpu_preload *p, float *const *xrows, floa
     if (p->truths)
         SDNN_CHECK(sdnn_dcopy(p->ctx, SDNN_STREAM_COPY, s->dy, s->hy,
                               (size_t)rows * p->truths * sizeof(float), 0));
+    SDNN_CHECK(sdnn_devent_record(s->copied, p->ctx, SDNN_STREAM_COPY));
+    p->tail = (p->tail + 1) % p->k;
+    p->count += 1;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_preload_last(const sdnn_gpu_preload *p, sdnn_gpu_slot *out,
+                                  sdnn_devent **copied)
+{
+    if (p->count == 0) return SDNN_ERROR(SDNN_ERR_INVALID, "preload: nothing queued");
+    const slot *s = &p->s[(p->tail + p->k - 1) % p->k];
+    out->x = s->dx;
+    out->y = s->dy;
+    out->y_host = s->hy;
+    out->rows = s->rows;
+    *copied = s->copied;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_preload_push_peer(sdnn_gpu_preload *p, const float *x, const float *y,
+                                       int src_dev, sdnn_devent *after, float *const *yrows,
+                                       int rows)
+{
+    slot *s;
+    SDNN_CHECK(take_tail(p, rows, &s));
+    /* Only the truths go through the host (the host-side loss reads them
+     * there); the inputs come from the source device. */
+    for (int r = 0; p->truths && yrows && r < rows; ++r)
+        memcpy(s->hy + (size_t)r * p->truths, yrows[r], (size_t)p->truths * sizeof(float));
+    s->rows = rows;
+    int dev = sdnn_dctx_device(p->ctx);
+    SDNN_CHECK(sdnn_devent_wait(after, p->ctx, SDNN_STREAM_COPY));
+    SDNN_CHECK(sdnn_devent_record(s->start, p->ctx, SDNN_STREAM_COPY));
+    SDNN_CHECK(sdnn_dcopy_peer(p->ctx, SDNN_STREAM_COPY, s->dx, dev, x, src_dev,
+                               (size_t)rows * p->inputs * sizeof(float)));
+    if (p->truths)
+        SDNN_CHECK(sdnn_dcopy_peer(p->ctx, SDNN_STREAM_COPY, s->dy, dev, y, src_dev,
+                                   (size_t)rows * p->truths * sizeof(float)));
     SDNN_CHECK(sdnn_devent_record(s->copied, p->ctx, SDNN_STREAM_COPY));
     p->tail = (p->tail + 1) % p->k;
     p->count += 1;

@@ -40,6 +40,14 @@ static void cpu_describe_device(int dev, char *buf, size_t len)
 
 static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
 {
+    /* The replicas read their rows of the one host batch in place: there
+     * is no device 0 to send the batch to, nor anything to scatter. */
+    if (o->split == SDNN_ENGINE_SPLIT_DEVICE0)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "[scalednn] split=device0 needs a device engine (engine=gpu): the cpu "
+                          "engine's replicas read their rows of the host batch in place, with "
+                          "nothing to scatter; use split=cpu (the default)");
+    e->preload = 1;   /* nothing is copied ahead: the loader's lookahead is the overlap */
     cpu_engine *c = calloc(1, sizeof *c);
     if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cpu engine");
     e->impl = c;
@@ -234,6 +242,13 @@ static sdnn_status cpu_move(sdnn_engine *e, unsigned what)
     return SDNN_OK;
 }
 
+/* train() reads the fed batch's rows in place (the trainer keeps it). */
+static sdnn_status cpu_feed(sdnn_engine *e, data batch)
+{
+    (void)e; (void)batch;
+    return SDNN_OK;
+}
+
 static sdnn_status cpu_resize(sdnn_engine *e, int w, int h)
 {
     (void)e; (void)w; (void)h;   /* resize_network on the host replicas is all */
@@ -269,4 +284,5 @@ const sdnn_engine_ops sdnn_engine_cpu = {
     .nonfinite_at = NULL,     /* pack() checks at once */
     .available_on = cpu_available_on,
     .describe_device = cpu_describe_device,
+    .feed = cpu_feed,
 };

@@ -147,6 +147,7 @@ sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n
     e->ops = ops;
     e->nets = nets;
     e->n = n;
+    e->preload = 1;
     sdnn_engine_opts def = SDNN_ENGINE_OPTS_INIT;
     sdnn_status st = ops->create(e, o ? o : &def);
     if (st != SDNN_OK) {

@@ -115,6 +115,17 @@ typedef struct sdnn_engine_callbacks {
     void (*abort)(void *user, int r, sdnn_status s);
 } sdnn_engine_callbacks;
 
+/* How feed() gets each replica its rows of a step's batch (split=). */
+typedef enum sdnn_engine_split {
+    /* split=cpu: the host splits the batch; replica r's rows go from pinned
+     * host memory to replica r's own device. */
+    SDNN_ENGINE_SPLIT_CPU = 0,
+    /* split=device0: the whole batch goes to replica 0's device and is
+     * scattered from there device to device (peer copies).  A host engine
+     * refuses it at create (its replicas read the host rows in place). */
+    SDNN_ENGINE_SPLIT_DEVICE0 = 1
+} sdnn_engine_split;
+
 /* What an engine is created with. */
 typedef struct sdnn_engine_opts {
     int fix_1x1_delta;      /* hooks.c's fix (cpu), the same result (gpu) */
@@ -122,9 +133,14 @@ typedef struct sdnn_engine_opts {
     int hooks;              /* 1: call the callbacks (scalednn mode, a
                              * timeline or a profile); 0: plain Darknet */
     const int *devices;     /* gpu: device of each replica; NULL: 0..n-1 */
+    /* Added for the preload ring (issue 14): */
+    int preload;            /* [scalednn] preload=K: step batches a device
+                             * engine holds fed ahead of train (1..8) */
+    sdnn_engine_split split; /* [scalednn] split=: how feed() splits a batch */
 } sdnn_engine_opts;
 
-#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .hook_forward = 0, .hooks = 0, .devices = NULL }
+#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .hook_forward = 0, .hooks = 0, \
+                                .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU }
 
 /* Where a non-finite value was found by pack(). */
 typedef struct sdnn_engine_bad {
@@ -193,7 +209,9 @@ typedef struct sdnn_engine_ops {
     sdnn_status (*push)(sdnn_engine *e, unsigned what);
 
     /* Multi-scale training: every replica's input becomes w x h (the host
-     * networks are resized by the caller first, with resize_network). */
+     * networks are resized by the caller first, with resize_network).
+     * Batches fed and not yet trained are dropped (feed()); the comm that
+     * comm_open returned stays valid (communicators are kept). */
     sdnn_status (*resize)(sdnn_engine *e, int w, int h);
 
     /* The comm the exchange uses on this engine's bucket buffers.  host is
@@ -243,6 +261,31 @@ typedef struct sdnn_engine_ops {
      * previous call, and the time its device stood waiting on them.
      * Called between steps.  May be NULL (a host engine moves nothing). */
     sdnn_status (*host_loss_take)(sdnn_engine *e, int r, uint64_t *bytes, double *wait_s);
+    /* Added for the preload ring (issue 14, loader -> device): */
+    /* Hand the engine a whole step's batch (n x the slice rows, the rows of
+     * replica r at [r x rows/n, (r+1) x rows/n), as sdnn_data_slice cuts
+     * them) ahead of the train() calls that consume it, while no train()
+     * runs.  Batches are consumed in the order fed: a train(r, slice) with
+     * a fed batch queued trains replica r on that batch's rows (slice must
+     * be the same rows; it then only says how many), one with none queued
+     * copies `slice` itself.  At most e->preload batches may be fed and not
+     * yet trained by every replica (SDNN_ERR_INVALID past that).  The
+     * batch's host memory must stay valid until every replica's train() of
+     * it has returned (a host engine reads it there).
+     *   cpu   nothing to do: train() reads the host rows in place (zero-copy
+     *         views); e->preload is 1, the loader's own one-step lookahead
+     *         is its overlap.
+     *   gpu   split=cpu: each replica's rows go to pinned staging and on
+     *         its device's copy stream into its ring of `preload` slots
+     *         (plugin/cuda/preload.c); split=device0: the whole batch into
+     *         replica 0's ring, then peer copies from there into each other
+     *         replica's ring, on that replica's copy stream.  train() makes
+     *         the compute stream wait for its slot's copy (no host wait), so
+     *         the copies of later batches run while this step computes.
+     * resize() drops every batch fed and not trained (the rings are made
+     * again at the new size).  May be NULL (the engine has no feed: the
+     * trainer refuses sdnn_trainer_feed). */
+    sdnn_status (*feed)(sdnn_engine *e, data batch);
 } sdnn_engine_ops;
 
 struct sdnn_engine {
@@ -250,6 +293,8 @@ struct sdnn_engine {
     network **nets;            /* the host replicas (not owned) */
     int n;
     void *impl;                /* the engine's own state */
+    int preload;               /* batches feed() may hold ahead of train():
+                                * 1 unless create sets more (gpu: opts.preload) */
 };
 
 /* The registry: the engine called `name`, or NULL. */

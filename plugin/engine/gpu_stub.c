@@ -39,6 +39,12 @@ static sdnn_status gs_create(sdnn_engine *e, const sdnn_engine_opts *o)
 
 static void gs_destroy(sdnn_engine *e) { (void)e; }
 
+static sdnn_status gs_feed(sdnn_engine *e, data batch)
+{
+    (void)e; (void)batch;
+    return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "engine gpu: %s", GS_WHY);
+}
+
 const sdnn_engine_ops sdnn_engine_gpu = {
     .name = "gpu",
     .available = gs_available,
@@ -46,6 +52,7 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .destroy = gs_destroy,
     .available_on = gs_available_on,
     .describe_device = gs_describe_device,
+    .feed = gs_feed,
 };
 
 #endif

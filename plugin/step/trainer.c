@@ -64,6 +64,12 @@ struct sdnn_trainer {
     size_t seen_start;     /* seen each replica starts its part of the step at */
     int iteration;         /* iteration the step ends at (timeline label) */
     sdnn_status failed;    /* first failed step: the replicas are no longer valid */
+    /* Batches fed and not yet trained (sdnn_trainer_feed), oldest at
+     * fed_head; the engine holds them too (its ring) and the trainer owns
+     * the host memory until the step that trains them has run. */
+    data *fed;
+    int fed_cap, fed_head, fed_count;
+    long dropped;          /* fed batches dropped by resizes */
 };
 
 static void run_replica(worker *w)
@@ -129,6 +135,8 @@ void sdnn_trainer_destroy(sdnn_trainer *t)
     pthread_mutex_unlock(&t->mu);
     for (int i = 0; i < t->nthreads; ++i) pthread_join(t->w[i].thread, NULL);
     sdnn_exchange_destroy(t->ex);
+    for (int i = 0; i < t->fed_count; ++i) free_data(t->fed[(t->fed_head + i) % t->fed_cap]);
+    free(t->fed);
     /* The engine before the comm and the timeline it may hold. */
     sdnn_engine_destroy(t->eng);
     sdnn_autoplan_destroy(t->ap);
@@ -317,7 +325,16 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
         eo.hook_forward = t->tl != NULL || t->ap != NULL;
         eo.hooks = cfg->mode == SDNN_MODE_SCALEDNN || t->tl != NULL;
         eo.devices = t->devices;
+        eo.preload = cfg->preload;
+        eo.split = strcmp(cfg->split, "device0") == 0 ? SDNN_ENGINE_SPLIT_DEVICE0
+                                                      : SDNN_ENGINE_SPLIT_CPU;
         SDNN_CHECKGOTO(sdnn_engine_create(eops, nets, n, &eo, &t->eng), st, fail);
+        t->fed_cap = t->eng->preload > 0 ? t->eng->preload : 1;
+        t->fed = calloc((size_t)t->fed_cap, sizeof *t->fed);
+        if (!t->fed) {
+            st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
+            goto fail;
+        }
         t->hooked = eo.hooks || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0);
         if (t->eng->ops->set_timeline) t->eng->ops->set_timeline(t->eng, t->tl);
     }
@@ -370,6 +387,7 @@ fail:
 
 int sdnn_trainer_replicas(const sdnn_trainer *t) { return t->n; }
 const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t) { return t->eng->ops; }
+sdnn_engine *sdnn_trainer_engine_instance(sdnn_trainer *t) { return t->eng; }
 int sdnn_trainer_device(const sdnn_trainer *t, int r) { return t->devices[r]; }
 network *sdnn_trainer_net(sdnn_trainer *t, int r) { return t->nets[r]; }
 network **sdnn_trainer_nets(sdnn_trainer *t) { return t->nets; }
@@ -419,11 +437,13 @@ static void run_workers(sdnn_trainer *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
+/* d against the replicas as they are now: the rows of one step, each of
+ * the network's current input size (a batch of the old size after a
+ * resize is refused, never trained at the wrong size). */
+static sdnn_status check_batch(sdnn_trainer *t, data d)
 {
     network *net0 = t->nets[0];
     int per = net0->batch * net0->subdivisions;
-    memset(st, 0, sizeof *st);
     if (t->failed != SDNN_OK)
         return SDNN_ERROR(SDNN_ERR_ABORTED, "the trainer stopped after a failed step (%s); "
                           "its replicas hold that step's partial state", sdnn_strerror(t->failed));
@@ -431,6 +451,71 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
         return SDNN_ERROR(SDNN_ERR_INVALID,
                           "step batch has %d images, expected batch %d x subdivisions %d x %d replicas",
                           d.X.rows, net0->batch, net0->subdivisions, t->n);
+    if (d.X.cols != net0->inputs)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "step batch rows have %d inputs; the network takes %d (%dx%dx%d)",
+                          d.X.cols, net0->inputs, net0->w, net0->h, net0->c);
+    return SDNN_OK;
+}
+
+static sdnn_status step_on(sdnn_trainer *t, data d, sdnn_step_stats *st);
+
+sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (t->fed_count > 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "sdnn_trainer_step with %d fed batch%s not yet trained: train them "
+                          "with sdnn_trainer_step_fed first (batches train in the order given)",
+                          t->fed_count, t->fed_count == 1 ? "" : "es");
+    SDNN_CHECK(check_batch(t, d));
+    return step_on(t, d, st);
+}
+
+int sdnn_trainer_preload(const sdnn_trainer *t) { return t->fed_cap; }
+int sdnn_trainer_queued(const sdnn_trainer *t) { return t->fed_count; }
+long sdnn_trainer_dropped(const sdnn_trainer *t) { return t->dropped; }
+
+sdnn_status sdnn_trainer_feed(sdnn_trainer *t, data d)
+{
+    SDNN_CHECK(check_batch(t, d));
+    if (t->fed_count >= t->fed_cap)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "%d batch%s fed and not yet trained (the engine holds %d ahead): step "
+                          "before feeding more", t->fed_count, t->fed_count == 1 ? "" : "es",
+                          t->fed_cap);
+    if (!t->eng->ops->feed)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "engine %s has no feed operation",
+                          t->eng->ops->name);
+    sdnn_status s = t->eng->ops->feed(t->eng, d);
+    if (s != SDNN_OK) {
+        /* A partly fed batch leaves the engine's rings out of step. */
+        t->failed = s;
+        return s;
+    }
+    t->fed[(t->fed_head + t->fed_count) % t->fed_cap] = d;
+    t->fed_count++;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_trainer_step_fed(sdnn_trainer *t, sdnn_step_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (t->fed_count == 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_trainer_step_fed: no batch fed");
+    data d = t->fed[t->fed_head];
+    t->fed_head = (t->fed_head + 1) % t->fed_cap;
+    t->fed_count--;
+    sdnn_status s = t->failed != SDNN_OK ? check_batch(t, d) : step_on(t, d, st);
+    free_data(d);
+    return s;
+}
+
+static sdnn_status step_on(sdnn_trainer *t, data d, sdnn_step_stats *st)
+{
+    network *net0 = t->nets[0];
+    int per = net0->batch * net0->subdivisions;
+    memset(st, 0, sizeof *st);
     for (int r = 0; r < t->n; ++r) t->w[r].slice = sdnn_data_slice(d, r, t->n);
 
     double t0 = sdnn_now_s();
@@ -522,6 +607,13 @@ sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st)
 
 sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h)
 {
+    /* Batches fed at the old size are dropped (and counted), never trained
+     * at the new one: the engine's resize drops its copies. */
+    for (; t->fed_count > 0; t->fed_count--) {
+        free_data(t->fed[t->fed_head]);
+        t->fed_head = (t->fed_head + 1) % t->fed_cap;
+        t->dropped++;
+    }
     for (int r = 0; r < t->n; ++r)
         if (resize_network(t->nets[r], w, h) != 0)
             return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot resize replica %d to %dx%d", r, w, h);

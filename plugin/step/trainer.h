@@ -67,6 +67,8 @@ void sdnn_trainer_destroy(sdnn_trainer *t);
  * and replica r's device id (opts.devices[r], else r). */
 const sdnn_engine_ops *sdnn_trainer_engine(const sdnn_trainer *t);
 int sdnn_trainer_device(const sdnn_trainer *t, int r);
+/* The engine instance itself (tests and benchmarks that read its state). */
+sdnn_engine *sdnn_trainer_engine_instance(sdnn_trainer *t);
 
 int sdnn_trainer_replicas(const sdnn_trainer *t);
 network *sdnn_trainer_net(sdnn_trainer *t, int r);
@@ -87,7 +89,31 @@ sdnn_status sdnn_trainer_close_timeline(sdnn_trainer *t);
  * SDNN_ERR_ABORTED. */
 sdnn_status sdnn_trainer_step(sdnn_trainer *t, data d, sdnn_step_stats *st);
 
-/* Resize every replica to w x h (multi-scale training). */
+/* Preloading (the [scalednn] preload= key through the engine's feed op,
+ * engine.h): feed hands over the loader's batch for a later step (the
+ * trainer owns d on SDNN_OK and frees it once trained; on failure the
+ * caller keeps it); step_fed trains the oldest fed batch.  At most
+ * sdnn_trainer_preload(t) batches are fed and not trained: the engine's
+ * depth (a device engine: preload=K slots per device; a host one: 1, its replicas read the
+ * host rows in place).  A device engine starts the copies at feed, so with
+ * K > 1 the copies of later batches run while a step computes.  A batch
+ * whose input size is not the network's (fed before a resize) is refused
+ * (SDNN_ERR_INVALID), never trained at the wrong size.  A failed feed
+ * stops the trainer like a failed step.  sdnn_trainer_step(d) is the same
+ * as a feed of d and step_fed with nothing fed before, but d stays the
+ * caller's and a device engine copies it synchronously. */
+sdnn_status sdnn_trainer_feed(sdnn_trainer *t, data d);
+sdnn_status sdnn_trainer_step_fed(sdnn_trainer *t, sdnn_step_stats *st);
+int sdnn_trainer_preload(const sdnn_trainer *t);
+int sdnn_trainer_queued(const sdnn_trainer *t);
+/* Batches fed and dropped by resizes since create. */
+long sdnn_trainer_dropped(const sdnn_trainer *t);
+
+/* Resize every replica to w x h (multi-scale training).  Batches fed and
+ * not trained are at the old size: they are dropped (freed, counted in
+ * sdnn_trainer_dropped), as Darknet drops its loader's batch in flight on
+ * a resize, so the sizes change at the same iterations whatever preload
+ * is; the engine rebuilds its rings at the new size and keeps its comm. */
 sdnn_status sdnn_trainer_resize(sdnn_trainer *t, int w, int h);
 
 /* Save replica 0 in Darknet's format, atomically.  scalednn mode first

@@ -3,10 +3,11 @@
  * (gpu.h sdnn_gpu_net_memory, dev.h sdnn_dctx_workspace).  Needs a
  * device (a real one or the simulated runtime, make GPU=sim).
  *
- *   group nets         the nets of a group of 2, created and stepped, hold
- *                      no input, truth or staging buffers of their own: their
+ *   engine nets        the device nets of the gpu engine with 2 replicas,
+ *                      trained through the trainer on fed batches, hold no
+ *                      input, truth or staging buffers of their own: their
  *                      device bytes are the two parameter arenas, no pinned
- *                      bytes (the group reads rows from its preload rings)
+ *                      bytes (train reads rows from the preload rings)
  *   a single net       holds none either until sdnn_gpu_net_train; then
  *                      its input and truth (device) and its staging (pinned)
  *   workspace          growing it returns a larger buffer and leaves the
@@ -16,10 +17,13 @@
  *                      bytes, and the old buffer stays writable until the
  *                      context goes; asking for less returns the current one
  */
+#include "config.h"
 #include "dev.h"
+#include "engine.h"
 #include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
+#include "trainer.h"
 
 static const char *cfg =
     "[net]\nbatch=2\nsubdivisions=1\nwidth=6\nheight=6\nchannels=2\n"
@@ -33,40 +37,44 @@ static size_t io_bytes(const network *net)
     return ((size_t)net->inputs + (size_t)net->truths) * (size_t)net->batch * sizeof(float);
 }
 
-static void group_nets(network *init)
+static void engine_nets(network *init)
 {
     network *nets[2] = {gt_parse_text(cfg, NULL), gt_parse_text(cfg, NULL)};
     if (!nets[0] || !nets[1]) {
-        SOFT_ASSERT(0, "group: parse");
+        SOFT_ASSERT(0, "engine: parse");
         return;
     }
     gt_copy_net(nets[0], init);
     gt_copy_net(nets[1], init);
-    sdnn_gpu_group *G = NULL;
-    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
-    sdnn_status s = sdnn_gpu_group_create(nets, 2, &o, &G);
-    SOFT_ASSERT(s == SDNN_OK, "group: create: %s", s ? sdnn_last_error() : "ok");
+    sdnn_trainer *T = NULL;
+    sdnn_config c = SDNN_CONFIG_INIT;
+    c.present = 1;
+    c.bucket_mb = 0.001;
+    snprintf(c.engine, sizeof c.engine, "gpu");
+    sdnn_status s = sdnn_trainer_create(nets, 2, &c, 0, &T);
+    SOFT_ASSERT(s == SDNN_OK, "engine: create: %s", s ? sdnn_last_error() : "ok");
     for (int k = 0; k < 3 && s == SDNN_OK; ++k) {
         data d = gt_class_data(2 * nets[0]->batch, nets[0]->inputs, 5, 40 + (uint64_t)k);
-        sdnn_gpu_step_stats st;
-        s = sdnn_gpu_group_feed(G, d);
-        if (s == SDNN_OK) s = sdnn_gpu_group_step(G, &st);
-        free_data(d);
-        SOFT_ASSERT(s == SDNN_OK, "group: step %d: %s", k, s ? sdnn_last_error() : "ok");
+        sdnn_step_stats st;
+        s = sdnn_trainer_feed(T, d);   /* the trainer owns d now */
+        if (s != SDNN_OK) free_data(d);
+        if (s == SDNN_OK) s = sdnn_trainer_step_fed(T, &st);
+        SOFT_ASSERT(s == SDNN_OK, "engine: step %d: %s", k, s ? sdnn_last_error() : "ok");
     }
-    if (G) {
+    if (T) {
+        sdnn_engine *e = sdnn_trainer_engine_instance(T);
         for (int r = 0; r < 2; ++r) {
-            sdnn_gpu_net *g = sdnn_gpu_group_net(G, r);
+            sdnn_gpu_net *g = sdnn_gpu_engine_net(e, r);
             size_t arena, dev, pin;
             sdnn_gpu_net_arena(g, NULL, NULL, &arena);
             sdnn_gpu_net_memory(g, &dev, &pin);
-            SOFT_ASSERT(pin == 0, "group: replica %d holds no pinned staging (%zu bytes)", r, pin);
+            SOFT_ASSERT(pin == 0, "engine: replica %d holds no pinned staging (%zu bytes)", r, pin);
             SOFT_ASSERT(dev == 2 * arena * sizeof(float),
-                        "group: replica %d holds its arenas only (%zu bytes, arenas %zu)", r, dev,
+                        "engine: replica %d holds its arenas only (%zu bytes, arenas %zu)", r, dev,
                         2 * arena * sizeof(float));
         }
     }
-    sdnn_gpu_group_destroy(G);
+    sdnn_trainer_destroy(T);
     sdnn_network_free(nets[0]);
     sdnn_network_free(nets[1]);
 }
@@ -165,7 +173,7 @@ int main(int argc, char **argv)
     gt_randomize(init, 5);
     sdnn_gpu_vdev *vd = NULL;
     GT_OK(sdnn_gpu_vdev_open(NULL, &vd));
-    group_nets(init);
+    engine_nets(init);
     single_net(vd, init);
     sdnn_gpu_vdev *ws = NULL;
     GT_OK(sdnn_gpu_vdev_open(NULL, &ws));

@@ -51,7 +51,8 @@
 #             and Darknet's update; zoo, shapes, fmnist, yolov3-tiny,
 #             yolov2-tiny, cifar
 #   train     20 steps of the shapes detector vs train_network, 10 of
-#             fmnist; a 1-replica group = the single net bit for bit
+#             fmnist; the trainer with 1 replica on the gpu engine (fed
+#             batches) = the single net bit for bit
 #   engines   the trainer with engine=gpu vs engine=cpu on the same batches:
 #             shapes and yolov3-tiny-shaped, 1/2/4 replicas, overlap,
 #             none/fp16/int8/topk with error feedback, bucket_mb auto,
@@ -66,14 +67,16 @@
 #             the engine's comm, device error feedback, train's callbacks,
 #             resize
 #   vrep      2 virtual replicas x batch 4 = 1 x batch 8 (rel < 1e-4),
-#             overlap/split/codec/stock variants
-#   group     4 devices: the NCCL ring over 2-4 devices = local, the group
-#             with subdivisions, batch norm, int8/top-k, split=device0
-#             across devices, a residual net, and (simulated NCCL only)
-#             its error paths
+#             overlap/split/codec/stock variants, through the trainer
+#   multidev  4 devices: the NCCL ring over 2-4 devices = local; the
+#             trainer on the gpu engine with subdivisions, batch norm,
+#             int8/top-k, split=device0 across devices, a residual net,
+#             and (simulated NCCL only) its error paths: a failed exchange
+#             leaves the trainer failed (feed and save refused)
 #   preload   the preload ring never overwrites a popped slot; feed limits
-#   group_fail a failed step or exchange leaves the group failed (feed,
-#             step and pull refuse with SDNN_ERR_ABORTED)
+#   feed      the loader -> preload ring path through the trainer:
+#             preload 1-3, split=cpu|device0 = the synchronous path bit
+#             for bit, the copies of each feed, resize drops old batches
 #   memory    no unused staging buffers; the workspace grows only between
 #             steps
 #   hostloss  the host YOLO/region loss's round trip: bytes = the formula
@@ -218,9 +221,9 @@ run dialect 60
 run autoplan_gpu 120
 run engine_ops 120
 run vrep 180
-run group 120
+run multidev 120
 run preload 60
-run group_fail 120
+run feed 120
 run memory 60
 run hostloss 120
 run wide 180

@@ -134,6 +134,10 @@ run_script cli_sim
 # backend=nccl under mpirun: 2 processes x 2 devices on one NCCL communicator
 # against 1 x 4 and backend=mpi, a killed and a stopped rank.
 run_script cli_nccl
+# The loader -> preload ring path end to end: engine=gpu against engine=cpu
+# per iteration (preload 1-3, split=device0, subdivisions, stock, -map,
+# resume, random=1).
+run_script cli_engine
 # -gpus names devices: ids past the count, virtual=1, the banner, a layer
 # the engine does not run.
 run_script cli_devices

@@ -14,13 +14,17 @@
  *                    would hide in the tolerance what a per-step check
  *                    shows
  *   fmnist           10 steps of the classifier: the same
- *   world of one     a group of 1 replica (scalednn mode, preload ring)
- *                    equals sdnn_gpu_net_train bit for bit
+ *   world of one     the trainer with 1 replica on the gpu engine
+ *                    (scalednn mode, batches fed 2 ahead into the preload
+ *                    ring) equals sdnn_gpu_net_train bit for bit
  */
+#include "config.h"
 #include "dev.h"
+#include "engine.h"
 #include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
+#include "trainer.h"
 
 #define LOSS_TOL 1e-3
 #define PARAM_TOL 1e-3
@@ -96,6 +100,9 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
     sdnn_network_free(dev);
 }
 
+/* The trainer with one replica on the gpu engine, its batches fed two
+ * steps ahead through the preload ring (sdnn_trainer_feed / step_fed),
+ * against sdnn_gpu_net_train on the same batches. */
 static void world_of_one(sdnn_gpu_vdev *vd)
 {
     const char *cfg = "cfg/shapes.cfg", *set = "batch=8\nsubdivisions=2\n";
@@ -106,38 +113,47 @@ static void world_of_one(sdnn_gpu_vdev *vd)
     }
     gt_copy_net(b, a);
     sdnn_gpu_net *g = NULL;
-    sdnn_gpu_group *G = NULL;
-    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
+    sdnn_trainer *T = NULL;
+    sdnn_config c = SDNN_CONFIG_INIT;
+    c.present = 1;
+    c.preload = 2;
+    snprintf(c.engine, sizeof c.engine, "gpu");
     sdnn_status s = sdnn_gpu_net_create(a, vd, &g);
-    if (s == SDNN_OK) s = sdnn_gpu_group_create(&b, 1, &o, &G);
+    if (s == SDNN_OK) s = sdnn_trainer_create(&b, 1, &c, 0, &T);
     if (s != SDNN_OK) {
         SOFT_ASSERT(0, "world of one: %s", sdnn_last_error());
+        sdnn_gpu_net_destroy(g);
+        sdnn_network_free(a);
+        sdnn_network_free(b);
         return;
     }
-    int rows = a->batch * a->subdivisions;
-    for (int step = 0; step < 5 && s == SDNN_OK; ++step) {
+    int rows = a->batch * a->subdivisions, fed = 0;
+    const int steps = 5;
+    for (int step = 0; step < steps && s == SDNN_OK; ++step) {
+        while (s == SDNN_OK && fed < steps && sdnn_trainer_queued(T) < sdnn_trainer_preload(T))
+            s = sdnn_trainer_feed(T, make_batch(a, rows, 1, 50 + (uint64_t)fed++));
         data d = make_batch(a, rows, 1, 50 + (uint64_t)step);
         float la = 0;
-        sdnn_gpu_step_stats st;
-        s = sdnn_gpu_net_train(g, d, &la);
-        if (s == SDNN_OK) s = sdnn_gpu_group_feed(G, d);
-        if (s == SDNN_OK) s = sdnn_gpu_group_step(G, &st);
+        sdnn_step_stats st;
+        if (s == SDNN_OK) s = sdnn_gpu_net_train(g, d, &la);
+        if (s == SDNN_OK) s = sdnn_trainer_step_fed(T, &st);
         free_data(d);
         if (s == SDNN_OK)
             SOFT_ASSERT(la == st.loss, "world of one step %d: loss %.9g vs %.9g", step, la, st.loss);
     }
     SOFT_ASSERT(s == SDNN_OK, "world of one: %s", s ? sdnn_last_error() : "ok");
+    sdnn_engine *e = sdnn_trainer_engine_instance(T);
     sdnn_gpu_net_pull(g);
-    sdnn_gpu_group_pull(G);
+    e->ops->pull(e, SDNN_ENGINE_ALL);
     int wl;
     double pe = gt_param_err(a, b, &wl);
-    SOFT_ASSERT(pe == 0, "world of one: group of 1 = sdnn_gpu_net_train bit for bit (rel err %.2e)",
-             pe);
+    SOFT_ASSERT(pe == 0, "world of one: the trainer on the gpu engine (1 replica, preload=2) = "
+                "sdnn_gpu_net_train bit for bit (rel err %.2e)", pe);
     sdnn_gpu_preload_stats ps;
-    sdnn_gpu_group_preload_stats(G, &ps);
-    SOFT_ASSERT(ps.copies == 5, "world of one: 5 preloaded copies (%d), %.3f ms copying, %.3f ms "
-             "exposed", ps.copies, ps.copy_ms, ps.exposed_ms);
-    sdnn_gpu_group_destroy(G);
+    s = sdnn_gpu_engine_preload_stats(e, &ps);
+    SOFT_ASSERT(s == SDNN_OK && ps.copies == steps, "world of one: %d preloaded copies (%d), %.3f "
+                "ms copying, %.3f ms exposed", steps, ps.copies, ps.copy_ms, ps.exposed_ms);
+    sdnn_trainer_destroy(T);
     sdnn_gpu_net_destroy(g);
     sdnn_network_free(a);
     sdnn_network_free(b);

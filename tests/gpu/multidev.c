@@ -1,6 +1,8 @@
 /*
- * group: the device trainer and the NCCL ring over several devices, what
- * vrep (virtual replicas on one device) does not reach.  Needs 4 devices:
+ * multidev: the trainer on the gpu engine over several devices and the
+ * NCCL ring, what vrep (virtual replicas on one device) does not reach;
+ * every run feeds its batches through the preload rings (formerly
+ * tests/gpu/group.c on the retired sdnn_gpu_group).  Needs 4 devices:
  * on a GPU machine with fewer it says so and checks nothing else; on the
  * simulated devices (make GPU=sim) it asks for 4 (SDNN_SIM_DEVICES).
  *
@@ -21,17 +23,21 @@
  *                              exchange that fails mid-step, and a peer
  *                              that never answers (caught by the ring's
  *                              timeout, SDNN_ERR_COMM naming the peers):
- *                              the step fails, the next is refused, the
- *                              group is destroyed without hanging; a
+ *                              the step fails, the next feed and a save
+ *                              are refused, the trainer is destroyed
+ *                              without hanging; a
  *                              failed call inside a ring shift aborts the
  *                              ring's communicators at once
  */
 #include "clock.h"
 #include "comm.h"
+#include "config.h"
 #include "dev.h"
+#include "engine.h"
 #include "gpu.h"
 #include "gpu_test.h"
 #include "replicas.h"
+#include "trainer.h"
 
 #include <time.h>
 
@@ -105,12 +111,43 @@ static double param_err(network *a, network *b, size_t *bytes)
 typedef struct run {
     network *nets[4];
     int n;
-    sdnn_gpu_group *G;
+    sdnn_trainer *T;
 } run;
 
-static sdnn_status start(run *R, const char *cfg, const char *set, network *init,
-                         const sdnn_gpu_group_options *o, int n)
+/* How a run is made: the trainer's cfg, and the devices (NULL: every
+ * replica on device 0, virtual=1; distinct devices exchange over NCCL). */
+typedef struct ropts {
+    sdnn_config c;
+    const int *devices;
+} ropts;
+
+static ropts ropts_init(void)
 {
+    ropts o;
+    memset(&o, 0, sizeof o);
+    sdnn_config c = SDNN_CONFIG_INIT;
+    o.c = c;
+    o.c.present = 1;
+    o.c.virtual_devices = 1;
+    o.c.bucket_mb = 0.002;
+    snprintf(o.c.engine, sizeof o.c.engine, "gpu");
+    return o;
+}
+
+/* A lossy codec on every bucket, with error feedback. */
+static void with_codec(ropts *o, const char *codec)
+{
+    if (!codec) return;
+    snprintf(o->c.compress, sizeof o->c.compress, "%s", codec);
+    o->c.error_feedback = 1;
+    o->c.compress_min_kb = 0;
+    o->c.topk_ratio = 0.1;
+}
+
+static sdnn_status start(run *R, const char *cfg, const char *set, network *init,
+                         const ropts *o, int n)
+{
+    static const int on0[4] = {0, 0, 0, 0};
     memset(R, 0, sizeof *R);
     R->n = n;
     for (int r = 0; r < n; ++r) {
@@ -118,15 +155,37 @@ static sdnn_status start(run *R, const char *cfg, const char *set, network *init
         if (!R->nets[r]) return SDNN_ERROR(SDNN_ERR_INVALID, "parse");
         gt_copy_net(R->nets[r], init);
     }
-    return sdnn_gpu_group_create(R->nets, n, o, &R->G);
+    /* One replica stands for n of batch/n: the rate the trainer gives n. */
+    if (n == 1) R->nets[0]->learning_rate *= 2;
+    sdnn_trainer_opts to = SDNN_TRAINER_OPTS_INIT;
+    to.devices = o->devices ? o->devices : on0;
+    return sdnn_trainer_create_opts(R->nets, n, &o->c, &to, 0, &R->T);
 }
 
 static void stop(run *R)
 {
-    sdnn_gpu_group_destroy(R->G);
-    R->G = NULL;
+    sdnn_trainer_destroy(R->T);
+    R->T = NULL;
     for (int r = 0; r < R->n; ++r) sdnn_network_free(R->nets[r]);
     R->n = 0;
+}
+
+static sdnn_status pull(run *R)
+{
+    sdnn_engine *e = sdnn_trainer_engine_instance(R->T);
+    return e->ops->pull(e, SDNN_ENGINE_ALL);
+}
+
+/* One step of d through the preload ring (the trainer owns d). */
+static sdnn_status feed_step(run *R, data d)
+{
+    sdnn_step_stats st;
+    sdnn_status s = sdnn_trainer_feed(R->T, d);
+    if (s != SDNN_OK) {
+        free_data(d);
+        return s;
+    }
+    return sdnn_trainer_step_fed(R->T, &st);
 }
 
 /* `steps` steps of `rows` rows each; *replica_diff: bytes by which replica
@@ -136,12 +195,8 @@ static sdnn_status train(run *R, int steps, int rows, size_t *replica_diff)
     *replica_diff = 0;
     for (int step = 0; step < steps; ++step) {
         data d = gt_class_data(rows, R->nets[0]->inputs, 10, 700 + (uint64_t)step);
-        sdnn_gpu_step_stats st;
-        sdnn_status s = sdnn_gpu_group_feed(R->G, d);
-        if (s == SDNN_OK) s = sdnn_gpu_group_step(R->G, &st);
-        free_data(d);
-        if (s != SDNN_OK) return s;
-        SDNN_CHECK(sdnn_gpu_group_pull(R->G));
+        SDNN_CHECK(feed_step(R, d));
+        SDNN_CHECK(pull(R));
         for (int r = 1; r < R->n; ++r) {
             size_t b;
             param_err(R->nets[0], R->nets[r], &b);
@@ -226,19 +281,17 @@ static void failing_exchange(network *init, const char *fault, const char *what)
 {
     setenv("SDNN_SIM_NCCL_FAULT", fault, 1);
     setenv("SDNN_NCCL_TIMEOUT_S", "1", 1);
-    int devs[2] = {0, 1};
-    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
+    static const int devs[2] = {0, 1};
+    ropts o = ropts_init();
     o.devices = devs;
-    o.comm = "nccl";
-    o.bucket_mb = 0.002;
-    o.codec = "fp16";
-    o.compress_min_floats = 1;
+    o.c.comm_timeout_s = 1;   /* the trainer's bound on a silent peer */
+    with_codec(&o, "fp16");
     run R;
     sdnn_status s = start(&R, plain_cfg, NULL, init, &o, 2);
     unsetenv("SDNN_SIM_NCCL_FAULT");
     unsetenv("SDNN_NCCL_TIMEOUT_S");
     if (s != SDNN_OK) {
-        SOFT_ASSERT(0, "%s: group: %s", what, sdnn_last_error());
+        SOFT_ASSERT(0, "%s: trainer: %s", what, sdnn_last_error());
         stop(&R);
         return;
     }
@@ -253,12 +306,15 @@ static void failing_exchange(network *init, const char *fault, const char *what)
     SOFT_ASSERT(strstr(msg, "peer") || strstr(msg, "injected"),
                 "%s: the message names the peer or the failed call: %s", what, msg);
     SOFT_ASSERT(t1 - t0 < 20, "%s: it fails in %.1f s, not by hanging", what, t1 - t0);
-    data d = gt_class_data(8, R.nets[0]->inputs, 10, 1);
-    sdnn_gpu_step_stats st;
-    s = sdnn_gpu_group_feed(R.G, d);
-    if (s == SDNN_OK) s = sdnn_gpu_group_step(R.G, &st);
-    free_data(d);
-    SOFT_ASSERT(s != SDNN_OK, "%s: the next step is refused (%s)", what, sdnn_strerror(s));
+    s = feed_step(&R, gt_class_data(8, R.nets[0]->inputs, 10, 1));
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED, "%s: the next feed is refused (%s)", what,
+                sdnn_strerror(s));
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/sdnn-multidev-%d.weights", (int)getpid());
+    s = sdnn_trainer_save(R.T, path);
+    SOFT_ASSERT(s == SDNN_ERR_ABORTED && access(path, F_OK) != 0,
+                "%s: nothing saved after the failed step (%s)", what, sdnn_strerror(s));
+    remove(path);
     double t2 = now();
     stop(&R);
     SOFT_ASSERT(now() - t2 < 20, "%s: destroy returns in %.1f s (the communicators were aborted)",
@@ -355,7 +411,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    argv0_ = "group";
+    argv0_ = "multidev";
     setenv("SDNN_SIM_DEVICES", "4", 0);   /* read by the simulated runtime only */
     int ndev = 0;
     char desc[256] = "";
@@ -365,13 +421,12 @@ int main(int argc, char **argv)
     if (ndev < 4) {
         SOFT_ASSERT(!simulated, "4 simulated devices (SDNN_SIM_DEVICES=%d)", ndev);
         printf("    %d device(s): the multi-device checks need 4 (nothing checked)\n", ndev);
-        return gt_summary("group");
+        return gt_summary("multidev");
     }
 
     for (int W = 2; W <= 4; ++W) nccl_ring(W);
 
-    sdnn_gpu_group_options o = SDNN_GPU_GROUP_OPTIONS_INIT;
-    o.bucket_mb = 0.002;
+    ropts o = ropts_init();
     size_t rd, b;
     double e;
 
@@ -409,25 +464,22 @@ int main(int argc, char **argv)
      * against virtual replicas on device 0 */
     network *binit = gt_parse_text(bn_cfg, NULL);
     gt_randomize(binit, 13);
-    int devs[2] = {0, 1};
+    static const int devs[2] = {0, 1};
     static const struct {
-        const char *label, *codec;
-        int split;
-    } cases[] = {{"batch norm", NULL, SDNN_GPU_SPLIT_CPU},
-                 {"batch norm + int8", "int8", SDNN_GPU_SPLIT_CPU},
-                 {"batch norm + topk", "topk", SDNN_GPU_SPLIT_CPU},
-                 {"batch norm, split=device0", NULL, SDNN_GPU_SPLIT_DEVICE0}};
+        const char *label, *codec, *split;
+    } cases[] = {{"batch norm", NULL, "cpu"},
+                 {"batch norm + int8", "int8", "cpu"},
+                 {"batch norm + topk", "topk", "cpu"},
+                 {"batch norm, split=device0", NULL, "device0"}};
     run ref_cpu_split;
     GT_OK(start(&ref_cpu_split, bn_cfg, NULL, binit, &o, 2));
     GT_OK(train(&ref_cpu_split, 5, 8, &rd));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-        sdnn_gpu_group_options vo = o, no = o;
-        vo.codec = no.codec = cases[c].codec;
-        vo.compress_min_floats = no.compress_min_floats = 1;
-        vo.codec_params.topk_ratio = no.codec_params.topk_ratio = 0.1;
+        ropts vo = o, no = o;
+        with_codec(&vo, cases[c].codec);
+        with_codec(&no, cases[c].codec);
         no.devices = devs;
-        no.comm = "nccl";
-        no.split = cases[c].split;
+        snprintf(no.c.split, sizeof no.c.split, "%s", cases[c].split);
         run v, nc;
         size_t rdv, rdn;
         GT_OK(start(&v, bn_cfg, NULL, binit, &vo, 2));
@@ -465,5 +517,5 @@ int main(int argc, char **argv)
         printf("    error paths: only with the simulated NCCL's fault injection\n");
     }
     sdnn_network_free(init);
-    return gt_summary("group");
+    return gt_summary("multidev");
 }
