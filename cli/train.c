@@ -18,6 +18,8 @@
 #include "clock.h"
 #include "datacheck.h"
 #include "engine.h"
+#include "dialect.h"
+#include "splitmix.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -390,6 +392,22 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
     sdnn_timeline *tl = sdnn_trainer_timeline(R->t);
     R->loader.tl = tl;   /* load_data spans and the waits for data */
+    /* The fork's per-image resize ([yolo] resize != 1 on the last head, as
+     * the fork reads it) needs the project's own batch builder; every other
+     * cfg keeps Darknet's load_data.  Its batches are a pure function of
+     * (seed, rank, batch index); a resumed run continues the sequence. */
+    const sdnn_yolo_opts *yo =
+        R->job->task == SDNN_TASK_DETECTOR ? sdnn_dialect_yolo(net, net->n - 1) : NULL;
+    if (yo && yo->resize != 1.0f) {
+        uint64_t seed = R->job->seed >= 0 ? (uint64_t)R->job->seed : (uint64_t)time(0);
+        R->loader.own = 1;
+        R->loader.resize = yo->resize;
+        R->loader.flip = 1;
+        R->loader.seed = sdnn_splitmix64_mix(seed) ^ (uint64_t)R->rank;
+        R->loader.first_batch = sdnn_trainer_iteration(R->t);
+        printf("scalednn: batches built here ([yolo] resize=%g, jitter=%g, seed %llu)\n",
+               (double)yo->resize, (double)args.jitter, (unsigned long long)seed);
+    }
     sdnn_loader_start(&R->loader, args);
     float avg_loss = -1;
     int count = 0;

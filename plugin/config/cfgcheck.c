@@ -279,8 +279,6 @@ typedef struct dialect_key {
 
 #define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
 static const dialect_key g_dialect[] = {
-    {"yolo", "resize", "1", "the fork's random resize of each training image (its data "
-     "loader's augmentation; libdarknet's loader uses jitter only) " NOT_YET},
     {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
     {"yolo", "focal_loss", "0", "the focal class loss " NOT_YET},
     {"yolo", "delta_normalizer", "1", "the scaled delta of the fork's GPU build " NOT_YET},
@@ -331,7 +329,8 @@ static const yolo_key g_yolo_keys[] = {
     {"label_smooth_eps", NULL, 0, 1, 0},   {"beta_nms", NULL, 0.01, 10, 0},
     {"new_coords", NULL, 0, 1, 1},         {"objectness_smooth", NULL, 0, 1, 1},
     {"iou_loss", g_iou_losses, 0, 0, 0},   {"iou_thresh_kind", g_iou_kinds, 0, 0, 0},
-    {"nms_kind", g_nms_kinds, 0, 0, 0},    {NULL, NULL, 0, 0, 0}};
+    {"nms_kind", g_nms_kinds, 0, 0, 0},    {"resize", NULL, 1e-6, 1e30, 0},
+    {NULL, NULL, 0, 0, 0}};
 
 /* A built [yolo] key's value: NULL when allowed, else what is allowed. */
 static const char *yolo_value(const yolo_key *y, const char *v, char *what, size_t cap)
