@@ -1,0 +1,569 @@
+/*
+ * test_batch: the project's own detection batch builder (plugin/data/batch.c,
+ * the fork's `[yolo] resize`) against references written here, the loader's
+ * choice between it and libdarknet's load_data, and training through the
+ * binary: a cfg with resize repeats bit for bit under one -seed, and the
+ * cfgs without resize still get libdarknet's batches unchanged.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "batch.h"
+#include "cfgcheck.h"
+#include "dialect.h"
+#include "loader.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *g_bin;
+static char g_dir[64];
+static char **g_paths;
+static int g_m;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_bin = getenv("SDNN_DARKNET_BIN");
+    if (!g_bin) g_bin = "./darknet";
+    snprintf(g_dir, sizeof g_dir, "/tmp/sdnn-batch-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    if (tu_run("%s scalednn gen-shapes %s/shapes -n 24 -valid 6 -seed 5 >%s/gen.log 2>&1", g_bin,
+               g_dir, g_dir) != 0)
+        return -1;
+    if (tu_run("printf 'classes=4\\ntrain=%s/shapes/train.txt\\nvalid=%s/shapes/valid.txt\\n"
+               "names=%s/shapes/shapes.names\\nbackup=%s/backup/\\n' > %s/s.data && "
+               "mkdir -p %s/backup",
+               g_dir, g_dir, g_dir, g_dir, g_dir, g_dir) != 0)
+        return -1;
+    char lst[128];
+    snprintf(lst, sizeof lst, "%s/shapes/train.txt", g_dir);
+    list *pl = get_paths(lst);
+    g_paths = (char **)list_to_array(pl);
+    g_m = pl->size;
+    free_list(pl);
+    return g_m == 24 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_paths) free_ptrs((void **)g_paths, g_m);
+    if (g_dir[0] && !getenv("SDNN_KEEP")) tu_run("rm -rf %s", g_dir);
+    return 0;
+}
+
+static sdnn_batch_opts opts(int n, int w, int h)
+{
+    return (sdnn_batch_opts){.paths = g_paths, .m = g_m, .n = n, .w = w, .h = h,
+                             .num_boxes = 90, .jitter = 0.3f, .resize = 1.5f, .hue = 0.1f,
+                             .saturation = 1.5f, .exposure = 1.5f, .flip = 1, .seed = 11,
+                             .threads = 1};
+}
+
+static int data_equal(data a, data b)
+{
+    if (a.X.rows != b.X.rows || a.X.cols != b.X.cols || a.y.cols != b.y.cols) return 0;
+    for (int i = 0; i < a.X.rows; ++i)
+        if (memcmp(a.X.vals[i], b.X.vals[i], (size_t)a.X.cols * sizeof(float)) ||
+            memcmp(a.y.vals[i], b.y.vals[i], (size_t)a.y.cols * sizeof(float)))
+            return 0;
+    return 1;
+}
+
+/* ---- the builder against references ------------------------------------------ */
+
+/* A fixed (seed, batch) gives the same X and y twice, whatever the threads;
+ * another batch index or seed gives another batch; the shape is
+ * load_data_detection's. */
+static void test_pure_function(void **state)
+{
+    (void)state;
+    sdnn_batch_opts o = opts(6, 48, 40);
+    data a, b, c, d;
+    assert_int_equal(sdnn_batch_build(&o, 7, &a), SDNN_OK);
+    o.threads = 3;
+    assert_int_equal(sdnn_batch_build(&o, 7, &b), SDNN_OK);
+    assert_int_equal(a.X.rows, 6);
+    assert_int_equal(a.X.cols, 48 * 40 * 3);
+    assert_int_equal(a.y.rows, 6);
+    assert_int_equal(a.y.cols, 90 * 5);
+    assert_true(data_equal(a, b));
+    assert_int_equal(sdnn_batch_build(&o, 8, &c), SDNN_OK);
+    assert_false(data_equal(a, c));
+    o.seed = 12;
+    assert_int_equal(sdnn_batch_build(&o, 7, &d), SDNN_OK);
+    assert_false(data_equal(a, d));
+    /* Every row has a box (the shapes images hold 1-4 objects and most
+     * survive the crop), pixels in [0, 1], classes in [0, 4). */
+    int boxes = 0;
+    for (int i = 0; i < a.X.rows; ++i) {
+        for (int j = 0; j < a.X.cols; ++j)
+            assert_true(a.X.vals[i][j] >= 0.0f && a.X.vals[i][j] <= 1.0f);
+        for (int t = 0; t < 90 && a.y.vals[i][5 * t]; ++t) {
+            const float *q = a.y.vals[i] + 5 * t;
+            assert_true(q[0] > 0 && q[0] <= 1 && q[1] > 0 && q[1] <= 1);
+            assert_true(q[2] >= 1.0f / 48 && q[2] <= 1 && q[3] >= 1.0f / 40 && q[3] <= 1);
+            assert_true(q[4] >= 0 && q[4] < 4 && q[4] == floorf(q[4]));
+            ++boxes;
+        }
+    }
+    assert_true(boxes >= 6);
+    free_data(a);
+    free_data(b);
+    free_data(c);
+    free_data(d);
+}
+
+/* The reference resize: OpenCV's INTER_LINEAR convention (centres at
+ * +0.5, edges clamped) in double precision. */
+static double ref_at(image im, int k, double x, double y)
+{
+    x = x < 0 ? 0 : x;
+    y = y < 0 ? 0 : y;
+    int x0 = (int)floor(x), y0 = (int)floor(y);
+    if (x0 >= im.w - 1) x0 = im.w - 1, x = x0;
+    if (y0 >= im.h - 1) y0 = im.h - 1, y = y0;
+    int x1 = x0 + 1 < im.w ? x0 + 1 : x0, y1 = y0 + 1 < im.h ? y0 + 1 : y0;
+    double fx = x - x0, fy = y - y0;
+    const float *p = im.data + (size_t)k * im.w * im.h;
+    double a = p[y0 * im.w + x0], b = p[y0 * im.w + x1], c = p[y1 * im.w + x0],
+           d = p[y1 * im.w + x1];
+    return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy;
+}
+
+/* resize=1, jitter=0, no flip, no HSV: each row is the plain resize of the
+ * decoded image (load_image_color), within 1e-5 (float against double
+ * arithmetic on values in [0, 1]), up and down in size. */
+static void test_plain_resize(void **state)
+{
+    (void)state;
+    const int sizes[][2] = {{96, 80}, {40, 48}, {64, 64}};
+    for (int s = 0; s < 3; ++s) {
+        int w = sizes[s][0], h = sizes[s][1];
+        sdnn_batch_opts o = opts(3, w, h);
+        o.paths = g_paths + 4;
+        o.m = 1; /* every row is this image */
+        o.resize = 1;
+        o.jitter = 0;
+        o.flip = 0;
+        o.hue = 0;
+        o.saturation = 1;
+        o.exposure = 1;
+        data d;
+        assert_int_equal(sdnn_batch_build(&o, 3, &d), SDNN_OK);
+        image im = load_image_color(g_paths[4], 0, 0);
+        assert_int_equal(im.w, 64);
+        double worst = 0;
+        for (int r = 0; r < 3; ++r)
+            for (int k = 0; k < 3; ++k)
+                for (int y = 0; y < h; ++y)
+                    for (int x = 0; x < w; ++x) {
+                        double sx = (x + 0.5) * im.w / w - 0.5, sy = (y + 0.5) * im.h / h - 0.5;
+                        double e = fabs(d.X.vals[r][(k * h + y) * w + x] - ref_at(im, k, sx, sy));
+                        if (e > worst) worst = e;
+                    }
+        if (worst > 1e-5) fail_msg("%dx%d: largest difference %g", w, h, worst);
+        if (w == 64 && h == 64) /* the same size: the decoded image itself */
+            assert_memory_equal(d.X.vals[0], im.data, sizeof(float) * 64 * 64 * 3);
+        free_image(im);
+        free_data(d);
+    }
+}
+
+/* A forced draw on a 100x80 image with jitter 0.2 and resize 1.5: the
+ * crop by hand (the fork's arithmetic, truncation toward zero), the
+ * box's truth from the crop's geometry, and the pixels agreeing with it. */
+static void test_forced_geometry(void **state)
+{
+    (void)state;
+    sdnn_batch_draw dr = {.resize_r1 = 0.5f, .resize_r2 = 0.0f, .r1 = 0.75f, .r2 = 0.25f,
+                          .r3 = 0.5f, .r4 = 0.875f, .flip = 0, .dhue = 0, .dsat = 1, .dexp = 1};
+    /* dw = 20, dh = 16: jitter terms 10, -10, 0, 12.  resize 1.5: widths
+     * from (int)(100 * -0.5 / 2) = -25 to (int)(100 * (1/3) / 2) = 16,
+     * heights from -20 to 13: terms -4.5 / -25 (left, right), -3.5 / -20
+     * (top, bottom); (int)(10 - 4.5) = 5, (int)(-10 - 25) = -35,
+     * (int)(0 - 3.5) = -3, (int)(12 - 20) = -8. */
+    sdnn_crop c = sdnn_batch_crop(100, 80, 0.2f, 1.5f, &dr);
+    assert_int_equal(c.pleft, 5);
+    assert_int_equal(c.pright, -35);
+    assert_int_equal(c.ptop, -3);
+    assert_int_equal(c.pbot, -8);
+    assert_int_equal(c.swidth, 130);
+    assert_int_equal(c.sheight, 91);
+    /* resize 0.5 (shrink only): widths from (int)(100 * -1 / 2) = -50 to 0. */
+    sdnn_crop c2 = sdnn_batch_crop(100, 80, 0.0f, 0.5f, &dr);
+    assert_int_equal(c2.pleft, -25);
+    assert_int_equal(c2.pright, -50);
+    assert_int_equal(c2.ptop, -20);
+    assert_int_equal(c2.pbot, -40);
+
+    /* A box of pixels x 40..60, y 30..50 (class 2). */
+    sdnn_label_box b = {2, 0.5f, 0.5f, 0.2f, 0.25f};
+    float truth[5 * 4];
+    assert_int_equal(sdnn_batch_truth(&b, 1, 100, 80, c, 0, 65, 65, 4, truth), 1);
+    const double want[5] = {45.0 / 130, 43.0 / 91, 20.0 / 130, 20.0 / 91, 2};
+    for (int k = 0; k < 5; ++k)
+        if (fabs(truth[k] - want[k]) > 1e-6) fail_msg("truth[%d] %g, want %g", k, truth[k], want[k]);
+    for (int k = 5; k < 20; ++k) assert_true(truth[k] == 0.0f);
+    assert_int_equal(sdnn_batch_truth(&b, 1, 100, 80, c, 1, 65, 65, 4, truth), 1);
+    if (fabs(truth[0] - (1 - 45.0 / 130)) > 1e-6 || fabs(truth[2] - 20.0 / 130) > 1e-6)
+        fail_msg("flipped truth %g %g", truth[0], truth[2]);
+
+    /* The same box painted white on black: in the output it covers the
+     * truth (interior 1, outside 0 away from the edges), and the area the
+     * crop adds beyond the image has the image's mean colour. */
+    image src = make_image(100, 80, 3);
+    for (int k = 0; k < 3; ++k)
+        for (int y = 30; y < 50; ++y)
+            for (int x = 40; x < 60; ++x) src.data[(k * 80 + y) * 100 + x] = 1;
+    const float mean = 400.0f / 8000.0f;
+    for (int flip = 0; flip < 2; ++flip) {
+        float *out = malloc(sizeof(float) * 65 * 65 * 3);
+        sdnn_batch_pixels(src, c, flip, 0, 1, 1, 65, 65, out);
+        assert_int_equal(sdnn_batch_truth(&b, 1, 100, 80, c, flip, 65, 65, 4, truth), 1);
+        float l = (truth[0] - truth[2] / 2) * 65, r = (truth[0] + truth[2] / 2) * 65;
+        float t = (truth[1] - truth[3] / 2) * 65, bo = (truth[1] + truth[3] / 2) * 65;
+        for (int y = 0; y < 65; ++y)
+            for (int x = 0; x < 65; ++x) {
+                float v = out[y * 65 + x], px = x + 0.5f, py = y + 0.5f;
+                if (px > l + 1 && px < r - 1 && py > t + 1 && py < bo - 1)
+                    assert_float_equal(v, 1.0f, 1e-6);
+                else if (px < l - 1 || px > r + 1 || py < t - 1 || py > bo + 1) {
+                    /* Rows above the image (canvas y < 3) and columns past
+                     * its right edge (canvas x >= 95) are the mean. */
+                    int cx = (int)floorf(px * 130 / 65 - 0.5f), cy = (int)floorf(py * 91 / 65 - 0.5f);
+                    if (flip) cx = (int)floorf((65 - px) * 130 / 65 - 0.5f);
+                    if (cy + 1 < 3 || cx >= 95) assert_float_equal(v, mean, 1e-6);
+                    else if (cy > 0 && cy + 1 < 83 && cx > 0 && cx + 1 < 95)
+                        assert_float_equal(v, 0.0f, 1e-6);
+                }
+            }
+        free(out);
+    }
+    free_image(src);
+}
+
+/* Boxes that leave the crop are dropped; those cut by it clipped as the
+ * fork clips them; num_boxes counts before the drop, as in the fork. */
+static void test_boxes_clipped_dropped(void **state)
+{
+    (void)state;
+    /* The crop starts 20 px into a 100 x 100 image, 60 px wide and high. */
+    sdnn_crop c = {.pleft = 20, .pright = 20, .ptop = 20, .pbot = 20, .swidth = 60, .sheight = 60};
+    sdnn_label_box in[4] = {
+        {0, 0.05f, 0.5f, 0.1f, 0.1f},  /* x 0..10: left of the crop: dropped */
+        {1, 0.2f, 0.5f, 0.2f, 0.2f},   /* x 10..30: clipped to 20..30 */
+        {2, 0.5f, 0.5f, 0.1f, 0.1f},   /* inside */
+        {3, 0.5f, 0.85f, 0.1f, 0.1f}}; /* y 80..90: below the crop: dropped */
+    float truth[5 * 8];
+    assert_int_equal(sdnn_batch_truth(in, 4, 100, 100, c, 0, 64, 64, 8, truth), 2);
+    const double want[2][5] = {{5.0 / 60, 0.5, 10.0 / 60, 20.0 / 60, 1}, {0.5, 0.5, 10.0 / 60, 10.0 / 60, 2}};
+    for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 5; ++k)
+            if (fabs(truth[i * 5 + k] - want[i][k]) > 1e-6)
+                fail_msg("box %d [%d] %g, want %g", i, k, truth[i * 5 + k], want[i][k]);
+    for (int k = 10; k < 40; ++k) assert_true(truth[k] == 0.0f);
+    /* num_boxes 2: the first two are kept, then the first dropped. */
+    assert_int_equal(sdnn_batch_truth(in, 4, 100, 100, c, 0, 64, 64, 2, truth), 1);
+    assert_true(truth[4] == 1.0f && truth[5] == 0.0f);
+    /* Narrower than one input pixel after the crop: dropped. */
+    sdnn_label_box thin = {0, 0.5f, 0.5f, 0.005f, 0.2f};
+    assert_int_equal(sdnn_batch_truth(&thin, 1, 100, 100, c, 0, 64, 64, 2, truth), 0);
+    /* x = y = 0 (the fork's "invalid annotation"): dropped. */
+    sdnn_label_box zero = {0, 0, 0, 0.2f, 0.2f};
+    assert_int_equal(sdnn_batch_truth(&zero, 1, 100, 100, c, 0, 64, 64, 2, truth), 0);
+}
+
+/* The fork's draws: rand_scale's range both ways, the hue range, flips
+ * about half the time, off when flip is off. */
+static void test_draws(void **state)
+{
+    (void)state;
+    sdnn_batch_opts o = opts(1, 8, 8);
+    uint64_t s = 99;
+    int flips = 0, inverted = 0;
+    for (int i = 0; i < 2000; ++i) {
+        sdnn_batch_draw d;
+        sdnn_batch_draws(&s, &o, &d);
+        assert_true(d.resize_r1 >= 0 && d.resize_r1 < 1 && d.r4 >= 0 && d.r4 < 1);
+        assert_true(d.dhue >= -0.1f && d.dhue <= 0.1f);
+        assert_true(d.dsat >= 1 / 1.5f - 1e-6f && d.dsat <= 1.5f);
+        flips += d.flip;
+        inverted += d.dexp < 1;
+    }
+    assert_true(flips > 900 && flips < 1100);
+    assert_true(inverted > 900 && inverted < 1100);
+    o.flip = 0;
+    for (int i = 0; i < 100; ++i) {
+        sdnn_batch_draw d;
+        sdnn_batch_draws(&s, &o, &d);
+        assert_int_equal(d.flip, 0);
+    }
+}
+
+/* A missing label file is an error naming it, not an exit. */
+static void test_missing_label(void **state)
+{
+    (void)state;
+    char img[160], cmd[400];
+    snprintf(img, sizeof img, "%s/images/lonely.png", g_dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/images && cp %s %s", g_dir, g_paths[0], img);
+    assert_int_equal(tu_run("%s", cmd), 0);
+    char *paths[1] = {img};
+    sdnn_batch_opts o = opts(2, 16, 16);
+    o.paths = paths;
+    o.m = 1;
+    data d;
+    assert_int_equal(sdnn_batch_build(&o, 0, &d), SDNN_ERR_IO);
+    assert_non_null(strstr(sdnn_last_error(), "labels/lonely.txt"));
+    assert_null(d.X.vals);
+}
+
+/* ---- the loader ---------------------------------------------------------------- */
+
+/* Without resize the loader hands over libdarknet's load_data batches
+ * unchanged: with one loader thread (so rand() is drawn in one order) the
+ * loader's batch equals load_data's own from the same srand. */
+static void test_loader_darknet_unchanged(void **state)
+{
+    (void)state;
+    load_args a = {0};
+    a.w = a.h = 64;
+    a.paths = g_paths;
+    a.m = g_m;
+    a.n = 8;
+    a.classes = 4;
+    a.jitter = 0.2f;
+    a.num_boxes = 90;
+    a.hue = 0.1f;
+    a.saturation = a.exposure = 1.5f;
+    a.type = DETECTION_DATA;
+    a.threads = 1;
+    sdnn_loader L;
+    memset(&L, 0, sizeof L);
+    srand(42);
+    assert_int_equal(sdnn_loader_start(&L, a), SDNN_OK);
+    data vialoader;
+    assert_int_equal(sdnn_loader_next(&L, &vialoader), SDNN_OK);
+    sdnn_loader_stop(&L);
+    data direct = {0};
+    a.d = &direct;
+    srand(42);
+    pthread_t th = load_data(a);
+    pthread_join(th, NULL);
+    assert_true(data_equal(vialoader, direct));
+    free_data(vialoader);
+    free_data(direct);
+    /* With own set the same args give the builder's batch (a pure
+     * function: twice the same, and not libdarknet's). */
+    data own[2];
+    for (int k = 0; k < 2; ++k) {
+        memset(&L, 0, sizeof L);
+        L.own = 1;
+        L.resize = 1.5f;
+        L.flip = 1;
+        L.seed = 3;
+        L.first_batch = 10;
+        srand((unsigned)k); /* changes nothing */
+        assert_int_equal(sdnn_loader_start(&L, a), SDNN_OK);
+        assert_int_equal(sdnn_loader_next(&L, &own[k]), SDNN_OK);
+        sdnn_loader_stop(&L);
+    }
+    assert_true(data_equal(own[0], own[1]));
+    sdnn_batch_opts o = opts(8, 64, 64);
+    o.jitter = 0.2f;
+    o.seed = 3;
+    data ref;
+    assert_int_equal(sdnn_batch_build(&o, 10, &ref), SDNN_OK); /* first_batch 10 */
+    assert_true(data_equal(own[0], ref));
+    free_data(own[0]);
+    free_data(own[1]);
+    free_data(ref);
+}
+
+/* ---- the cfg key ------------------------------------------------------------------ */
+
+#define NET "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n"              /* lines 1-5 */
+#define CONV "[convolutional]\nfilters=27\nsize=1\nactivation=linear\n"     /* +4 lines */
+#define YOLO "[yolo]\nmask=0,1,2\nanchors=4,4,8,8,12,12\nclasses=4\nnum=3\n" /* +5 lines */
+
+static void test_resize_values(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"0", "-1", "-0.5", "abc", "1.5x", "nan"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char text[512], kv[32];
+        snprintf(text, sizeof text, NET CONV YOLO "resize=%s\n", bad[i]);
+        snprintf(kv, sizeof kv, "resize=%s", bad[i]);
+        if (sdnn_cfg_check_text("d.cfg", text) == SDNN_OK) fail_msg("resize=%s accepted", bad[i]);
+        const char *msg = sdnn_last_error();
+        const char *want[] = {"d.cfg:15:", "[yolo]", kv, "expected a number > 0"};
+        for (int k = 0; k < 4; ++k)
+            if (!strstr(msg, want[k])) fail_msg("resize=%s: message lacks \"%s\": %s", bad[i], want[k], msg);
+    }
+    /* No value at all: named too (cfgcheck's key=value rule). */
+    if (sdnn_cfg_check_text("d.cfg", NET CONV YOLO "resize=\n") == SDNN_OK) fail_msg("resize= accepted");
+    assert_non_null(strstr(sdnn_last_error(), "d.cfg:15: [yolo] resize="));
+    static const char *const good[] = {"1", "1.5", "0.75", "2"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
+        char text[512];
+        snprintf(text, sizeof text, NET CONV YOLO "resize=%s\n", good[i]);
+        if (sdnn_cfg_check_text("d.cfg", text) != SDNN_OK)
+            fail_msg("resize=%s refused: %s", good[i], sdnn_last_error());
+    }
+    /* The head keeps the value (dialect.c), the fork's default is 1. */
+    char path[128];
+    snprintf(path, sizeof path, "%s/r.cfg", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(NET CONV YOLO "resize=1.25\n", f);
+    fclose(f);
+    network *net = sdnn_parse_network(path);
+    assert_non_null(net);
+    const sdnn_yolo_opts *yo = sdnn_dialect_yolo(net, net->n - 1);
+    assert_non_null(yo);
+    assert_float_equal(yo->resize, 1.25f, 0);
+    sdnn_network_free(net);
+}
+
+/* ---- through the binary ------------------------------------------------------------ */
+
+/* The losses printed per iteration ("N: loss, ..."), comma-joined. */
+static void losses(const char *log, char *out, size_t cap)
+{
+    char *t = tu_slurp(log);
+    assert_non_null(t);
+    out[0] = '\0';
+    for (char *p = t; p && *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl) *nl = '\0';
+        int it;
+        char loss[32];
+        if (sscanf(p, "%d: %31[^,],", &it, loss) == 2 && strstr(p, "avg")) {
+            strncat(out, loss, cap - strlen(out) - 2);
+            strncat(out, ",", cap - strlen(out) - 1);
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    free(t);
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    return tu_run("cmp -s %s %s", a, b) == 0;
+}
+
+/* Train `cfg` (-max_batches 3) into backup folder `tag` with `flags`; the
+ * losses into out. */
+static void train(const char *cfg, const char *tag, const char *flags, char *out, size_t cap)
+{
+    int rc = tu_run("mkdir -p %s/%s && sed 's|backup=.*|backup=%s/%s/|' %s/s.data > %s/%s.data && "
+                    "%s detector train %s/%s.data %s -max_batches 3 %s >%s/%s.log 2>&1",
+                    g_dir, tag, g_dir, tag, g_dir, g_dir, tag, g_bin, g_dir, tag, cfg, flags, g_dir,
+                    tag);
+    if (rc != 0) fail_msg("%s: detector train exit %d (see %s/%s.log)", tag, rc, g_dir, tag);
+    char log[160];
+    snprintf(log, sizeof log, "%s/%s.log", g_dir, tag);
+    losses(log, out, cap);
+    if (strlen(out) < 6) fail_msg("%s: no losses in %s", tag, log);
+}
+
+/* cfg/shapes-v4tiny.cfg carries the fork's resize=1.5: its batches are
+ * built here; two runs with one -seed give the same loss at every
+ * iteration and the same weights byte for byte (each step's batch and
+ * update equal), another seed another run; the weights reload. */
+static void test_resize_cfg_repeats(void **state)
+{
+    (void)state;
+    const char *cfg = "cfg/shapes-v4tiny.cfg";
+    network *n = sdnn_parse_network((char *)cfg);
+    assert_non_null(n);
+    const sdnn_yolo_opts *yo = sdnn_dialect_yolo(n, n->n - 1);
+    assert_non_null(yo);
+    assert_float_equal(yo->resize, 1.5f, 0);
+    sdnn_network_free(n);
+    char a[256], b[256], c[256];
+    train(cfg, "r1a", "-seed 1", a, sizeof a);
+    train(cfg, "r1b", "-seed 1", b, sizeof b);
+    train(cfg, "r2", "-seed 2", c, sizeof c);
+    char log[160];
+    snprintf(log, sizeof log, "%s/r1a.log", g_dir);
+    char *t = tu_slurp(log);
+    assert_non_null(strstr(t, "batches built here ([yolo] resize=1.5"));
+    free(t);
+    assert_string_equal(a, b);
+    if (strcmp(a, c) == 0) fail_msg("seeds 1 and 2 gave the same losses %s", a);
+    char wa[160], wb[160], wc[160];
+    snprintf(wa, sizeof wa, "%s/r1a/shapes-v4tiny_final.weights", g_dir);
+    snprintf(wb, sizeof wb, "%s/r1b/shapes-v4tiny_final.weights", g_dir);
+    snprintf(wc, sizeof wc, "%s/r2/shapes-v4tiny_final.weights", g_dir);
+    assert_true(files_equal(wa, wb));
+    assert_false(files_equal(wa, wc));
+    /* Reloaded: the same outputs as a second load, all finite. */
+    network *x = sdnn_parse_network((char *)cfg), *y = sdnn_parse_network((char *)cfg);
+    load_weights(x, wa);
+    load_weights(y, wa);
+    set_batch_network(x, 1);
+    set_batch_network(y, 1);
+    static float in[64 * 64 * 3];
+    uint64_t s = 5;
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; ++i) in[i] = tu_uniform(&s, 0, 1);
+    network_predict(x, in);
+    network_predict(y, in);
+    const layer *lx = &x->layers[x->n - 1], *ly = &y->layers[y->n - 1];
+    for (int i = 0; i < lx->outputs; ++i)
+        if (!(lx->output[i] == ly->output[i]) || !isfinite(lx->output[i]))
+            fail_msg("output %d: %g / %g", i, lx->output[i], ly->output[i]);
+    sdnn_network_free(x);
+    sdnn_network_free(y);
+    /* Data-parallel (scalednn mode, 2 replicas): also repeatable. */
+    train("cfg/shapes-v4tiny-scalednn.cfg", "p1a", "-seed 3 -gpus 0,1", a, sizeof a);
+    train("cfg/shapes-v4tiny-scalednn.cfg", "p1b", "-seed 3 -gpus 0,1", b, sizeof b);
+    assert_string_equal(a, b);
+}
+
+/* cfg/shapes.cfg has no resize: libdarknet's loader as before (no
+ * "batches built here"), and with one loader thread and one -seed two
+ * runs are equal (libdarknet's loader draws rand() from its threads: only
+ * one thread gives one order). */
+static void test_plain_cfg_darknet_loader(void **state)
+{
+    (void)state;
+    char a[256], b[256];
+    train("cfg/shapes.cfg", "s1a", "-seed 1 -threads 1", a, sizeof a);
+    train("cfg/shapes.cfg", "s1b", "-seed 1 -threads 1", b, sizeof b);
+    assert_string_equal(a, b);
+    char log[160];
+    snprintf(log, sizeof log, "%s/s1a.log", g_dir);
+    char *t = tu_slurp(log);
+    assert_null(strstr(t, "batches built here"));
+    free(t);
+    char wa[160], wb[160];
+    snprintf(wa, sizeof wa, "%s/s1a/shapes_final.weights", g_dir);
+    snprintf(wb, sizeof wb, "%s/s1b/shapes_final.weights", g_dir);
+    assert_true(files_equal(wa, wb));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pure_function),
+        cmocka_unit_test(test_plain_resize),
+        cmocka_unit_test(test_forced_geometry),
+        cmocka_unit_test(test_boxes_clipped_dropped),
+        cmocka_unit_test(test_draws),
+        cmocka_unit_test(test_missing_label),
+        cmocka_unit_test(test_loader_darknet_unchanged),
+        cmocka_unit_test(test_resize_values),
+        cmocka_unit_test(test_resize_cfg_repeats),
+        cmocka_unit_test(test_plain_cfg_darknet_loader),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
