@@ -417,7 +417,11 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     while (sdnn_trainer_iteration(R->t) < (size_t)net->max_batches) {
         if (multiscale && count++ % 10 == 0) {
             /* One size for every replica, drawn once, as Darknet does;
-             * between processes rank 0 draws and the others follow. */
+             * between processes rank 0 draws and the others follow.  The
+             * batch in flight is dropped first (the resize below would drop
+             * it anyway), so Darknet's loader threads do not call rand()
+             * while this draw does: with -threads 1 a run repeats. */
+            sdnn_loader_stop(&R->loader);
             int dim = R->rank == 0 ? (rand() % 10 + 10) * 32 : 0;
             if (sdnn_trainer_broadcast_int(R->t, &dim) != SDNN_OK) return fail_status();
             if (sdnn_trainer_iteration(R->t) + 200 > (size_t)net->max_batches) dim = 608;
