@@ -462,17 +462,23 @@ static int files_equal(const char *a, const char *b)
 
 /* Train `cfg` (-max_batches 3) into backup folder `tag` with `flags`; the
  * losses into out. */
-static void train(const char *cfg, const char *tag, const char *flags, char *out, size_t cap)
+static void train_with(const char *bin, const char *cfg, const char *tag, const char *flags,
+                       char *out, size_t cap)
 {
     int rc = tu_run("mkdir -p %s/%s && sed 's|backup=.*|backup=%s/%s/|' %s/s.data > %s/%s.data && "
                     "%s detector train %s/%s.data %s -max_batches 3 %s >%s/%s.log 2>&1",
-                    g_dir, tag, g_dir, tag, g_dir, g_dir, tag, g_bin, g_dir, tag, cfg, flags, g_dir,
+                    g_dir, tag, g_dir, tag, g_dir, g_dir, tag, bin, g_dir, tag, cfg, flags, g_dir,
                     tag);
     if (rc != 0) fail_msg("%s: detector train exit %d (see %s/%s.log)", tag, rc, g_dir, tag);
     char log[160];
     snprintf(log, sizeof log, "%s/%s.log", g_dir, tag);
     losses(log, out, cap);
     if (strlen(out) < 6) fail_msg("%s: no losses in %s", tag, log);
+}
+
+static void train(const char *cfg, const char *tag, const char *flags, char *out, size_t cap)
+{
+    train_with(g_bin, cfg, tag, flags, out, cap);
 }
 
 /* cfg/shapes-v4tiny.cfg carries the fork's resize=1.5: its batches are
@@ -532,7 +538,9 @@ static void test_resize_cfg_repeats(void **state)
 /* cfg/shapes.cfg has no resize: libdarknet's loader as before (no
  * "batches built here"), and with one loader thread and one -seed two
  * runs are equal (libdarknet's loader draws rand() from its threads: only
- * one thread gives one order). */
+ * one thread gives one order).  With SDNN_REF_DARKNET_BIN (a binary built
+ * from another commit, e.g. main's) the same run there must give the same
+ * losses and weights byte for byte. */
 static void test_plain_cfg_darknet_loader(void **state)
 {
     (void)state;
@@ -549,6 +557,15 @@ static void test_plain_cfg_darknet_loader(void **state)
     snprintf(wa, sizeof wa, "%s/s1a/shapes_final.weights", g_dir);
     snprintf(wb, sizeof wb, "%s/s1b/shapes_final.weights", g_dir);
     assert_true(files_equal(wa, wb));
+    const char *ref = getenv("SDNN_REF_DARKNET_BIN");
+    if (ref && *ref) {
+        char r[256], wr[160];
+        train_with(ref, "cfg/shapes.cfg", "s1ref", "-seed 1 -threads 1", r, sizeof r);
+        assert_string_equal(a, r);
+        snprintf(wr, sizeof wr, "%s/s1ref/shapes_final.weights", g_dir);
+        assert_true(files_equal(wa, wr));
+        printf("shapes.cfg: losses %s equal to %s's, weights byte for byte\n", a, ref);
+    }
 }
 
 int main(void)
