@@ -77,6 +77,10 @@ static int data_equal(data a, data b)
     return 1;
 }
 
+#define NET "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n"              /* lines 1-5 */
+#define CONV "[convolutional]\nfilters=27\nsize=1\nactivation=linear\n"     /* +4 lines */
+#define YOLO "[yolo]\nmask=0,1,2\nanchors=4,4,8,8,12,12\nclasses=4\nnum=3\n" /* +5 lines */
+
 /* ---- the builder against references ------------------------------------------ */
 
 /* A fixed (seed, batch) gives the same X and y twice, whatever the threads;
@@ -326,6 +330,381 @@ static void test_missing_label(void **state)
     assert_null(d.X.vals);
 }
 
+/* ---- mosaic, letter_box, flip=0 ------------------------------------------------ */
+
+/* A pixel's own code: quarter q's image, channel k, row y, column x (exact
+ * in a float). */
+static float code(int q, int k, int y, int x) { return (float)(q * 1000000 + k * 10000 + y * 100 + x); }
+
+/* The fork's mosaic at a forced cut (40, 60) of a 100 x 100 input: each
+ * quarter's pixels are the corner of its own image opposite to where the
+ * quarter goes, moved inwards past that image's padding (the shifts); the
+ * boxes land in their quarter, clipped at the cut with mosaic_bound=1 and
+ * only at the border without; num_boxes stops the appending. */
+static void test_mosaic_reference(void **state)
+{
+    (void)state;
+    const int W = 100, H = 100, CX = 40, CY = 60;
+    /* The shifts by hand from crops of a 200 x 100 image (shift =
+     * -side * input / image, at most the quarter's room). */
+    sdnn_crop c = {.pleft = -50, .pright = 30, .ptop = -20, .pbot = -80, .swidth = 220, .sheight = 200};
+    sdnn_mosaic_shift sh = sdnn_batch_mosaic_shift(c, 0, 200, 100, W, H, CX, CY);
+    assert_int_equal(sh.left, 25);  /* 50 * 100 / 200 */
+    assert_int_equal(sh.right, 0);  /* pright > 0: no padding */
+    assert_int_equal(sh.top, 20);   /* 20 * 100 / 100 */
+    assert_int_equal(sh.bot, 40);   /* 80, at most H - CY = 40 */
+    sh = sdnn_batch_mosaic_shift(c, 1, 200, 100, W, H, CX, CY); /* flipped: left <-> right */
+    assert_int_equal(sh.left, 0);
+    assert_int_equal(sh.right, 25);
+    c.pleft = -200;
+    assert_int_equal(sdnn_batch_mosaic_shift(c, 0, 200, 100, W, H, CX, CY).left, CX);
+
+    /* The corner moves: the slack goes away from the cut. */
+    sdnn_crop m = {.pleft = 5, .pright = 7, .ptop = 3, .pbot = 11, .swidth = 88, .sheight = 86};
+    const int want_lr[2][4][2] = {{{0, 12}, {12, 0}, {0, 12}, {12, 0}},  /* not flipped */
+                                  {{12, 0}, {0, 12}, {12, 0}, {0, 12}}}; /* flipped */
+    for (int f = 0; f < 2; ++f)
+        for (int q = 0; q < 4; ++q) {
+            sdnn_crop t = m;
+            sdnn_batch_mosaic_corner(&t, f, q);
+            assert_int_equal(t.pleft, want_lr[f][q][0]);
+            assert_int_equal(t.pright, want_lr[f][q][1]);
+            assert_int_equal(t.ptop, q < 2 ? 0 : 14);
+            assert_int_equal(t.pbot, q < 2 ? 14 : 0);
+            assert_int_equal(t.swidth, 88);
+            assert_int_equal(t.sheight, 86);
+        }
+
+    /* The pixels, with shifts on every quarter. */
+    const sdnn_mosaic_shift shifts[4] = {{0, 10, 0, 5}, {7, 0, 0, 3}, {0, 4, 9, 0}, {10, 0, 6, 0}};
+    size_t px = (size_t)W * H * 3;
+    float *ai = malloc(px * sizeof *ai), *out = malloc(px * sizeof *out);
+    for (size_t i = 0; i < px; ++i) out[i] = -1;
+    for (int q = 0; q < 4; ++q) {
+        for (int k = 0; k < 3; ++k)
+            for (int y = 0; y < H; ++y)
+                for (int x = 0; x < W; ++x) ai[(k * H + y) * W + x] = code(q, k, y, x);
+        sdnn_batch_mosaic_pixels(ai, W, H, CX, CY, q, shifts[q], out);
+    }
+    for (int k = 0; k < 3; ++k)
+        for (int y = 0; y < H; ++y)
+            for (int x = 0; x < W; ++x) {
+                int right = x >= CX, below = y >= CY, q = below * 2 + right;
+                const sdnn_mosaic_shift *s = &shifts[q];
+                /* Left quarters end at the image's right edge less its
+                 * right padding; right quarters start after the left
+                 * padding; the same vertically. */
+                int sx = right ? s->left + (x - CX) : (W - s->right) - (CX - x);
+                int sy = below ? s->top + (y - CY) : (H - s->bot) - (CY - y);
+                float v = out[(k * H + y) * W + x];
+                if (v != code(q, k, sy, sx))
+                    fail_msg("(%d,%d,%d): %g, want quarter %d's (%d,%d)", k, y, x, v, q, sy, sx);
+            }
+    free(ai);
+    free(out);
+
+    /* The boxes, on a 128 x 128 input cut at (48, 64) so every fraction
+     * is exact in a float; each given by its pixels in its quarter's
+     * augmented image (left, right, top, bottom, class). */
+    const int BW = 128, BCX = 48, BCY = 64;
+    const sdnn_mosaic_shift bs[4] = {{0, 16, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {16, 0, 0, 0}};
+    const int qpix[4][2][5] = {{{80, 120, 70, 90, 0}, {116, 124, 70, 90, 1}},
+                               {{16, 48, 80, 120, 2}, {0}},
+                               {{96, 120, 40, 80, 3}, {0}},
+                               {{8, 40, 16, 32, 1}, {0}}};
+    /* Each quarter's pixels move by (-64, -64), (+48, -64), (-80, +64),
+     * (+32, +64) (the window's offsets with those shifts), so in the
+     * input the boxes are: A x 16..56 y 6..26 (over the cut at 48), B x
+     * 52..60 (wholly in quarter 1's pixels), C x 64..96 y 16..56 (inside),
+     * D x 16..40 y 104..144 (past the bottom border), E x 40..72 y 80..96
+     * (over the cut). */
+#define PX(l, r, t, b, cls) {((l) + (r)) / 2.0 / 128, ((t) + (b)) / 2.0 / 128, ((r) - (l)) / 128.0, ((b) - (t)) / 128.0, cls}
+    const double bound[4][5] = {PX(16, 48, 6, 26, 0), PX(64, 96, 16, 56, 2),
+                                PX(16, 40, 104, 128, 3), PX(48, 72, 80, 96, 1)};
+    const double free_[5][5] = {PX(16, 56, 6, 26, 0), PX(52, 60, 6, 26, 1), PX(64, 96, 16, 56, 2),
+                                PX(16, 40, 104, 128, 3), PX(40, 72, 80, 96, 1)};
+#undef PX
+    for (int b = 0; b < 2; ++b)
+        for (int nb = 8; nb >= 3; nb -= 5) {
+            float truth[5 * 8], qt[5 * 8];
+            memset(truth, 0, sizeof truth);
+            int count = 0;
+            for (int q = 0; q < 4; ++q) {
+                memset(qt, 0, sizeof qt);
+                for (int i = 0; i < 2 && qpix[q][i][1]; ++i) {
+                    const int *p = qpix[q][i];
+                    float *t = qt + 5 * i;
+                    t[0] = (float)(p[0] + p[1]) / 2 / (float)BW;
+                    t[1] = (float)(p[2] + p[3]) / 2 / (float)BW;
+                    t[2] = (float)(p[1] - p[0]) / (float)BW;
+                    t[3] = (float)(p[3] - p[2]) / (float)BW;
+                    t[4] = (float)p[4];
+                }
+                count = sdnn_batch_mosaic_truth(truth, count, qt, BW, BW, BCX, BCY, q, bs[q], b, nb);
+            }
+            const double(*want)[5] = b ? bound : free_;
+            /* num_boxes 3: the quarters add nothing after the third box. */
+            int n = nb == 3 ? 3 : b ? 4 : 5;
+            assert_int_equal(count, n);
+            for (int i = 0; i < n; ++i)
+                for (int k = 0; k < 5; ++k)
+                    if (fabs(truth[i * 5 + k] - want[i][k]) > 1e-6)
+                        fail_msg("bound=%d num_boxes=%d box %d [%d]: %g, want %g", b, nb, i, k,
+                                 truth[i * 5 + k], want[i][k]);
+            for (int k = n * 5; k < 40; ++k) assert_true(truth[k] == 0.0f);
+        }
+}
+
+/* letter_box: a wide image in a square input gets equal bands of the mean
+ * colour above and below (the aspect kept), a tall one bands left and
+ * right, a square one in a 2:1 input bands left and right; the boxes map
+ * into the band-free part; the jitter terms stay, each side then moved by
+ * the same band (truncated as the fork's ints). */
+static void test_letter_box(void **state)
+{
+    (void)state;
+    sdnn_crop c = {0, 0, 0, 0, 100, 50};
+    sdnn_batch_letter_box(&c, 100, 50, 64, 64);
+    assert_int_equal(c.ptop, -25);
+    assert_int_equal(c.pbot, -25);
+    assert_int_equal(c.pleft, 0);
+    assert_int_equal(c.swidth, 100);
+    assert_int_equal(c.sheight, 100);
+    /* A box at the centre, 20 x 20 px of the 100 x 50 image: in the input
+     * it is 0.2 wide and 0.2 high (the aspect kept), centred. */
+    sdnn_label_box b = {1, 0.5f, 0.5f, 0.2f, 0.4f};
+    float truth[5 * 2];
+    assert_int_equal(sdnn_batch_truth(&b, 1, 100, 50, c, 0, 64, 64, 2, truth), 1);
+    const double want[5] = {0.5, 0.5, 0.2, 0.2, 1};
+    for (int k = 0; k < 5; ++k)
+        if (fabs(truth[k] - want[k]) > 1e-6) fail_msg("truth[%d] %g, want %g", k, truth[k], want[k]);
+    /* The pixels: left half white, right half black (mean 0.5). */
+    image src = make_image(100, 50, 3);
+    for (int k = 0; k < 3; ++k)
+        for (int y = 0; y < 50; ++y)
+            for (int x = 0; x < 50; ++x) src.data[(k * 50 + y) * 100 + x] = 1;
+    float *out = malloc(sizeof(float) * 64 * 64 * 3);
+    sdnn_batch_pixels(src, c, 0, 0, 1, 1, 64, 64, out);
+    for (int y = 0; y < 64; ++y) {
+        /* Rows 0..15 and 48..63 are the bands (25/100 of 64 = 16). */
+        int band = y < 15 || y > 48, image_row = y > 16 && y < 47;
+        for (int x = 0; x < 64; ++x) {
+            float v = out[y * 64 + x];
+            if (band) assert_float_equal(v, 0.5f, 1e-6);
+            else if (image_row && (x < 30 || x > 33)) assert_float_equal(v, x < 32 ? 1.0f : 0.0f, 1e-6);
+        }
+    }
+    free(out);
+    free_image(src);
+    /* Tall image, square input: bands left and right. */
+    sdnn_crop t = {0, 0, 0, 0, 50, 100};
+    sdnn_batch_letter_box(&t, 50, 100, 64, 64);
+    assert_int_equal(t.pleft, -25);
+    assert_int_equal(t.pright, -25);
+    assert_int_equal(t.ptop, 0);
+    assert_int_equal(t.swidth, 100);
+    assert_int_equal(t.sheight, 100);
+    /* Square image, 64 x 32 input: width 200, bands of 50 left and right. */
+    sdnn_crop s = {0, 0, 0, 0, 100, 100};
+    sdnn_batch_letter_box(&s, 100, 100, 64, 32);
+    assert_int_equal(s.pleft, -50);
+    assert_int_equal(s.pright, -50);
+    assert_int_equal(s.swidth, 200);
+    assert_int_equal(s.sheight, 100);
+    /* With jitter terms (left 5, right -3, top 2, bottom 4) on 100 x 50:
+     * delta 25, (int)(5 - 25) ... */
+    sdnn_crop j = {5, -3, 2, 4, 98, 44};
+    sdnn_batch_letter_box(&j, 100, 50, 64, 64);
+    assert_int_equal(j.pleft, 5);
+    assert_int_equal(j.pright, -3);
+    assert_int_equal(j.ptop, -23);
+    assert_int_equal(j.pbot, -21);
+    assert_int_equal(j.swidth, 98);
+    assert_int_equal(j.sheight, 94);
+    /* An odd band: 100 x 51 -> delta 24.5, (int)(0 - 24.5) = -24. */
+    sdnn_crop o = {0, 0, 0, 0, 100, 51};
+    sdnn_batch_letter_box(&o, 100, 51, 64, 64);
+    assert_int_equal(o.ptop, -24);
+    assert_int_equal(o.sheight, 99);
+}
+
+/* Write a w x h image of one colour (channel `ch` 1, the others 0) with
+ * one box of class `cls` covering it all but a margin. */
+static void solid_image(const char *base, int ch, int cls)
+{
+    image im = make_image(32, 32, 3);
+    for (int i = 0; i < 32 * 32; ++i) im.data[ch * 32 * 32 + i] = 1;
+    char p[200];
+    snprintf(p, sizeof p, "%s/images/%s", g_dir, base);
+    assert_int_equal(tu_run("mkdir -p %s/images %s/labels", g_dir, g_dir), 0);
+    save_image_options(im, p, PNG, 0); /* adds .png */
+    free_image(im);
+    snprintf(p, sizeof p, "%s/labels/%s.txt", g_dir, base);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fprintf(f, "%d 0.5 0.5 0.5 0.5\n", cls);
+    fclose(f);
+}
+
+/* Which of red, blue a row shows (bit 0: some red pixel, bit 1: blue). */
+static int colours(const float *x, int w, int h)
+{
+    int seen = 0;
+    for (int i = 0; i < w * h; ++i) {
+        if (x[i] > 0.5f && x[2 * w * h + i] < 0.5f) seen |= 1;
+        if (x[2 * w * h + i] > 0.5f && x[i] < 0.5f) seen |= 2;
+    }
+    return seen;
+}
+
+/* mosaic=1 through sdnn_batch_build on a list of a red and a blue image:
+ * about half the rows are mosaics (both colours, and more than one box),
+ * the others one image; mosaic=0 never mixes; the same (seed, batch)
+ * gives the same batch whatever the threads, another batch another. */
+static void test_mosaic_batches(void **state)
+{
+    (void)state;
+    solid_image("red", 0, 0);
+    solid_image("blue", 2, 1);
+    char red[200], blue[200];
+    snprintf(red, sizeof red, "%s/images/red.png", g_dir);
+    snprintf(blue, sizeof blue, "%s/images/blue.png", g_dir);
+    char *paths[2] = {red, blue};
+    sdnn_batch_opts o = opts(32, 48, 48);
+    o.paths = paths;
+    o.m = 2;
+    o.hue = 0;
+    o.saturation = o.exposure = 1;
+    o.jitter = 0.1f;
+    o.resize = 1;
+    o.mosaic = 1;
+    o.mosaic_bound = 1;
+    data a, b, c;
+    assert_int_equal(sdnn_batch_build(&o, 5, &a), SDNN_OK);
+    o.threads = 4;
+    assert_int_equal(sdnn_batch_build(&o, 5, &b), SDNN_OK);
+    assert_true(data_equal(a, b));
+    assert_int_equal(sdnn_batch_build(&o, 6, &c), SDNN_OK);
+    assert_false(data_equal(a, c));
+    int mixed = 0, multi = 0;
+    for (int r = 0; r < 32; ++r) {
+        int seen = colours(a.X.vals[r], 48, 48), boxes = 0;
+        mixed += seen == 3;
+        for (int t = 0; t < 90 && a.y.vals[r][5 * t]; ++t) ++boxes;
+        multi += boxes > 1;
+        /* Every box's class is the colour under its centre. */
+        for (int t = 0; t < boxes; ++t) {
+            const float *q = a.y.vals[r] + 5 * t;
+            int x = (int)(q[0] * 48), y = (int)(q[1] * 48);
+            float red_v = a.X.vals[r][y * 48 + x], blue_v = a.X.vals[r][2 * 48 * 48 + y * 48 + x];
+            if (q[4] == 0) assert_true(red_v > 0.5f);
+            else assert_true(blue_v > 0.5f);
+        }
+    }
+    /* Half the rows are mosaics, of which 7/8 hold both colours. */
+    if (mixed < 6 || mixed > 26) fail_msg("%d of 32 rows mix the images", mixed);
+    assert_true(multi > 0); /* some mosaics keep boxes of two images */
+    free_data(a);
+    free_data(b);
+    free_data(c);
+    o.mosaic = 0;
+    assert_int_equal(sdnn_batch_build(&o, 5, &a), SDNN_OK);
+    for (int r = 0; r < 32; ++r) assert_int_not_equal(colours(a.X.vals[r], 48, 48), 3);
+    free_data(a);
+    /* mosaic with letter_box: refused, as by the fork. */
+    o.mosaic = 1;
+    o.letter_box = 1;
+    assert_int_equal(sdnn_batch_build(&o, 5, &a), SDNN_ERR_INVALID);
+    assert_non_null(strstr(sdnn_last_error(), "letter_box"));
+}
+
+/* flip=0: over 64 rows of one image (no jitter, resize 1, no HSV) every
+ * row is the unflipped resize; with flip=1 some rows are mirrored (the
+ * check can fail). */
+static void test_flip_off(void **state)
+{
+    (void)state;
+    for (int flip = 0; flip < 2; ++flip) {
+        sdnn_batch_opts o = opts(64, 64, 64);
+        o.paths = g_paths + 4;
+        o.m = 1;
+        o.resize = 1;
+        o.jitter = 0;
+        o.hue = 0;
+        o.saturation = o.exposure = 1;
+        o.flip = flip;
+        data d;
+        assert_int_equal(sdnn_batch_build(&o, 2, &d), SDNN_OK);
+        image im = load_image_color(g_paths[4], 0, 0);
+        int same = 0;
+        for (int r = 0; r < 64; ++r)
+            same += memcmp(d.X.vals[r], im.data, sizeof(float) * 64 * 64 * 3) == 0;
+        if (flip == 0) assert_int_equal(same, 64);
+        else if (same < 16 || same > 48) fail_msg("flip=1: %d of 64 rows unflipped", same);
+        free_image(im);
+        free_data(d);
+    }
+}
+
+/* The [net] keys: 0/1 accepted, anything else named by file:line:key
+ * with what is allowed; mosaic with letter_box named; the keys still
+ * refused (ema_alpha, cutmix=1, mixup=1) stay refused; the reader gives
+ * the fork's defaults and values. */
+static void test_net_key_values(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"mosaic", "mosaic_bound", "letter_box", "flip"};
+    static const char *const bad[] = {"2", "-1", "yes", "0.5"};
+    for (int k = 0; k < 4; ++k) {
+        for (int v = 0; v < 4; ++v) {
+            char text[512], kv[40];
+            snprintf(text, sizeof text, "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n%s=%s\n"
+                     CONV YOLO, keys[k], bad[v]);
+            snprintf(kv, sizeof kv, "[net] %s=%s", keys[k], bad[v]);
+            if (sdnn_cfg_check_text("n.cfg", text) == SDNN_OK) fail_msg("%s accepted", kv);
+            const char *msg = sdnn_last_error();
+            if (!strstr(msg, "n.cfg:6:") || !strstr(msg, kv) || !strstr(msg, "expected 0 or 1"))
+                fail_msg("%s: %s", kv, msg);
+        }
+        for (int v = 0; v < 2; ++v) {
+            char text[512];
+            snprintf(text, sizeof text, "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n%s=%d\n"
+                     CONV YOLO, keys[k], v);
+            if (sdnn_cfg_check_text("n.cfg", text) != SDNN_OK)
+                fail_msg("%s=%d refused: %s", keys[k], v, sdnn_last_error());
+        }
+    }
+    if (sdnn_cfg_check_text("n.cfg", NET "mosaic=1\nletter_box=1\n" CONV YOLO) == SDNN_OK)
+        fail_msg("mosaic=1 with letter_box=1 accepted");
+    assert_non_null(strstr(sdnn_last_error(), "n.cfg:7: [net] letter_box=1: cannot be combined "
+                           "with mosaic=1 (line 6"));
+    assert_int_equal(sdnn_cfg_check_text("n.cfg", NET "mosaic=1\nletter_box=0\n" CONV YOLO), SDNN_OK);
+    static const char *const refused[] = {"ema_alpha=0.9998", "cutmix=1", "mixup=1", "blur=1"};
+    for (int i = 0; i < 4; ++i) {
+        char text[512];
+        snprintf(text, sizeof text, NET "%s\n" CONV YOLO, refused[i]);
+        if (sdnn_cfg_check_text("n.cfg", text) == SDNN_OK) fail_msg("%s accepted", refused[i]);
+        assert_non_null(strstr(sdnn_last_error(), "n.cfg:6:"));
+        assert_non_null(strstr(sdnn_last_error(), "not built here"));
+    }
+    /* The reader: defaults, then the values (spaces as Darknet allows). */
+    char path[128];
+    snprintf(path, sizeof path, "%s/k.cfg", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(NET CONV YOLO, f);
+    fclose(f);
+    sdnn_batch_net_keys nk;
+    assert_int_equal(sdnn_batch_read_net_keys(path, &nk), SDNN_OK);
+    assert_true(nk.mosaic == 0 && nk.mosaic_bound == 0 && nk.letter_box == 0 && nk.flip == 1);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("[net]\nbatch=2\nmosaic = 1\n#flip=1\nflip=0\nmosaic_bound=1\n" CONV "flip=1\n" YOLO, f);
+    fclose(f);
+    assert_int_equal(sdnn_batch_read_net_keys(path, &nk), SDNN_OK);
+    assert_true(nk.mosaic == 1 && nk.mosaic_bound == 1 && nk.letter_box == 0 && nk.flip == 0);
+}
+
 /* ---- the loader ---------------------------------------------------------------- */
 
 /* Without resize the loader hands over libdarknet's load_data batches
@@ -390,9 +769,6 @@ static void test_loader_darknet_unchanged(void **state)
 
 /* ---- the cfg key ------------------------------------------------------------------ */
 
-#define NET "[net]\nbatch=2\nwidth=16\nheight=16\nchannels=3\n"              /* lines 1-5 */
-#define CONV "[convolutional]\nfilters=27\nsize=1\nactivation=linear\n"     /* +4 lines */
-#define YOLO "[yolo]\nmask=0,1,2\nanchors=4,4,8,8,12,12\nclasses=4\nnum=3\n" /* +5 lines */
 
 static void test_resize_values(void **state)
 {
@@ -577,6 +953,11 @@ int main(void)
         cmocka_unit_test(test_boxes_clipped_dropped),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_missing_label),
+        cmocka_unit_test(test_mosaic_reference),
+        cmocka_unit_test(test_letter_box),
+        cmocka_unit_test(test_mosaic_batches),
+        cmocka_unit_test(test_flip_off),
+        cmocka_unit_test(test_net_key_values),
         cmocka_unit_test(test_loader_darknet_unchanged),
         cmocka_unit_test(test_resize_values),
         cmocka_unit_test(test_resize_cfg_repeats),

@@ -1,5 +1,6 @@
 /* batch: see batch.h.  The geometry follows the fork's load_data_detection,
- * fill_truth_detection, correct_boxes and image_data_augmentation (its
+ * fill_truth_detection, correct_boxes, blend_truth_mosaic and
+ * image_data_augmentation (its
  * OpenCV build) at the commit named in bench/RESULTS.md, written here in C
  * on libdarknet's float images. */
 #include "batch.h"
@@ -257,6 +258,136 @@ int sdnn_batch_truth(const sdnn_label_box *boxes, int count, int ow, int oh, sdn
     return out;
 }
 
+/* ---- letter_box ------------------------------------------------------------------ */
+
+void sdnn_batch_letter_box(sdnn_crop *c, int ow, int oh, int w, int h)
+{
+    /* The fork's float arithmetic, each side truncated back to an int. */
+    float img_ar = (float)ow / (float)oh, net_ar = (float)w / (float)h;
+    if (img_ar / net_ar > 1) { /* wider than the input: taller crop */
+        float delta_h = ((float)ow / net_ar - (float)oh) / 2;
+        c->ptop = (int)((float)c->ptop - delta_h);
+        c->pbot = (int)((float)c->pbot - delta_h);
+    } else {
+        float delta_w = ((float)oh * net_ar - (float)ow) / 2;
+        c->pleft = (int)((float)c->pleft - delta_w);
+        c->pright = (int)((float)c->pright - delta_w);
+    }
+    c->swidth = ow - c->pleft - c->pright;
+    c->sheight = oh - c->ptop - c->pbot;
+    if (c->swidth < 1) c->swidth = 1;
+    if (c->sheight < 1) c->sheight = 1;
+}
+
+/* ---- mosaic ------------------------------------------------------------------------ */
+
+void sdnn_batch_mosaic_corner(sdnn_crop *c, int flip, int q)
+{
+    /* The fork's moves: one side's slack joins the opposite side's (which
+     * side: the quarter's and, horizontally, the flip's); the sums, and so
+     * swidth and sheight, are unchanged. */
+    int left_to_right = (q == 0 || q == 2) ? !flip : flip;
+    if (left_to_right) c->pright += c->pleft, c->pleft = 0;
+    else c->pleft += c->pright, c->pright = 0;
+    if (q < 2) c->pbot += c->ptop, c->ptop = 0;
+    else c->ptop += c->pbot, c->pbot = 0;
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+sdnn_mosaic_shift sdnn_batch_mosaic_shift(sdnn_crop c, int flip, int ow, int oh, int w, int h,
+                                          int cut_x, int cut_y)
+{
+    int pleft = flip ? c.pright : c.pleft, pright = flip ? c.pleft : c.pright;
+    sdnn_mosaic_shift s;
+    s.left = imin(cut_x, imax(0, -pleft * w / ow));
+    s.top = imin(cut_y, imax(0, -c.ptop * h / oh));
+    s.right = imin(w - cut_x, imax(0, -pright * w / ow));
+    s.bot = imin(h - cut_y, imax(0, -c.pbot * h / oh));
+    return s;
+}
+
+void sdnn_batch_mosaic_pixels(const float *ai, int w, int h, int cut_x, int cut_y, int q,
+                              sdnn_mosaic_shift s, float *out)
+{
+    int x0 = (q & 1) ? cut_x : 0, nx = (q & 1) ? w - cut_x : cut_x;
+    int y0 = q < 2 ? 0 : cut_y, y1 = q < 2 ? cut_y : h;
+    int sx = (q & 1) ? s.left : w - cut_x - s.right;
+    for (int k = 0; k < 3; ++k)
+        for (int y = y0; y < y1; ++y) {
+            int sy = q < 2 ? y + h - cut_y - s.bot : s.top + y - cut_y;
+            memcpy(out + (size_t)k * w * h + (size_t)y * w + x0,
+                   ai + (size_t)k * w * h + (size_t)sy * w + sx, (size_t)nx * sizeof *out);
+        }
+}
+
+int sdnn_batch_mosaic_truth(float *truth, int count, const float *qtruth, int w, int h,
+                            int cut_x, int cut_y, int q, sdnn_mosaic_shift s, int bound,
+                            int num_boxes)
+{
+    const float lowest_w = 1.0f / (float)w, lowest_h = 1.0f / (float)h;
+    const float fw = (float)w, fh = (float)h, cx = (float)cut_x, cy = (float)cut_y;
+    float sx = (q & 1) ? (cx - (float)s.left) / fw : -((fw - cx - (float)s.right) / fw);
+    float sy = q < 2 ? -((fh - cy - (float)s.bot) / fh) : (cy - (float)s.top) / fh;
+    /* The fork reads num_boxes - count of the quarter's boxes. */
+    for (int t = 0, n = num_boxes - count; t < n; ++t) {
+        const float *o = qtruth + (size_t)t * 5;
+        if (!o[0]) break;
+        float xb = o[0] + sx, yb = o[1] + sy, wb = o[2], hb = o[3];
+        int left = (int)((xb - wb / 2) * fw), right = (int)((xb + wb / 2) * fw);
+        int top = (int)((yb - hb / 2) * fh), bot = (int)((yb + hb / 2) * fh);
+        if (bound) { /* the quarter's own rectangle */
+            int lb = (q & 1) ? cut_x : 0, rb = (q & 1) ? w : cut_x;
+            int tb = q < 2 ? 0 : cut_y, bb = q < 2 ? cut_y : h;
+            if (left < lb) left = lb;
+            if (right > rb) right = rb;
+            if (top < tb) top = tb;
+            if (bot > bb) bot = bb;
+            xb = ((float)(right + left) / 2) / fw;
+            wb = (float)(right - left) / fw;
+            yb = ((float)(bot + top) / 2) / fh;
+            hb = (float)(bot - top) / fh;
+        } else { /* the input's border only */
+            if (left < 0) {
+                float d = (float)left / fw;
+                xb -= d / 2;
+                wb += d;
+            }
+            if (right > w) {
+                float d = (float)(right - w) / fw;
+                xb -= d / 2;
+                wb -= d;
+            }
+            if (top < 0) {
+                float d = (float)top / fh;
+                yb -= d / 2;
+                hb += d;
+            }
+            if (bot > h) {
+                float d = (float)(bot - h) / fh;
+                yb -= d / 2;
+                hb -= d;
+            }
+            left = (int)((xb - wb / 2) * fw);
+            right = (int)((xb + wb / 2) * fw);
+            top = (int)((yb - hb / 2) * fh);
+            bot = (int)((yb + hb / 2) * fh);
+        }
+        if (left >= 0 && right <= w && top >= 0 && bot <= h && wb > 0 && wb < 1 && hb > 0 &&
+            hb < 1 && xb > 0 && xb < 1 && yb > 0 && yb < 1 && wb > lowest_w && hb > lowest_h) {
+            float *n = truth + (size_t)count * 5;
+            n[0] = xb;
+            n[1] = yb;
+            n[2] = wb;
+            n[3] = hb;
+            n[4] = o[4];
+            ++count;
+        }
+    }
+    return count;
+}
+
 /* libdarknet's label path: the first of each of its replacements. */
 static int label_path(const char *img, char *out, size_t cap)
 {
@@ -308,6 +439,39 @@ sdnn_status sdnn_batch_read_labels(const char *path, sdnn_label_box **boxes, int
     return SDNN_OK;
 }
 
+sdnn_status sdnn_batch_read_net_keys(const char *cfg, sdnn_batch_net_keys *k)
+{
+    *k = (sdnn_batch_net_keys){.mosaic = 0, .mosaic_bound = 0, .letter_box = 0, .flip = 1};
+    FILE *f = fopen(cfg, "r");
+    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot be read", cfg);
+    char raw[4096];
+    int in_net = 0, seen = 0;
+    while (fgets(raw, sizeof raw, f)) {
+        char line[4096];
+        size_t n = 0;
+        for (const char *p = raw; *p; ++p) /* as Darknet's read_cfg: no blanks */
+            if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') line[n++] = *p;
+        line[n] = '\0';
+        if (line[0] == '[') {
+            in_net = strcmp(line, "[net]") == 0 || strcmp(line, "[network]") == 0;
+            continue;
+        }
+        if (!in_net || line[0] == '#' || line[0] == ';') continue;
+        char *eq = strchr(line, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        static const char *const keys[4] = {"mosaic", "mosaic_bound", "letter_box", "flip"};
+        int *dst[4] = {&k->mosaic, &k->mosaic_bound, &k->letter_box, &k->flip};
+        for (int i = 0; i < 4; ++i)
+            if (strcmp(line, keys[i]) == 0 && !(seen & (1 << i))) { /* the first, as option_find */
+                *dst[i] = atoi(eq + 1);
+                seen |= 1 << i;
+            }
+    }
+    fclose(f);
+    return SDNN_OK;
+}
+
 /* ---- the batch ------------------------------------------------------------------ */
 
 typedef struct job {
@@ -319,32 +483,118 @@ typedef struct job {
     sdnn_status status;
 } job;
 
+/* One decoded image with its boxes. */
+typedef struct source {
+    image im;
+    sdnn_label_box *boxes;
+    int count;
+} source;
+
+static sdnn_status load_source(const char *path, source *src)
+{
+    memset(src, 0, sizeof *src);
+    SDNN_CHECK(sdnn_batch_read_labels(path, &src->boxes, &src->count));
+    src->im = load_image_color((char *)path, 0, 0);
+    if (!src->im.data || src->im.w < 1 || src->im.h < 1) {
+        free(src->boxes);
+        free_image(src->im);
+        return SDNN_ERROR(SDNN_ERR_IO, "image %s could not be decoded", path);
+    }
+    return SDNN_OK;
+}
+
+static void free_source(source *src)
+{
+    free(src->boxes);
+    free_image(src->im);
+}
+
+/* One augmented image from stream *s: its draws, (mosaic quarter q >= 0:
+ * the corner move), the box shuffle, the crop, the truth and the pixels.
+ * *c and *flip: the crop and flip used. */
+static void augment(const sdnn_batch_opts *o, source *src, uint64_t *s, int q, float *x,
+                    float *truth, sdnn_crop *c, int *flip)
+{
+    sdnn_batch_draw d;
+    sdnn_batch_draws(s, o, &d);
+    *c = sdnn_batch_crop(src->im.w, src->im.h, o->jitter, o->resize, &d);
+    if (o->letter_box) sdnn_batch_letter_box(c, src->im.w, src->im.h, o->w, o->h);
+    if (q >= 0 && coin(s)) sdnn_batch_mosaic_corner(c, d.flip, q);
+    for (int i = src->count - 1; i > 0; --i) { /* the fork shuffles the boxes */
+        int j = below(s, i + 1);
+        sdnn_label_box t = src->boxes[i];
+        src->boxes[i] = src->boxes[j];
+        src->boxes[j] = t;
+    }
+    sdnn_batch_truth(src->boxes, src->count, src->im.w, src->im.h, *c, d.flip, o->w, o->h,
+                     o->num_boxes, truth);
+    sdnn_batch_pixels(src->im, *c, d.flip, d.dhue, d.dsat, d.dexp, o->w, o->h, x);
+    *flip = d.flip;
+}
+
+/* The fork's rand_int(lo, hi): uniform over [lo, hi], both included. */
+static int between(uint64_t *s, int lo, int hi)
+{
+    if (hi < lo) {
+        int t = lo;
+        lo = hi;
+        hi = t;
+    }
+    return lo + below(s, hi - lo + 1);
+}
+
+/* A mosaic of the row's image (quarter 0) and three drawn from the list. */
+static sdnn_status mosaic_image(const sdnn_batch_opts *o, const char *path, uint64_t *s,
+                                float *x, float *truth)
+{
+    const float min_offset = 0.2f;
+    int cut_x = between(s, (int)((float)o->w * min_offset), (int)((float)o->w * (1 - min_offset)));
+    int cut_y = between(s, (int)((float)o->h * min_offset), (int)((float)o->h * (1 - min_offset)));
+    size_t px = (size_t)o->w * o->h * 3, tb = (size_t)o->num_boxes * 5;
+    float *ai = malloc(px * sizeof *ai), *qt = malloc(tb * sizeof *qt);
+    if (!ai || !qt) {
+        free(ai);
+        free(qt);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for a mosaic of %dx%d", o->w, o->h);
+    }
+    memset(truth, 0, tb * sizeof *truth);
+    int count = 0;
+    sdnn_status st = SDNN_OK;
+    for (int q = 0; q < 4 && st == SDNN_OK; ++q) {
+        int which = below(s, o->m);
+        uint64_t qs = sdnn_splitmix64_next(s);
+        source src;
+        st = load_source(q == 0 ? path : o->paths[which], &src);
+        if (st != SDNN_OK) break;
+        sdnn_crop c;
+        int flip;
+        augment(o, &src, &qs, q, ai, qt, &c, &flip);
+        sdnn_mosaic_shift sh =
+            sdnn_batch_mosaic_shift(c, flip, src.im.w, src.im.h, o->w, o->h, cut_x, cut_y);
+        sdnn_batch_mosaic_pixels(ai, o->w, o->h, cut_x, cut_y, q, sh, x);
+        count = sdnn_batch_mosaic_truth(truth, count, qt, o->w, o->h, cut_x, cut_y, q, sh,
+                                        o->mosaic_bound, o->num_boxes);
+        free_source(&src);
+    }
+    free(ai);
+    free(qt);
+    return st;
+}
+
 static sdnn_status one_image(const sdnn_batch_opts *o, const char *path, uint64_t key, float *x,
                              float *truth)
 {
-    sdnn_label_box *boxes;
-    int count;
-    SDNN_CHECK(sdnn_batch_read_labels(path, &boxes, &count));
-    image im = load_image_color((char *)path, 0, 0);
-    if (!im.data || im.w < 1 || im.h < 1) {
-        free(boxes);
-        free_image(im);
-        return SDNN_ERROR(SDNN_ERR_IO, "image %s could not be decoded", path);
-    }
     uint64_t s = key;
-    sdnn_batch_draw d;
-    sdnn_batch_draws(&s, o, &d);
-    for (int i = count - 1; i > 0; --i) { /* the fork shuffles the boxes */
-        int j = below(&s, i + 1);
-        sdnn_label_box t = boxes[i];
-        boxes[i] = boxes[j];
-        boxes[j] = t;
-    }
-    sdnn_crop c = sdnn_batch_crop(im.w, im.h, o->jitter, o->resize, &d);
-    sdnn_batch_truth(boxes, count, im.w, im.h, c, d.flip, o->w, o->h, o->num_boxes, truth);
-    sdnn_batch_pixels(im, c, d.flip, d.dhue, d.dsat, d.dexp, o->w, o->h, x);
-    free(boxes);
-    free_image(im);
+    /* mosaic=1: half of the images are mosaics (the fork draws this once
+     * per loader thread's share of the batch; here once per image, so a
+     * batch does not depend on the threads). */
+    if (o->mosaic && coin(&s)) return mosaic_image(o, path, &s, x, truth);
+    source src;
+    SDNN_CHECK(load_source(path, &src));
+    sdnn_crop c;
+    int flip;
+    augment(o, &src, &s, -1, x, truth, &c, &flip);
+    free_source(&src);
     return SDNN_OK;
 }
 
@@ -363,6 +613,9 @@ sdnn_status sdnn_batch_build(const sdnn_batch_opts *o, uint64_t index, data *out
     if (o->n < 1 || o->m < 1 || o->w < 1 || o->h < 1 || o->num_boxes < 1 || !(o->resize > 0))
         return SDNN_ERROR(SDNN_ERR_INVALID, "batch builder: n=%d m=%d %dx%d boxes=%d resize=%g",
                           o->n, o->m, o->w, o->h, o->num_boxes, (double)o->resize);
+    if (o->mosaic && o->letter_box)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "batch builder: mosaic and letter_box cannot be "
+                          "combined (the fork refuses it too)");
     int *rows = malloc((size_t)o->n * sizeof *rows);
     uint64_t *keys = malloc((size_t)o->n * sizeof *keys);
     if (!rows || !keys) {

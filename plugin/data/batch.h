@@ -1,11 +1,12 @@
 /*
  * batch: the project's own detection batch builder (issue 18), used for a
- * cfg whose last [yolo] has the maintained fork's `resize` != 1; every
- * other cfg keeps libdarknet's load_data (loader.c).
+ * cfg whose last [yolo] has the maintained fork's `resize` != 1, or whose
+ * [net] has mosaic=1, letter_box=1 or flip=0; every other cfg keeps
+ * libdarknet's load_data (loader.c).
  *
- * It follows the fork's training loader (load_data_detection without
- * mosaic, mixup, blur, noise or letter_box: those keys are refused by
- * cfgcheck) per image:
+ * It follows the fork's training loader (load_data_detection with its
+ * mosaic and letter_box; without mixup, blur or noise: those keys are
+ * refused by cfgcheck) per image:
  *   - the crop: each side moves by a jitter term uniform in +-jitter x the
  *     image's side, plus a resize term: with resize R >= 1 uniform between
  *     side x (1 - R)/2 (< 0: the crop grows) and side x (1 - 1/R)/2 (> 0:
@@ -13,9 +14,14 @@
  *     top share one resize draw, right and bottom another (so the crop
  *     keeps its aspect up to the jitter); each term is truncated to whole
  *     pixels as the fork does;
+ *   - letter_box=1: after those terms, the crop grows on two opposite
+ *     sides (by the same amount) to the input's aspect, so the image is
+ *     resized with its aspect kept and padded with its mean colour; the
+ *     jitter and resize terms still apply, to the image's own sides;
  *   - the pixels: the crop (outside the image: the image's mean colour),
  *     resized bilinearly to the network's size (OpenCV's INTER_LINEAR
- *     convention: pixel centres at +0.5), flipped with probability 1/2,
+ *     convention: pixel centres at +0.5), flipped with probability 1/2
+ *     (never with flip=0),
  *     then HSV: saturation and value scaled by rand_scale(saturation) and
  *     rand_scale(exposure) (uniform in [1, s], inverted with probability
  *     1/2) and clipped at 1, hue shifted by 179/180 x uniform(-hue, hue)
@@ -49,7 +55,10 @@ typedef struct sdnn_batch_opts {
     int w, h;           /* the network's input */
     int num_boxes;      /* truths per image (the [yolo] layer's max) */
     float jitter, resize, hue, saturation, exposure;
-    int flip;           /* 1: the random horizontal flip */
+    int flip;           /* 1: the random horizontal flip ([net] flip) */
+    int mosaic;         /* 1: the fork's 4-image mosaic ([net] mosaic) */
+    int mosaic_bound;   /* 1: a mosaic's boxes clipped at the cut ([net] mosaic_bound) */
+    int letter_box;     /* 1: the aspect kept, padded ([net] letter_box) */
     uint64_t seed;
     int threads;        /* images decoded at once (>= 1) */
 } sdnn_batch_opts;
@@ -91,6 +100,57 @@ void sdnn_batch_pixels(image src, sdnn_crop c, int flip, float dhue, float dsat,
  * zeros after the last); returns how many were written. */
 int sdnn_batch_truth(const sdnn_label_box *boxes, int count, int ow, int oh, sdnn_crop c,
                      int flip, int w, int h, int num_boxes, float *truth);
+
+/* letter_box: crop c of an ow x oh image padded (top and bottom, or left
+ * and right, by the same amount) to the aspect of the w x h input, as the
+ * fork does after the jitter and resize terms; swidth/sheight updated. */
+void sdnn_batch_letter_box(sdnn_crop *c, int ow, int oh, int w, int h);
+
+/* ---- mosaic ------------------------------------------------------------------------
+ * The fork's mosaic (load_data_detection with mixup = 3): each output
+ * image is, with probability 1/2, four images.  A cut point (cut_x,
+ * cut_y), each uniform over the whole pixels [0.2 x side, 0.8 x side]
+ * (the fork's rand_int, both ends included), splits the input; quarter q
+ * (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right) is cut out of
+ * its own fully augmented image (own draws, crop, flip, HSV), from the
+ * corner opposite to where it goes, past the mean-colour padding the crop
+ * added there (the shifts).  With probability 1/2 per quarter the crop's
+ * slack is first moved all to the side away from the cut (`corner`), so
+ * most of the image shows.  Boxes: each quarter's, shifted with its
+ * pixels, appended in quarter order to num_boxes; clipped at the cut with
+ * mosaic_bound=1, else only at the input's border (the fork's: a box may
+ * then reach over the cut into a neighbour's pixels). */
+typedef struct sdnn_mosaic_shift {
+    int left, right, top, bot; /* input pixels of padding skipped on each side */
+} sdnn_mosaic_shift;
+
+/* The corner move of quarter q on crop c (flip: the quarter's flip). */
+void sdnn_batch_mosaic_corner(sdnn_crop *c, int flip, int q);
+
+/* The shifts of a quarter whose crop is c (before the flip; flip swaps
+ * left and right as the image was flipped) on an ow x oh image. */
+sdnn_mosaic_shift sdnn_batch_mosaic_shift(sdnn_crop c, int flip, int ow, int oh, int w, int h,
+                                          int cut_x, int cut_y);
+
+/* Quarter q of the w x h output `out` (CHW) from the quarter's augmented
+ * image `ai` (w x h, CHW). */
+void sdnn_batch_mosaic_pixels(const float *ai, int w, int h, int cut_x, int cut_y, int q,
+                              sdnn_mosaic_shift s, float *out);
+
+/* Append quarter q's boxes (qtruth, as sdnn_batch_truth wrote them, zeros
+ * after the last) to truth, which holds `count` boxes; returns the new
+ * count (at most num_boxes). */
+int sdnn_batch_mosaic_truth(float *truth, int count, const float *qtruth, int w, int h,
+                            int cut_x, int cut_y, int q, sdnn_mosaic_shift s, int bound,
+                            int num_boxes);
+
+/* The [net] augmentation keys of a cfg (already checked by cfgcheck), as
+ * the fork reads them: mosaic, mosaic_bound, letter_box (default 0) and
+ * flip (default 1). */
+typedef struct sdnn_batch_net_keys {
+    int mosaic, mosaic_bound, letter_box, flip;
+} sdnn_batch_net_keys;
+sdnn_status sdnn_batch_read_net_keys(const char *cfg, sdnn_batch_net_keys *k);
 
 /* The boxes of the label file of image `path` (libdarknet's path rule:
  * images/JPEGImages/raw -> labels, .jpg/.png/.JPG/.JPEG -> .txt); *boxes

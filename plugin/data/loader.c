@@ -39,6 +39,9 @@ static void *own_load(void *arg)
                          .saturation = a->saturation,
                          .exposure = a->exposure,
                          .flip = L->flip,
+                         .mosaic = L->mosaic,
+                         .mosaic_bound = L->mosaic_bound,
+                         .letter_box = L->letter_box,
                          .seed = L->seed,
                          .threads = a->threads > 0 ? a->threads : 1};
     L->status = sdnn_batch_build(&o, L->first_batch + (uint64_t)(L->batches - 1), &L->buffer);

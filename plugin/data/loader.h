@@ -7,7 +7,7 @@
  * again to split the batch.
  *
  * With `own` set before start (a cfg whose last [yolo] has the fork's
- * resize != 1), the project's own builder (batch.h) makes each batch in a
+ * resize != 1, or [net] mosaic=1, letter_box=1 or flip=0), the project's own builder (batch.h) makes each batch in a
  * thread of ours instead, at the same place in the pipeline: batch k of
  * the run (first_batch + the loads started so far) is a pure function of
  * (seed, k).
@@ -35,6 +35,7 @@ typedef struct sdnn_loader {
     int own;
     float resize;       /* the last [yolo]'s resize */
     int flip;           /* the random flip (the fork's [net] flip) */
+    int mosaic, mosaic_bound, letter_box; /* the fork's [net] keys (batch.h) */
     uint64_t seed;      /* the run's seed (with the rank mixed in) */
     uint64_t first_batch; /* the batch index of the first load (a resumed
                            * run continues the sequence) */
