@@ -911,6 +911,41 @@ static void test_resize_cfg_repeats(void **state)
     assert_string_equal(a, b);
 }
 
+/* cfg/shapes.cfg with the fork's [net] keys added: mosaic=1 (with
+ * mosaic_bound=1) trains through the builder and repeats bit for bit under
+ * one -seed; letter_box=1 and flip=0 train through it too (the banner says
+ * which keys it follows). */
+static void test_aug_cfgs_train(void **state)
+{
+    (void)state;
+    static const char *const keys[][2] = {{"mos", "mosaic=1\\nmosaic_bound=1"},
+                                          {"lb", "letter_box=1"},
+                                          {"nf", "flip=0"}};
+    static const char *const banner[] = {"[net] mosaic=1 mosaic_bound=1 letter_box=0 flip=1",
+                                         "[net] mosaic=0 mosaic_bound=0 letter_box=1 flip=1",
+                                         "[net] mosaic=0 mosaic_bound=0 letter_box=0 flip=0"};
+    for (int i = 0; i < 3; ++i) {
+        char cfg[160], tag[16], log[160], a[256], b[256];
+        snprintf(cfg, sizeof cfg, "%s/%s.cfg", g_dir, keys[i][0]);
+        assert_int_equal(tu_run("sed 's/^\\[net\\]/[net]\\n%s/' cfg/shapes.cfg > %s", keys[i][1], cfg), 0);
+        snprintf(tag, sizeof tag, "%sa", keys[i][0]);
+        train(cfg, tag, "-seed 1", a, sizeof a);
+        snprintf(log, sizeof log, "%s/%s.log", g_dir, tag);
+        char *t = tu_slurp(log);
+        assert_non_null(t);
+        if (!strstr(t, banner[i])) fail_msg("%s: no \"%s\" in %s", keys[i][0], banner[i], log);
+        free(t);
+        if (i > 0) continue;
+        snprintf(tag, sizeof tag, "%sb", keys[i][0]);
+        train(cfg, tag, "-seed 1", b, sizeof b);
+        assert_string_equal(a, b);
+        char wa[160], wb[160];
+        snprintf(wa, sizeof wa, "%s/mosa/mos_final.weights", g_dir);
+        snprintf(wb, sizeof wb, "%s/mosb/mos_final.weights", g_dir);
+        assert_true(files_equal(wa, wb));
+    }
+}
+
 /* cfg/shapes.cfg has no resize: libdarknet's loader as before (no
  * "batches built here"), and with one loader thread and one -seed two
  * runs are equal (libdarknet's loader draws rand() from its threads: only
@@ -962,6 +997,7 @@ int main(void)
         cmocka_unit_test(test_resize_values),
         cmocka_unit_test(test_resize_cfg_repeats),
         cmocka_unit_test(test_plain_cfg_darknet_loader),
+        cmocka_unit_test(test_aug_cfgs_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
