@@ -18,6 +18,8 @@
 #include "clock.h"
 #include "datacheck.h"
 #include "engine.h"
+#include "dialect.h"
+#include "splitmix.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -390,6 +392,38 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     int multiscale = R->job->task == SDNN_TASK_DETECTOR && last.random;
     sdnn_timeline *tl = sdnn_trainer_timeline(R->t);
     R->loader.tl = tl;   /* load_data spans and the waits for data */
+    /* The fork's per-image resize ([yolo] resize != 1 on the last head, as
+     * the fork reads it) and its [net] mosaic=1, letter_box=1 and flip=0
+     * need the project's own batch builder; every other cfg keeps
+     * Darknet's load_data.  Its batches are a pure function of (seed,
+     * rank, batch index); a resumed run continues the sequence. */
+    const sdnn_yolo_opts *yo =
+        R->job->task == SDNN_TASK_DETECTOR ? sdnn_dialect_yolo(net, net->n - 1) : NULL;
+    sdnn_batch_net_keys nk;
+    if (sdnn_batch_read_net_keys(R->job->cfgfile, &nk) != SDNN_OK) return fail_status();
+    int aug = nk.mosaic || nk.letter_box || !nk.flip;
+    if (aug && R->job->task != SDNN_TASK_DETECTOR) {
+        fprintf(stderr, "error: %s: [net] mosaic, letter_box and flip=0 are built for detector "
+                "training only (the fork's detection loader); remove them for a classifier\n",
+                R->job->cfgfile);
+        return 1;
+    }
+    float resize = yo ? yo->resize : 1.0f;
+    if (R->job->task == SDNN_TASK_DETECTOR && (resize != 1.0f || aug)) {
+        uint64_t seed = R->job->seed >= 0 ? (uint64_t)R->job->seed : (uint64_t)time(0);
+        R->loader.own = 1;
+        R->loader.resize = resize;
+        R->loader.flip = nk.flip != 0;
+        R->loader.mosaic = nk.mosaic != 0;
+        R->loader.mosaic_bound = nk.mosaic_bound != 0;
+        R->loader.letter_box = nk.letter_box != 0;
+        R->loader.seed = sdnn_splitmix64_mix(seed) ^ (uint64_t)R->rank;
+        R->loader.first_batch = sdnn_trainer_iteration(R->t);
+        printf("scalednn: batches built here ([yolo] resize=%g, jitter=%g; [net] mosaic=%d "
+               "mosaic_bound=%d letter_box=%d flip=%d; seed %llu)\n",
+               (double)resize, (double)args.jitter, R->loader.mosaic, R->loader.mosaic_bound,
+               R->loader.letter_box, R->loader.flip, (unsigned long long)seed);
+    }
     sdnn_loader_start(&R->loader, args);
     float avg_loss = -1;
     int count = 0;
@@ -399,7 +433,11 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     while (sdnn_trainer_iteration(R->t) < (size_t)net->max_batches) {
         if (multiscale && count++ % 10 == 0) {
             /* One size for every replica, drawn once, as Darknet does;
-             * between processes rank 0 draws and the others follow. */
+             * between processes rank 0 draws and the others follow.  The
+             * batch in flight is dropped first (the resize below would drop
+             * it anyway), so Darknet's loader threads do not call rand()
+             * while this draw does: with -threads 1 a run repeats. */
+            sdnn_loader_stop(&R->loader);
             int dim = R->rank == 0 ? (rand() % 10 + 10) * 32 : 0;
             if (sdnn_trainer_broadcast_int(R->t, &dim) != SDNN_OK) return fail_status();
             if (sdnn_trainer_iteration(R->t) + 200 > (size_t)net->max_batches) dim = 608;

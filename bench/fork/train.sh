@@ -20,6 +20,11 @@
 # would see if ours ignored nms_kind (as it did before sdnn_dialect_nms: up to 0.0133).
 # Prints the per-snapshot table and the medians over seeds of mAP vs iterations.
 # SKIP_TRAIN=1 scores the snapshots already in WORK again without training.
+# FORK_CFG=NAME trains the fork's own cfg/NAME.cfg (e.g. yolov4-tiny, its [yolo] resize=1.5
+# kept) instead of CFG, adapted to the shapes set and a short run and nothing else: classes=4
+# and the heads' filters=255 -> 27, width=height=SIZE, batch=BATCH (default the cfg's),
+# subdivisions=1, max_batches=ITERS, steps at 80% and 90% of ITERS, burn_in=ITERS/5 when the
+# cfg's is longer (its 1000 would leave a short run in the warm-up).
 # Env: ITERS (1000), EVERY (100), SEEDS ("1 2 3"), LR (the cfg's), CFG, TOL_MAP (0.01),
 #      WORK (${TMPDIR:-/tmp}/scalednn-fork/train), NTRAIN (512), NVALID (64), SIZE (64: the images' width
 #      and height, to be the cfg's).
@@ -55,6 +60,20 @@ fi
 
 name=sbs
 cfg=$WORK/$name.cfg
+if [ -n "${FORK_CFG:-}" ]; then
+    FSRC=$(sed -n 's/^fork src: //p' "$WORK/build.out")
+    CFG=$FSRC/cfg/$FORK_CFG.cfg
+    [ -f "$CFG" ] || { echo "train.sh: $CFG not found in the fork's source" >&2; exit 1; }
+    burn=$(sed -n 's/^burn_in *= *\([0-9]*\).*/\1/p' "$CFG" | head -1)
+    [ -n "$burn" ] && [ "$burn" -gt $((ITERS / 5)) ] && burn=$((ITERS / 5))
+    sed -e 's/^classes *=.*/classes=4/' -e 's/^filters *= *255 *$/filters=27/' \
+        -e "s/^width *=.*/width=$SIZE/" -e "s/^height *=.*/height=$SIZE/" \
+        -e "s/^subdivisions *=.*/subdivisions=1/" \
+        -e "s/^steps *=.*/steps=$((ITERS * 8 / 10)),$((ITERS * 9 / 10))/" \
+        ${burn:+-e "s/^burn_in *=.*/burn_in=$burn/"} ${BATCH:+-e "s/^batch *=.*/batch=$BATCH/"} \
+        "$CFG" > "$WORK/fork-adapted.cfg"
+    CFG=$WORK/fork-adapted.cfg
+fi
 sed "s/^max_batches *=.*/max_batches=$ITERS/" "$CFG" > "$cfg"
 [ -n "${LR:-}" ] && sed -i "s/^learning_rate *=.*/learning_rate=$LR/" "$cfg"
 grep -q "^max_batches=$ITERS\$" "$cfg" || { echo "train.sh: $CFG has no max_batches= line" >&2; exit 1; }

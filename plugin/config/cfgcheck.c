@@ -279,21 +279,15 @@ typedef struct dialect_key {
 
 #define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
 static const dialect_key g_dialect[] = {
-    {"yolo", "resize", "1", "the fork's random resize of each training image (its data "
-     "loader's augmentation; libdarknet's loader uses jitter only) " NOT_YET},
     {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
     {"yolo", "focal_loss", "0", "the focal class loss " NOT_YET},
     {"yolo", "delta_normalizer", "1", "the scaled delta of the fork's GPU build " NOT_YET},
     {"yolo", "embedding_layer", NULL, "the tracking embeddings " NOT_YET},
-    {"net", "mosaic", "0", "mosaic augmentation " NOT_YET},
-    {"net", "letter_box", "0", "letter-boxed training images " NOT_YET},
     {"net", "ema_alpha", NULL, "the exponential moving average of the weights " NOT_YET},
     {"net", "cutmix", "0", "cutmix augmentation " NOT_YET},
     {"net", "mixup", "0", "mixup augmentation " NOT_YET},
     {"net", "blur", "0", "blur augmentation " NOT_YET},
     {"net", "gaussian_noise", "0", "noise augmentation " NOT_YET},
-    {"net", "flip", "1", "switching off the horizontal flip " NOT_YET
-     "; libdarknet always flips"},
     {"net", "adversarial_lr", "0", "adversarial augmentation " NOT_YET},
     {"net", "label_smooth_eps", "0", "label smoothing " NOT_YET},
     {"net", "dynamic_minibatch", "0", "the batch that grows with random resize " NOT_YET},
@@ -331,7 +325,13 @@ static const yolo_key g_yolo_keys[] = {
     {"label_smooth_eps", NULL, 0, 1, 0},   {"beta_nms", NULL, 0.01, 10, 0},
     {"new_coords", NULL, 0, 1, 1},         {"objectness_smooth", NULL, 0, 1, 1},
     {"iou_loss", g_iou_losses, 0, 0, 0},   {"iou_thresh_kind", g_iou_kinds, 0, 0, 0},
-    {"nms_kind", g_nms_kinds, 0, 0, 0},    {NULL, NULL, 0, 0, 0}};
+    {"nms_kind", g_nms_kinds, 0, 0, 0},    {"resize", NULL, 1e-6, 1e30, 0},
+    {NULL, NULL, 0, 0, 0}};
+
+/* The fork's [net] augmentation keys built by plugin/data/batch.c (the
+ * project's detection batch builder): 0 or 1 each. */
+static const char *const g_net_aug_keys[] = {"mosaic", "mosaic_bound", "letter_box", "flip",
+                                             NULL};
 
 /* A built [yolo] key's value: NULL when allowed, else what is allowed. */
 static const char *yolo_value(const yolo_key *y, const char *v, char *what, size_t cap)
@@ -411,6 +411,13 @@ static sdnn_status check_dialect(const checker *c)
                                 "applies it only with counters_per_class (not built here), so it "
                                 "changes nothing, there as here\n", c->name, k->line);
                 }
+            if (strcmp(t, "net") == 0)
+                for (int a = 0; g_net_aug_keys[a]; ++a) {
+                    if (strcmp(k->key, g_net_aug_keys[a]) != 0) continue;
+                    if (strcmp(k->val, "0") != 0 && strcmp(k->val, "1") != 0)
+                        return key_error(c, s, k, "expected 0 or 1 (the fork's augmentation "
+                                         "switch, built by the project's batch builder)");
+                }
             for (int d = 0; g_dialect[d].key; ++d) {
                 const dialect_key *dk = &g_dialect[d];
                 if (strcmp(k->key, dk->key) != 0) continue;
@@ -429,6 +436,15 @@ static sdnn_status check_dialect(const checker *c)
                     fprintf(stderr, "scalednn: note: %s:%d: [%s] %s: only changes what the "
                             "maintained fork displays; it does nothing here\n", c->name,
                             k->line, s->type, k->key);
+        }
+        if (strcmp(t, "net") == 0) {
+            const kv *mo = find(c, s, "mosaic"), *lb = find(c, s, "letter_box");
+            if (mo && lb && strcmp(mo->val, "1") == 0 && strcmp(lb->val, "1") == 0) {
+                char what[200];
+                snprintf(what, sizeof what, "cannot be combined with mosaic=1 (line %d; the fork "
+                         "refuses the pair too): set one of them to 0", mo->line);
+                return key_error(c, s, lb, what);
+            }
         }
     }
     return SDNN_OK;

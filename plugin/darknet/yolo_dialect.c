@@ -25,7 +25,8 @@ void sdnn_yolo_opts_init(sdnn_yolo_opts *o)
                           .new_coords = 0,
                           .objectness_smooth = 0,
                           .nms_kind = SDNN_NMS_DEFAULT,
-                          .beta_nms = 0.6f};
+                          .beta_nms = 0.6f,
+                          .resize = 1};
 }
 
 static int iou_kind(const char *v, sdnn_iou_kind *k)
@@ -58,7 +59,8 @@ int sdnn_yolo_opts_set(sdnn_yolo_opts *o, const char *line)
     } floats[] = {{"scale_x_y", &o->scale_x_y},       {"iou_normalizer", &o->iou_normalizer},
                   {"cls_normalizer", &o->cls_normalizer}, {"obj_normalizer", &o->obj_normalizer},
                   {"max_delta", &o->max_delta},       {"iou_thresh", &o->iou_thresh},
-                  {"label_smooth_eps", &o->label_smooth_eps}, {"beta_nms", &o->beta_nms}};
+                  {"label_smooth_eps", &o->label_smooth_eps}, {"beta_nms", &o->beta_nms},
+                  {"resize", &o->resize}};
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; ++i)
         if (strcmp(key, floats[i].key) == 0) {
             if (num) *floats[i].dst = f;

@@ -37,6 +37,9 @@ typedef struct sdnn_yolo_opts {
     int objectness_smooth;     /* 0 */
     sdnn_nms_kind nms_kind;    /* default */
     float beta_nms;            /* 0.6 */
+    float resize;              /* 1: the fork's per-image random resize of the training
+                                * images (its loader; plugin/data/batch.h), read from the
+                                * last head as the fork does */
 } sdnn_yolo_opts;
 
 void sdnn_yolo_opts_init(sdnn_yolo_opts *o);

@@ -3,7 +3,8 @@
  * own; this module keeps exactly one batch in flight and measures how long
  * training waits for it.  With a timeline, a thread of ours starts
  * load_data and joins it, so the end of the load is seen and recorded;
- * without one nothing is added.
+ * without one nothing is added.  The project's own builder (batch.h) runs
+ * in a thread of ours in place of load_data, with the same span.
  */
 #include "loader.h"
 #include "clock.h"
@@ -21,11 +22,57 @@ static void *traced_load(void *arg)
     return NULL;
 }
 
+static void *own_load(void *arg)
+{
+    sdnn_loader *L = arg;   /* the main thread leaves it alone until the join */
+    double t0 = sdnn_now_s();
+    const load_args *a = &L->args;
+    sdnn_batch_opts o = {.paths = a->paths,
+                         .m = a->m,
+                         .n = a->n,
+                         .w = a->w,
+                         .h = a->h,
+                         .num_boxes = a->num_boxes,
+                         .jitter = a->jitter,
+                         .resize = L->resize,
+                         .hue = a->hue,
+                         .saturation = a->saturation,
+                         .exposure = a->exposure,
+                         .flip = L->flip,
+                         .mosaic = L->mosaic,
+                         .mosaic_bound = L->mosaic_bound,
+                         .letter_box = L->letter_box,
+                         .seed = L->seed,
+                         .threads = a->threads > 0 ? a->threads : 1};
+    L->status = sdnn_batch_build(&o, L->first_batch + (uint64_t)(L->batches - 1), &L->buffer);
+    if (L->tl)
+        sdnn_timeline_span(L->tl, SDNN_TL_TRACK_LOADER, SDNN_TL_LOAD, t0, sdnn_now_s(),
+                           L->batches, a->n, 0, NULL);
+    return NULL;
+}
+
 static void launch(sdnn_loader *L)
 {
     L->batches++;
+    if (L->own) {
+        if (pthread_create(&L->thread, NULL, own_load, L) != 0) {
+            /* No thread: the batch is built here, before the step. */
+            L->thread_ok = 0;
+            own_load(L);
+            return;
+        }
+        L->thread_ok = 1;
+        return;
+    }
+    L->thread_ok = 1;
     if (L->tl && pthread_create(&L->thread, NULL, traced_load, L) == 0) return;
     L->thread = load_data(L->args);
+}
+
+static void join(sdnn_loader *L)
+{
+    if (L->thread_ok) pthread_join(L->thread, NULL);
+    L->thread_ok = 0;
 }
 
 sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
@@ -34,6 +81,7 @@ sdnn_status sdnn_loader_start(sdnn_loader *L, load_args args)
     L->args = args;
     L->args.d = &L->buffer;
     L->wait_s = 0;
+    L->status = SDNN_OK;
     launch(L);
     L->running = 1;
     return SDNN_OK;
@@ -43,7 +91,7 @@ sdnn_status sdnn_loader_next(sdnn_loader *L, data *out)
 {
     if (!L->running) return SDNN_ERROR(SDNN_ERR_INTERNAL, "loader is not running");
     double t0 = sdnn_now_s();
-    pthread_join(L->thread, NULL);
+    join(L);
     double t1 = sdnn_now_s();
     L->wait_s = t1 - t0;
     if (L->tl)
@@ -51,6 +99,12 @@ sdnn_status sdnn_loader_next(sdnn_loader *L, data *out)
                            NULL);
     *out = L->buffer;
     memset(&L->buffer, 0, sizeof L->buffer);
+    sdnn_status built = L->status;
+    if (built != SDNN_OK) {
+        /* The message is the builder's (a label file, an image); nothing
+         * more is loaded. */
+        return built;
+    }
     launch(L);
     if (out->X.rows != L->args.n)
         return SDNN_ERROR(SDNN_ERR_IO, "loader produced %d images, expected %d", out->X.rows,
@@ -61,7 +115,7 @@ sdnn_status sdnn_loader_next(sdnn_loader *L, data *out)
 void sdnn_loader_stop(sdnn_loader *L)
 {
     if (!L->running) return;
-    pthread_join(L->thread, NULL);
+    join(L);
     free_data(L->buffer);
     memset(&L->buffer, 0, sizeof L->buffer);
     L->running = 0;

@@ -5,12 +5,19 @@
  * replicas images) in Darknet's background loader thread, one step ahead of
  * training, and each replica gets a view of its rows: no image is copied
  * again to split the batch.
+ *
+ * With `own` set before start (a cfg whose last [yolo] has the fork's
+ * resize != 1, or [net] mosaic=1, letter_box=1 or flip=0), the project's own builder (batch.h) makes each batch in a
+ * thread of ours instead, at the same place in the pipeline: batch k of
+ * the run (first_batch + the loads started so far) is a pure function of
+ * (seed, k).
  */
 #ifndef SDNN_LOADER_H
 #define SDNN_LOADER_H
 
 #include "scalednn.h"
 #include "timeline.h"
+#include "batch.h"
 #include <darknet.h>
 #include <pthread.h>
 
@@ -23,6 +30,17 @@ typedef struct sdnn_loader {
     sdnn_timeline *tl;  /* set before start to record load_data on the loader
                          * track and the waits on the main track; NULL: none */
     int batches;        /* batches started (the timeline's batch number) */
+    /* Set before start for the project's own builder (batch.h); own 0:
+     * Darknet's load_data with args. */
+    int own;
+    float resize;       /* the last [yolo]'s resize */
+    int flip;           /* the random flip (the fork's [net] flip) */
+    int mosaic, mosaic_bound, letter_box; /* the fork's [net] keys (batch.h) */
+    uint64_t seed;      /* the run's seed (with the rank mixed in) */
+    uint64_t first_batch; /* the batch index of the first load (a resumed
+                           * run continues the sequence) */
+    sdnn_status status; /* the last own build's */
+    int thread_ok;      /* a thread to join */
 } sdnn_loader;
 
 /* Start loading the first batch.  args.d is set to &L->buffer. */
