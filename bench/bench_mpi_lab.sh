@@ -45,20 +45,7 @@ for v in $VARIANTS; do
     sed -i 's/^backend=local/backend=mpi/' "$OUT/shapes-$v.cfg"
 done
 
-# img/s, median step ms, bytes/step, exposed ms/step of one CSV
-stats() {
-    med=$(awk -F, -v warm="$WARM" '/^#/ { next } !h { for (i = 1; i <= NF; i++) c[$i] = i; h = 1; next }
-            { r++ } r > warm { print $c["seconds"] }' "$1" | sort -g |
-          awk '{ a[NR] = $1 } END { if (NR) print 1000 * (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
-    awk -F, -v warm="$WARM" -v med="$med" '
-        /^#/ { next }
-        !hdr { for (i = 1; i <= NF; i++) c[$i] = i; hdr = 1; next }
-        { r++ }
-        r == warm { im0 = $c["images"] }
-        r > warm { n++; t += $c["seconds"]; b += $c["bytes_exchanged"]; ex += $c["exposed_comm_s"];
-                   im = $c["images"] }
-        END { if (n) printf "%.1f\t%.1f\t%.0f\t%.1f\n", (im - im0) / t, med, b / n, 1000 * ex / n }' "$1"
-}
+. bench/lab_stats.sh
 
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
@@ -68,7 +55,7 @@ while [ "$r" -le "$ROUNDS" ]; do
             sh scripts/netlab.sh -k "$P" -rate "$rate" -- ./darknet detector train "$OUT/shapes.data" \
                 "$OUT/shapes-$v.cfg" -gpus 0 -max_batches "$ITERS" -seed 1 -csv "$csv" \
                 >"$OUT/$rate-$v-$r.log" 2>&1 || { tail -5 "$OUT/$rate-$v-$r.log" >&2; exit 1; }
-            printf '%s\t%s\t%s\t%s\n' "$r" "$rate" "$v" "$(stats "$csv")" >>"$RAW"
+            printf '%s\t%s\t%s\t%s\n' "$r" "$rate" "$v" "$(lab_stats "$csv")" >>"$RAW"
         done
     done
     r=$((r + 1))
@@ -78,12 +65,7 @@ echo "| link | processes | variant | img/s | median step ms | bytes/step | expos
 echo "|---|---:|---|---:|---:|---:|---:|---:|"
 for rate in $RATES; do
     for v in $VARIANTS; do
-        awk -F '\t' -v rate="$rate" -v v="$v" -v p="$P" '
-            function med(a, n,   i, j, t) {
-                for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-                    t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-                return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-            }
+        awk -F '\t' -v rate="$rate" -v v="$v" -v p="$P" "$LAB_AWK_MED"'
             $2 == rate && $3 == "stock" { s[$1] = $4 }
             $2 == rate && $3 == v { n++; ips[n] = $4; st[n] = $5; by[n] = $6; ex[n] = $7; rd[n] = $1 }
             END {

@@ -76,20 +76,7 @@ for v in none $VARIANTS; do   # y-none.cfg: also the profile's and the simulator
       [ -z "$allow" ] || echo "$allow"; } >"$OUT/y-$v.cfg"
 done
 
-# img/s, median step ms, bytes/step, exposed ms/step of rank 0's CSV
-stats() {
-    med=$(awk -F, -v warm="$WARM" '/^#/ { next } !h { for (i = 1; i <= NF; i++) c[$i] = i; h = 1; next }
-            { r++ } r > warm { print $c["seconds"] }' "$1" | sort -g |
-          awk '{ a[NR] = $1 } END { if (NR) print 1000 * (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
-    awk -F, -v warm="$WARM" -v med="$med" '
-        /^#/ { next }
-        !hdr { for (i = 1; i <= NF; i++) c[$i] = i; hdr = 1; next }
-        { r++ }
-        r == warm { im0 = $c["images"] }
-        r > warm { n++; t += $c["seconds"]; b += $c["bytes_exchanged"]; ex += $c["exposed_comm_s"];
-                   im = $c["images"] }
-        END { if (n) printf "%.2f\t%.1f\t%.0f\t%.1f\n", (im - im0) / t, med, b / n, 1000 * ex / n }' "$1"
-}
+. bench/lab_stats.sh
 
 # The profile, once, before the lab runs: two profiling processes at once,
 # so that both of this machine's vCPUs are busy as they are in the lab (the
@@ -137,7 +124,7 @@ while [ "$r" -le "$ROUNDS" ]; do
                 "$OUT/shapes.data" "$OUT/y-$v.cfg" -gpus 0 -max_batches $(((WARM + STEPS) * P)) \
                 -seed "$r" -csv "$csv" >"$OUT/$rate-$v-$r.log" 2>&1 ||
                 { tail -5 "$OUT/$rate-$v-$r.log" >&2; exit 1; }
-            printf '%s\t%s\t%s\t%s\n' "$r" "$rate" "$v" "$(stats "$csv")" >>"$RAW"
+            printf '%s\t%s\t%s\t%s\n' "$r" "$rate" "$v" "$(lab_stats "$csv")" >>"$RAW"
             echo "round $r $rate $v: $(tail -1 "$RAW" | cut -f4-)" >&2
         done
     done
@@ -150,12 +137,7 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for rate in $RATES; do
     for v in $VARIANTS; do
         pred=$(predict "$rate" "$v")
-        awk -F '\t' -v rate="$rate" -v v="$v" -v pred="$pred" -v imgs=$((P * BATCH)) '
-            function med(a, n,   i, j, t) {
-                for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-                    t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-                return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-            }
+        awk -F '\t' -v rate="$rate" -v v="$v" -v pred="$pred" -v imgs=$((P * BATCH)) "$LAB_AWK_MED"'
             $2 == rate && $3 == "stock" { sn++; s[sn] = $4 }
             $2 == rate && $3 == v { n++; ips[n] = $4; st[n] = $5; by[n] = $6; ex[n] = $7 }
             END {
