@@ -46,32 +46,8 @@
 #define STOCK_TOL 1e-3
 #define STOCK_STEPS 8
 
-static const char *tiny_cfg =
-    "[net]\nbatch=4\nsubdivisions=2\nwidth=32\nheight=32\nchannels=3\n"
-    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.001\nburn_in=0\nmax_batches=100\n"
-    "policy=steps\nsteps=80\nscales=.1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=3,4,5\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"
-    "[route]\nlayers=-4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[upsample]\nstride=2\n"
-    "[route]\nlayers=-1,4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=0,1,2\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n";
+/* The yolov3-tiny-shaped detector (gpu_test.h) with batch=4. */
+static const char *tiny_cfg = GT_TINY_CFG(4);
 
 /* yolov2-style: one region head, 3 anchors x (4 coords + objectness + 3
  * classes) channels. */
