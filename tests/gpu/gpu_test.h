@@ -346,6 +346,26 @@ GT_FN data gt_rows(data d, int lo, int n)
     return s;
 }
 
+/* A layer whose loss the gpu engine computes on the host ([yolo], [region]). */
+GT_FN int gt_is_host_loss(const layer *l) { return l->type == YOLO || l->type == REGION; }
+
+/* Written out from the cfg, not from plugin/cuda/net.c (the host-loss
+ * formula of hostloss.c and bench_hostloss.c): a later device pass reads
+ * head i's output (region's own backward, a next layer that takes it as its
+ * input, a route or shortcut that names it). */
+GT_FN int gt_output_read_later(const network *net, int i)
+{
+    if (net->layers[i].type == REGION) return 1;
+    if (i + 1 < net->n && net->layers[i + 1].type != ROUTE) return 1;
+    for (int j = i + 1; j < net->n; ++j) {
+        const layer *l = &net->layers[j];
+        if (l->type == SHORTCUT && l->index == i) return 1;
+        for (int k = 0; l->type == ROUTE && k < l->n; ++k)
+            if (l->input_layers[k] == i) return 1;
+    }
+    return 0;
+}
+
 /* The yolov3-tiny-shaped detector of hostloss.c and engines.c at 32x32, with
  * batch= as given: the stride-2 maxpools, the stride-1 maxpool, the 1x1
  * bottleneck, two YOLO heads joined by route, upsample and route, as in

@@ -61,24 +61,6 @@ static const char *region_cfg =
     "jitter=.2\nrescore=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\n"
     "absolute=1\nthresh=.6\nrandom=0\n";
 
-static int is_host_loss(const layer *l) { return l->type == YOLO || l->type == REGION; }
-
-/* Written out from the cfg, not from net.c: a later device pass reads the
- * head's output (region's own backward, a next layer that takes it as its
- * input, a route or shortcut that names it). */
-static int output_read_later(const network *net, int i)
-{
-    if (net->layers[i].type == REGION) return 1;
-    if (i + 1 < net->n && net->layers[i + 1].type != ROUTE) return 1;
-    for (int j = i + 1; j < net->n; ++j) {
-        const layer *l = &net->layers[j];
-        if (l->type == SHORTCUT && l->index == i) return 1;
-        for (int k = 0; l->type == ROUTE && k < l->n; ++k)
-            if (l->input_layers[k] == i) return 1;
-    }
-    return 0;
-}
-
 /* One training pass's host-loss bytes, by the formula. */
 static void formula(const network *net, uint64_t *d2h, uint64_t *h2d, int *heads)
 {
@@ -86,10 +68,10 @@ static void formula(const network *net, uint64_t *d2h, uint64_t *h2d, int *heads
     *heads = 0;
     for (int i = 0; i < net->n; ++i) {
         const layer *l = &net->layers[i];
-        if (!is_host_loss(l)) continue;
+        if (!gt_is_host_loss(l)) continue;
         ++*heads;
         *d2h += (uint64_t)l->batch * l->inputs * 4;
-        *h2d += (uint64_t)l->batch * l->outputs * 4 * (output_read_later(net, i) ? 2 : 1);
+        *h2d += (uint64_t)l->batch * l->outputs * 4 * (gt_output_read_later(net, i) ? 2 : 1);
     }
 }
 
@@ -113,7 +95,7 @@ static int onenet_open(onenet *o, const char *cfg)
     network *n = o->net;
     int classes = 1;
     for (int i = 0; i < n->n; ++i)
-        if (is_host_loss(&n->layers[i])) classes = n->layers[i].classes;
+        if (gt_is_host_loss(&n->layers[i])) classes = n->layers[i].classes;
     data d = gt_detection_data(n->batch, n->w, n->h, n->c, n->truths, classes, 77);
     o->X = malloc((size_t)n->batch * n->inputs * sizeof(float));
     o->Y = malloc((size_t)n->batch * n->truths * sizeof(float));
@@ -218,7 +200,7 @@ static float *snapshot(onenet *o, float cost, size_t *n)
         size_t at = 0;
         for (int i = 0; i < net->n; ++i)
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; ++k) {
-                if (kinds[k] == SDNN_GT_DELTA && !is_host_loss(&net->layers[i])) continue;
+                if (kinds[k] == SDNN_GT_DELTA && !gt_is_host_loss(&net->layers[i])) continue;
                 float *dev;
                 size_t m = 0;
                 if (sdnn_gpu_net_tensor(o->g, i, kinds[k], &dev, &m) != SDNN_OK || !m) continue;
@@ -308,7 +290,7 @@ static void check_wait(void)
     if (st == SDNN_OK) st = sdnn_gpu_net_host_loss_stats(o.g, &b);
     int heads = 0;
     for (int i = 0; i < o.net->n; ++i)
-        if (is_host_loss(&o.net->layers[i])) {
+        if (gt_is_host_loss(&o.net->layers[i])) {
             g_orig_forward = o.net->layers[i].forward;
             o.net->layers[i].forward = slow_forward;
             ++heads;
