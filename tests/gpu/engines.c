@@ -92,13 +92,6 @@ static size_t replica_diff(network *a, network *b)
     return d;
 }
 
-static int yolo_classes(network *net)
-{
-    for (int i = 0; i < net->n; ++i)
-        if (net->layers[i].type == YOLO) return net->layers[i].classes;
-    return 1;
-}
-
 typedef struct tcase {
     int n, overlap;
     double bucket_mb;       /* 0: auto */
@@ -201,7 +194,7 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
     double worst_loss = 0, worst_param = 0;
     int worst_step = -1, worst_layer = -1, replanned = 0, steps = tc->stock ? STOCK_STEPS : STEPS;
     size_t rdiff = 0;
-    int classes = yolo_classes(init);
+    int classes = gt_yolo_classes(init);
     for (int step = 0; step < steps; ++step) {
         const sdnn_exchange *gx = sdnn_trainer_exchange(G);
         if (gx) {

@@ -346,6 +346,15 @@ GT_FN data gt_rows(data d, int lo, int n)
     return s;
 }
 
+/* The classes of net's first [yolo] head (1 where it has none): the truth
+ * rows gt_detection_data makes for it. */
+GT_FN int gt_yolo_classes(network *net)
+{
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].type == YOLO) return net->layers[i].classes;
+    return 1;
+}
+
 /* A layer whose loss the gpu engine computes on the host ([yolo], [region]). */
 GT_FN int gt_is_host_loss(const layer *l) { return l->type == YOLO || l->type == REGION; }
 
