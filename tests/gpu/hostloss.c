@@ -129,14 +129,19 @@ static sdnn_status pass(onenet *o, float *cost)
     return sdnn_gpu_vdev_sync(o->vd);
 }
 
+/* onenet_open, or a failed check "name: setup: why" and nothing left open. */
+static int onenet_ready(onenet *o, const char *name, const char *cfg)
+{
+    if (onenet_open(o, cfg)) return 1;
+    SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
+    onenet_close(o);
+    return 0;
+}
+
 static void check_bytes(const char *name, const char *cfg)
 {
     onenet o;
-    if (!onenet_open(&o, cfg)) {
-        SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, name, cfg)) return;
     uint64_t fd2h, fh2d;
     int heads;
     formula(o.net, &fd2h, &fh2d, &heads);
@@ -225,11 +230,7 @@ static float *snapshot(onenet *o, float cost, size_t *n)
 static void check_async(const char *name, const char *cfg)
 {
     onenet o;
-    if (!onenet_open(&o, cfg)) {
-        SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, name, cfg)) return;
     float c_sync = 0, c_async = 0, c_two = 0;
     size_t n1 = 0, n2 = 0, n3 = 0;
     float *ref = NULL, *got = NULL, *two = NULL;
@@ -277,11 +278,7 @@ static void slow_forward(layer l, network net)
 static void check_wait(void)
 {
     onenet o;
-    if (!onenet_open(&o, tiny_cfg)) {
-        SOFT_ASSERT(0, "wait: setup: %s", sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, "wait", tiny_cfg)) return;
     sdnn_gpu_host_loss_stats a, b, c;
     float cost;
     sdnn_status st = pass(&o, &cost);
