@@ -455,6 +455,17 @@ static void test_mosaic_reference(void **state)
         }
 }
 
+/* Every side and size of crop c is want's. */
+static void expect_crop(sdnn_crop c, sdnn_crop want)
+{
+    assert_int_equal(c.pleft, want.pleft);
+    assert_int_equal(c.pright, want.pright);
+    assert_int_equal(c.ptop, want.ptop);
+    assert_int_equal(c.pbot, want.pbot);
+    assert_int_equal(c.swidth, want.swidth);
+    assert_int_equal(c.sheight, want.sheight);
+}
+
 /* letter_box: a wide image in a square input gets equal bands of the mean
  * colour above and below (the aspect kept), a tall one bands left and
  * right, a square one in a 2:1 input bands left and right; the boxes map
@@ -465,11 +476,7 @@ static void test_letter_box(void **state)
     (void)state;
     sdnn_crop c = {0, 0, 0, 0, 100, 50};
     sdnn_batch_letter_box(&c, 100, 50, 64, 64);
-    assert_int_equal(c.ptop, -25);
-    assert_int_equal(c.pbot, -25);
-    assert_int_equal(c.pleft, 0);
-    assert_int_equal(c.swidth, 100);
-    assert_int_equal(c.sheight, 100);
+    expect_crop(c, (sdnn_crop){0, 0, -25, -25, 100, 100});
     /* A box at the centre, 20 x 20 px of the 100 x 50 image: in the input
      * it is 0.2 wide and 0.2 high (the aspect kept), centred. */
     sdnn_label_box b = {1, 0.5f, 0.5f, 0.2f, 0.4f};
@@ -499,33 +506,20 @@ static void test_letter_box(void **state)
     /* Tall image, square input: bands left and right. */
     sdnn_crop t = {0, 0, 0, 0, 50, 100};
     sdnn_batch_letter_box(&t, 50, 100, 64, 64);
-    assert_int_equal(t.pleft, -25);
-    assert_int_equal(t.pright, -25);
-    assert_int_equal(t.ptop, 0);
-    assert_int_equal(t.swidth, 100);
-    assert_int_equal(t.sheight, 100);
+    expect_crop(t, (sdnn_crop){-25, -25, 0, 0, 100, 100});
     /* Square image, 64 x 32 input: width 200, bands of 50 left and right. */
     sdnn_crop s = {0, 0, 0, 0, 100, 100};
     sdnn_batch_letter_box(&s, 100, 100, 64, 32);
-    assert_int_equal(s.pleft, -50);
-    assert_int_equal(s.pright, -50);
-    assert_int_equal(s.swidth, 200);
-    assert_int_equal(s.sheight, 100);
+    expect_crop(s, (sdnn_crop){-50, -50, 0, 0, 200, 100});
     /* With jitter terms (left 5, right -3, top 2, bottom 4) on 100 x 50:
      * delta 25, (int)(5 - 25) ... */
     sdnn_crop j = {5, -3, 2, 4, 98, 44};
     sdnn_batch_letter_box(&j, 100, 50, 64, 64);
-    assert_int_equal(j.pleft, 5);
-    assert_int_equal(j.pright, -3);
-    assert_int_equal(j.ptop, -23);
-    assert_int_equal(j.pbot, -21);
-    assert_int_equal(j.swidth, 98);
-    assert_int_equal(j.sheight, 94);
+    expect_crop(j, (sdnn_crop){5, -3, -23, -21, 98, 94});
     /* An odd band: 100 x 51 -> delta 24.5, (int)(0 - 24.5) = -24. */
     sdnn_crop o = {0, 0, 0, 0, 100, 51};
     sdnn_batch_letter_box(&o, 100, 51, 64, 64);
-    assert_int_equal(o.ptop, -24);
-    assert_int_equal(o.sheight, 99);
+    expect_crop(o, (sdnn_crop){0, 0, -24, -24, 100, 99});
 }
 
 /* Write a w x h image of one colour (channel `ch` 1, the others 0) with

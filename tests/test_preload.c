@@ -241,15 +241,23 @@ static void test_deep_in_order(void **state)
 
 /* ---- multi-scale: drop what was fed at the old size ------------------------ */
 
+/* A trainer on the deep engine (preload= as given, split=cpu, 16 x 16
+ * inputs) with two batches fed and both still queued. */
+static sdnn_trainer *two_fed(int preload, uint64_t *seed)
+{
+    sdnn_trainer *t = trainer_on(deep_engine(), preload, "cpu", 16);
+    for (int i = 0; i < 2; ++i)
+        assert_int_equal(sdnn_trainer_feed(t, tu_batch(seed, ROWS, 16 * 16 * 3, CLASSES)),
+                         SDNN_OK);
+    assert_int_equal(sdnn_trainer_queued(t), 2);
+    return t;
+}
+
 static void test_resize_drops(void **state)
 {
     (void)state;
-    sdnn_trainer *t = trainer_on(deep_engine(), 3, "cpu", 16);
     uint64_t seed = 3;
-    for (int i = 0; i < 2; ++i)
-        assert_int_equal(sdnn_trainer_feed(t, tu_batch(&seed, ROWS, 16 * 16 * 3, CLASSES)),
-                         SDNN_OK);
-    assert_int_equal(sdnn_trainer_queued(t), 2);
+    sdnn_trainer *t = two_fed(3, &seed);
     assert_int_equal(sdnn_trainer_dropped(t), 0);
     assert_int_equal(sdnn_trainer_resize(t, 24, 24), SDNN_OK);
     assert_int_equal(sdnn_trainer_queued(t), 0);
@@ -278,12 +286,8 @@ static void test_resize_drops(void **state)
 static void test_destroy_frees_queued(void **state)
 {
     (void)state;
-    sdnn_trainer *t = trainer_on(deep_engine(), 2, "cpu", 16);
     uint64_t seed = 4;
-    for (int i = 0; i < 2; ++i)
-        assert_int_equal(sdnn_trainer_feed(t, tu_batch(&seed, ROWS, 16 * 16 * 3, CLASSES)),
-                         SDNN_OK);
-    assert_int_equal(sdnn_trainer_queued(t), 2);
+    sdnn_trainer *t = two_fed(2, &seed);
     sdnn_trainer_destroy(t);   /* LSan: nothing leaks */
 }
 

@@ -38,21 +38,6 @@ static int arg_int(int argc, char **argv, const char *name, int def)
     return def;
 }
 
-static int is_head(const layer *l) { return l->type == YOLO || l->type == REGION; }
-
-static int output_read_later(const network *net, int i)
-{
-    if (net->layers[i].type == REGION) return 1;
-    if (i + 1 < net->n && net->layers[i + 1].type != ROUTE) return 1;
-    for (int j = i + 1; j < net->n; ++j) {
-        const layer *l = &net->layers[j];
-        if (l->type == SHORTCUT && l->index == i) return 1;
-        for (int k = 0; l->type == ROUTE && k < l->n; ++k)
-            if (l->input_layers[k] == i) return 1;
-    }
-    return 0;
-}
-
 static int bytes_cmd(const char *cfg, int argc, char **argv)
 {
     int batch = arg_int(argc, argv, "-batch", 64), sub = arg_int(argc, argv, "-subdivisions", 16);
@@ -81,10 +66,10 @@ static int bytes_cmd(const char *cfg, int argc, char **argv)
            "back B/step");
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        if (!is_head(l)) continue;
+        if (!gt_is_host_loss(l)) continue;
         classes = l->classes;
         uint64_t in = (uint64_t)images * l->inputs * 4, out = (uint64_t)images * l->outputs * 4;
-        uint64_t back = out * (output_read_later(net, i) ? 2 : 1);
+        uint64_t back = out * (gt_output_read_later(net, i) ? 2 : 1);
         fd2h += in;
         fh2d += back;
         sync_h2d += 2 * out;

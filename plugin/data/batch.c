@@ -322,6 +322,24 @@ void sdnn_batch_mosaic_pixels(const float *ai, int w, int h, int cut_x, int cut_
         }
 }
 
+/* One axis of a mosaic box clipped to the input's border: lo and hi are the
+ * box's edges in pixels, size the input's extent on that axis, *c and *s the
+ * box's centre and size (relative) moved so that it ends at the border. */
+static void clip_border(int lo, int hi, int size, float *c, float *s)
+{
+    const float f = (float)size;
+    if (lo < 0) {
+        float d = (float)lo / f;
+        *c -= d / 2;
+        *s += d;
+    }
+    if (hi > size) {
+        float d = (float)(hi - size) / f;
+        *c -= d / 2;
+        *s -= d;
+    }
+}
+
 int sdnn_batch_mosaic_truth(float *truth, int count, const float *qtruth, int w, int h,
                             int cut_x, int cut_y, int q, sdnn_mosaic_shift s, int bound,
                             int num_boxes)
@@ -349,26 +367,8 @@ int sdnn_batch_mosaic_truth(float *truth, int count, const float *qtruth, int w,
             yb = ((float)(bot + top) / 2) / fh;
             hb = (float)(bot - top) / fh;
         } else { /* the input's border only */
-            if (left < 0) {
-                float d = (float)left / fw;
-                xb -= d / 2;
-                wb += d;
-            }
-            if (right > w) {
-                float d = (float)(right - w) / fw;
-                xb -= d / 2;
-                wb -= d;
-            }
-            if (top < 0) {
-                float d = (float)top / fh;
-                yb -= d / 2;
-                hb += d;
-            }
-            if (bot > h) {
-                float d = (float)(bot - h) / fh;
-                yb -= d / 2;
-                hb -= d;
-            }
+            clip_border(left, right, w, &xb, &wb);
+            clip_border(top, bot, h, &yb, &hb);
             left = (int)((xb - wb / 2) * fw);
             right = (int)((xb + wb / 2) * fw);
             top = (int)((yb - hb / 2) * fh);

@@ -62,35 +62,8 @@
 #define STOCK_STEPS 8
 #define ROWS 8
 
-/* A yolov3-tiny-shaped detector at 64x64: the stride-2 maxpools, the
- * stride-1 maxpool, the 1x1 bottleneck, two YOLO heads joined by route,
- * upsample and route, as in Darknet's yolov3-tiny.cfg, narrowed. */
-static const char *tiny_cfg =
-    "[net]\nbatch=8\nsubdivisions=2\nwidth=32\nheight=32\nchannels=3\n"
-    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.001\nburn_in=0\nmax_batches=100\n"
-    "policy=steps\nsteps=80\nscales=.1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=3,4,5\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"
-    "[route]\nlayers=-4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[upsample]\nstride=2\n"
-    "[route]\nlayers=-1,4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=0,1,2\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n";
+/* The yolov3-tiny-shaped detector (gpu_test.h) with batch=8. */
+static const char *tiny_cfg = GT_TINY_CFG(8);
 
 /* The gpu engine's table with a create that keeps the instance: stock
  * mode has no exchange to reach the engine through, and its sync moves
@@ -117,13 +90,6 @@ static size_t replica_diff(network *a, network *b)
         if (x->batch_normalize) d += gt_bytes_differ(x->scales, y->scales, nb * 4);
     }
     return d;
-}
-
-static int yolo_classes(network *net)
-{
-    for (int i = 0; i < net->n; ++i)
-        if (net->layers[i].type == YOLO) return net->layers[i].classes;
-    return 1;
 }
 
 typedef struct tcase {
@@ -228,7 +194,7 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
     double worst_loss = 0, worst_param = 0;
     int worst_step = -1, worst_layer = -1, replanned = 0, steps = tc->stock ? STOCK_STEPS : STEPS;
     size_t rdiff = 0;
-    int classes = yolo_classes(init);
+    int classes = gt_yolo_classes(init);
     for (int step = 0; step < steps; ++step) {
         const sdnn_exchange *gx = sdnn_trainer_exchange(G);
         if (gx) {

@@ -70,13 +70,6 @@ static size_t bytes_apart(network *a, network *b)
     return d;
 }
 
-static int yolo_classes(network *net)
-{
-    for (int i = 0; i < net->n; ++i)
-        if (net->layers[i].type == YOLO) return net->layers[i].classes;
-    return 1;
-}
-
 typedef struct pair {
     network *init, *fed[4], *ref[4];
     sdnn_trainer *F, *R;
@@ -129,7 +122,7 @@ static int pair_make(pair *p, const fcase *fc, const char *label)
 
 static data batch_for(network *net, uint64_t seed)
 {
-    return gt_detection_data(ROWS, net->w, net->h, net->c, net->truths, yolo_classes(net), seed);
+    return gt_detection_data(ROWS, net->w, net->h, net->c, net->truths, gt_yolo_classes(net), seed);
 }
 
 typedef struct copies {

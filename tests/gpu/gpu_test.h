@@ -346,4 +346,64 @@ GT_FN data gt_rows(data d, int lo, int n)
     return s;
 }
 
+/* The classes of net's first [yolo] head (1 where it has none): the truth
+ * rows gt_detection_data makes for it. */
+GT_FN int gt_yolo_classes(network *net)
+{
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].type == YOLO) return net->layers[i].classes;
+    return 1;
+}
+
+/* A layer whose loss the gpu engine computes on the host ([yolo], [region]). */
+GT_FN int gt_is_host_loss(const layer *l) { return l->type == YOLO || l->type == REGION; }
+
+/* Written out from the cfg, not from plugin/cuda/net.c (the host-loss
+ * formula of hostloss.c and bench_hostloss.c): a later device pass reads
+ * head i's output (region's own backward, a next layer that takes it as its
+ * input, a route or shortcut that names it). */
+GT_FN int gt_output_read_later(const network *net, int i)
+{
+    if (net->layers[i].type == REGION) return 1;
+    if (i + 1 < net->n && net->layers[i + 1].type != ROUTE) return 1;
+    for (int j = i + 1; j < net->n; ++j) {
+        const layer *l = &net->layers[j];
+        if (l->type == SHORTCUT && l->index == i) return 1;
+        for (int k = 0; l->type == ROUTE && k < l->n; ++k)
+            if (l->input_layers[k] == i) return 1;
+    }
+    return 0;
+}
+
+/* The yolov3-tiny-shaped detector of hostloss.c and engines.c at 32x32, with
+ * batch= as given: the stride-2 maxpools, the stride-1 maxpool, the 1x1
+ * bottleneck, two YOLO heads joined by route, upsample and route, as in
+ * Darknet's yolov3-tiny.cfg, narrowed. */
+#define GT_TINY_CFG(batch) \
+    "[net]\nbatch=" #batch "\nsubdivisions=2\nwidth=32\nheight=32\nchannels=3\n"                  \
+    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.001\nburn_in=0\nmax_batches=100\n"               \
+    "policy=steps\nsteps=80\nscales=.1\n"                                                         \
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"  \
+    "[maxpool]\nsize=2\nstride=2\n"                                                               \
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"  \
+    "[maxpool]\nsize=2\nstride=2\n"                                                               \
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n" \
+    "[maxpool]\nsize=2\nstride=2\n"                                                               \
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n" \
+    "[maxpool]\nsize=2\nstride=1\n"                                                               \
+    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n" \
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=1\nstride=1\npad=1\nactivation=leaky\n" \
+    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n" \
+    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"                   \
+    "[yolo]\nmask=3,4,5\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"      \
+    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"                                     \
+    "[route]\nlayers=-4\n"                                                                        \
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\npad=1\nactivation=leaky\n"  \
+    "[upsample]\nstride=2\n"                                                                      \
+    "[route]\nlayers=-1,4\n"                                                                      \
+    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n" \
+    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"                   \
+    "[yolo]\nmask=0,1,2\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"      \
+    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"
+
 #endif

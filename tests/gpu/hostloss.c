@@ -46,32 +46,8 @@
 #define STOCK_TOL 1e-3
 #define STOCK_STEPS 8
 
-static const char *tiny_cfg =
-    "[net]\nbatch=4\nsubdivisions=2\nwidth=32\nheight=32\nchannels=3\n"
-    "momentum=0.9\ndecay=0.0005\nlearning_rate=0.001\nburn_in=0\nmax_batches=100\n"
-    "policy=steps\nsteps=80\nscales=.1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=2\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[maxpool]\nsize=2\nstride=1\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=32\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=3,4,5\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n"
-    "[route]\nlayers=-4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\npad=1\nactivation=leaky\n"
-    "[upsample]\nstride=2\n"
-    "[route]\nlayers=-1,4\n"
-    "[convolutional]\nbatch_normalize=1\nfilters=16\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
-    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=24\nactivation=linear\n"
-    "[yolo]\nmask=0,1,2\nanchors=6,6, 10,10, 14,14, 20,20, 28,28, 40,40\nclasses=3\nnum=6\n"
-    "jitter=.3\nignore_thresh=.7\ntruth_thresh=1\nrandom=0\n";
+/* The yolov3-tiny-shaped detector (gpu_test.h) with batch=4. */
+static const char *tiny_cfg = GT_TINY_CFG(4);
 
 /* yolov2-style: one region head, 3 anchors x (4 coords + objectness + 3
  * classes) channels. */
@@ -85,24 +61,6 @@ static const char *region_cfg =
     "jitter=.2\nrescore=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\n"
     "absolute=1\nthresh=.6\nrandom=0\n";
 
-static int is_host_loss(const layer *l) { return l->type == YOLO || l->type == REGION; }
-
-/* Written out from the cfg, not from net.c: a later device pass reads the
- * head's output (region's own backward, a next layer that takes it as its
- * input, a route or shortcut that names it). */
-static int output_read_later(const network *net, int i)
-{
-    if (net->layers[i].type == REGION) return 1;
-    if (i + 1 < net->n && net->layers[i + 1].type != ROUTE) return 1;
-    for (int j = i + 1; j < net->n; ++j) {
-        const layer *l = &net->layers[j];
-        if (l->type == SHORTCUT && l->index == i) return 1;
-        for (int k = 0; l->type == ROUTE && k < l->n; ++k)
-            if (l->input_layers[k] == i) return 1;
-    }
-    return 0;
-}
-
 /* One training pass's host-loss bytes, by the formula. */
 static void formula(const network *net, uint64_t *d2h, uint64_t *h2d, int *heads)
 {
@@ -110,10 +68,10 @@ static void formula(const network *net, uint64_t *d2h, uint64_t *h2d, int *heads
     *heads = 0;
     for (int i = 0; i < net->n; ++i) {
         const layer *l = &net->layers[i];
-        if (!is_host_loss(l)) continue;
+        if (!gt_is_host_loss(l)) continue;
         ++*heads;
         *d2h += (uint64_t)l->batch * l->inputs * 4;
-        *h2d += (uint64_t)l->batch * l->outputs * 4 * (output_read_later(net, i) ? 2 : 1);
+        *h2d += (uint64_t)l->batch * l->outputs * 4 * (gt_output_read_later(net, i) ? 2 : 1);
     }
 }
 
@@ -137,7 +95,7 @@ static int onenet_open(onenet *o, const char *cfg)
     network *n = o->net;
     int classes = 1;
     for (int i = 0; i < n->n; ++i)
-        if (is_host_loss(&n->layers[i])) classes = n->layers[i].classes;
+        if (gt_is_host_loss(&n->layers[i])) classes = n->layers[i].classes;
     data d = gt_detection_data(n->batch, n->w, n->h, n->c, n->truths, classes, 77);
     o->X = malloc((size_t)n->batch * n->inputs * sizeof(float));
     o->Y = malloc((size_t)n->batch * n->truths * sizeof(float));
@@ -171,14 +129,19 @@ static sdnn_status pass(onenet *o, float *cost)
     return sdnn_gpu_vdev_sync(o->vd);
 }
 
+/* onenet_open, or a failed check "name: setup: why" and nothing left open. */
+static int onenet_ready(onenet *o, const char *name, const char *cfg)
+{
+    if (onenet_open(o, cfg)) return 1;
+    SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
+    onenet_close(o);
+    return 0;
+}
+
 static void check_bytes(const char *name, const char *cfg)
 {
     onenet o;
-    if (!onenet_open(&o, cfg)) {
-        SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, name, cfg)) return;
     uint64_t fd2h, fh2d;
     int heads;
     formula(o.net, &fd2h, &fh2d, &heads);
@@ -242,7 +205,7 @@ static float *snapshot(onenet *o, float cost, size_t *n)
         size_t at = 0;
         for (int i = 0; i < net->n; ++i)
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; ++k) {
-                if (kinds[k] == SDNN_GT_DELTA && !is_host_loss(&net->layers[i])) continue;
+                if (kinds[k] == SDNN_GT_DELTA && !gt_is_host_loss(&net->layers[i])) continue;
                 float *dev;
                 size_t m = 0;
                 if (sdnn_gpu_net_tensor(o->g, i, kinds[k], &dev, &m) != SDNN_OK || !m) continue;
@@ -267,11 +230,7 @@ static float *snapshot(onenet *o, float cost, size_t *n)
 static void check_async(const char *name, const char *cfg)
 {
     onenet o;
-    if (!onenet_open(&o, cfg)) {
-        SOFT_ASSERT(0, "%s: setup: %s", name, sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, name, cfg)) return;
     float c_sync = 0, c_async = 0, c_two = 0;
     size_t n1 = 0, n2 = 0, n3 = 0;
     float *ref = NULL, *got = NULL, *two = NULL;
@@ -319,11 +278,7 @@ static void slow_forward(layer l, network net)
 static void check_wait(void)
 {
     onenet o;
-    if (!onenet_open(&o, tiny_cfg)) {
-        SOFT_ASSERT(0, "wait: setup: %s", sdnn_last_error());
-        onenet_close(&o);
-        return;
-    }
+    if (!onenet_ready(&o, "wait", tiny_cfg)) return;
     sdnn_gpu_host_loss_stats a, b, c;
     float cost;
     sdnn_status st = pass(&o, &cost);
@@ -332,7 +287,7 @@ static void check_wait(void)
     if (st == SDNN_OK) st = sdnn_gpu_net_host_loss_stats(o.g, &b);
     int heads = 0;
     for (int i = 0; i < o.net->n; ++i)
-        if (is_host_loss(&o.net->layers[i])) {
+        if (gt_is_host_loss(&o.net->layers[i])) {
             g_orig_forward = o.net->layers[i].forward;
             o.net->layers[i].forward = slow_forward;
             ++heads;

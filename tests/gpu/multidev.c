@@ -407,6 +407,26 @@ static void peer_timeout_backend(void)
     }
 }
 
+/* One replica (cfg with set1) against two (set2), both from init, 6 steps
+ * of 8 rows each: *rd the two replicas' difference in bytes after the last
+ * step, *e the largest relative error of the two-replica run's replica 0
+ * against the single replica.  Both runs are stopped. */
+static sdnn_status one_vs_two(const char *cfg, const char *set1, const char *set2, network *init,
+                              const ropts *o, size_t *rd, double *e)
+{
+    run one, two;
+    size_t b;
+    sdnn_status s = start(&one, cfg, set1, init, o, 1);
+    if (s == SDNN_OK) s = train(&one, 6, 8, rd);
+    if (s == SDNN_OK) s = start(&two, cfg, set2, init, o, 2);
+    if (s == SDNN_OK) s = train(&two, 6, 8, rd);
+    if (s != SDNN_OK) return s;
+    *e = param_err(two.nets[0], one.nets[0], &b);
+    stop(&one);
+    stop(&two);
+    return SDNN_OK;
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -433,31 +453,19 @@ int main(int argc, char **argv)
     /* subdivisions 2 with 2 replicas (cfg batch = rows per step, net->batch = batch / subdivisions) */
     network *init = gt_parse_text(plain_cfg, NULL);
     gt_randomize(init, 21);
-    run one, two;
-    GT_OK(start(&one, plain_cfg, "batch=8\nsubdivisions=2\n", init, &o, 1));
-    GT_OK(train(&one, 6, 8, &rd));
-    GT_OK(start(&two, plain_cfg, "batch=4\nsubdivisions=2\n", init, &o, 2));
-    GT_OK(train(&two, 6, 8, &rd));
-    e = param_err(two.nets[0], one.nets[0], &b);
+    GT_OK(one_vs_two(plain_cfg, "batch=8\nsubdivisions=2\n", "batch=4\nsubdivisions=2\n", init,
+                     &o, &rd, &e));
     SOFT_ASSERT(rd == 0, "subdivisions=2, 2 replicas: replicas bit-identical (%zu bytes)", rd);
     SOFT_ASSERT(e < 1e-4, "2 x (batch 2, subdivisions 2) = 1 x (batch 4, subdivisions 2) after 6 "
                 "steps: rel err %.2e", e);
-    stop(&one);
-    stop(&two);
 
     /* residual shortcuts and routes */
     network *rinit = gt_parse_text(residual_cfg, NULL);
     gt_randomize(rinit, 5);
-    GT_OK(start(&one, residual_cfg, "batch=8\n", rinit, &o, 1));
-    GT_OK(train(&one, 6, 8, &rd));
-    GT_OK(start(&two, residual_cfg, NULL, rinit, &o, 2));
-    GT_OK(train(&two, 6, 8, &rd));
-    e = param_err(two.nets[0], one.nets[0], &b);
+    GT_OK(one_vs_two(residual_cfg, "batch=8\n", NULL, rinit, &o, &rd, &e));
     SOFT_ASSERT(rd == 0, "residual net, 2 replicas: bit-identical (%zu bytes)", rd);
     SOFT_ASSERT(e < 1e-4, "residual net (shortcuts, route): 2 x batch 4 = 1 x batch 8 after 6 "
                 "steps: rel err %.2e", e);
-    stop(&one);
-    stop(&two);
     sdnn_network_free(rinit);
 
     /* batch norm, int8, topk and split=device0 over NCCL on devices 0 and 1,
