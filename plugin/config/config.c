@@ -102,7 +102,7 @@ struct key_spec {
 };
 
 enum {
-    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_BUCKET_MB, K_OVERLAP,
+    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_FIX_BN_DELTA, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
     K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
@@ -195,6 +195,11 @@ static const key_spec g_keys[N_KEYS] = {
         .expect = "0 (Darknet's overwriting 1x1 backward) or 1 (adds, the default)",
         .help = "1: a 1x1 convolution's backward adds to its input's delta; "
             "0: Debian's libdarknet, which overwrites it" },
+    [K_FIX_BN_DELTA] = {
+        .key = "fix_bn_delta", .type = KT_BOOL, F(fix_bn_delta), .allowed = "0 or 1",
+        .expect = "0 (Darknet's batch-norm backward, off by about 1/N) or 1 (exact, the default)",
+        .help = "1: batch norm's backward is the exact derivative of its forward (variance "
+            "over N-1); 0: Debian's libdarknet, which differentiates as if over N" },
     [K_BUCKET_MB] = {
         .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0, .hi = 4096.0, .lo_open = 1,
         .auto_zero = 1, .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,

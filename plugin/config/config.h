@@ -54,6 +54,8 @@ typedef struct sdnn_config {
     int fix_1x1_delta;  /* fix_1x1_delta=0|1: a 1x1 convolution's backward adds to
                          * its input's delta (1, the default) or overwrites it as
                          * Debian's libdarknet does (0); see hooks.h */
+    int fix_bn_delta;   /* fix_bn_delta=0|1: batch norm's backward exact for its
+                         * forward (1, the default) or Darknet's (0); see bnfix.h */
     char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
     int virtual_devices; /* virtual=0|1: 1 lets -gpus name a device more than
@@ -73,7 +75,7 @@ typedef struct sdnn_config {
       .error_feedback = -1, .stochastic_rounding = 0, .topk_momentum = 0.0,     \
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
-      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1,         \
+      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, \
       .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */

@@ -70,17 +70,35 @@ static void act_forward(layer l, network net)
         for (size_t i = 0; i < n; ++i) l.output[i] = sdnn_swishf(a->x[i]);
 }
 
+/* delta (n values) times the activation's gradient at its kept input. */
+static void act_grad(const act_layer *a, float *delta, size_t n)
+{
+    if (a->n < n) {   /* the forward could not keep its input (out of memory) */
+        for (size_t i = 0; i < n; ++i) delta[i] = NAN;
+    } else if (a->act == ACT_MISH)
+        for (size_t i = 0; i < n; ++i) delta[i] *= sdnn_mish_gradf(a->x[i]);
+    else
+        for (size_t i = 0; i < n; ++i) delta[i] *= sdnn_swish_gradf(a->x[i]);
+}
+
 static void act_backward(layer l, network net)
 {
     act_layer *a = lookup(net.layers + net.index);
-    size_t n = (size_t)l.outputs * (size_t)l.batch;
-    if (a->n < n) {   /* the forward could not keep its input (out of memory) */
-        for (size_t i = 0; i < n; ++i) l.delta[i] = NAN;
-    } else if (a->act == ACT_MISH)
-        for (size_t i = 0; i < n; ++i) l.delta[i] *= sdnn_mish_gradf(a->x[i]);
-    else
-        for (size_t i = 0; i < n; ++i) l.delta[i] *= sdnn_swish_gradf(a->x[i]);
+    act_grad(a, l.delta, (size_t)l.outputs * (size_t)l.batch);
     a->backward(l, net);
+}
+
+/* For the batch-norm fix (bnfix.c), which must run between the dialect's
+ * activation gradient and libdarknet's layer backward: apply layer i's mish
+ * or swish gradient to `delta` and return libdarknet's own backward of the
+ * layer; NULL (delta untouched) for a layer without a dialect activation. */
+void (*sdnn_dialect_act_grad(const network *net, int i, float *delta))(layer, network)
+{
+    if (net->layers[i].backward == NULL) return NULL;
+    act_layer *a = lookup(net->layers + i);
+    if (!a || (a->act != ACT_MISH && a->act != ACT_SWISH)) return NULL;
+    act_grad(a, delta, (size_t)net->layers[i].outputs * (size_t)net->layers[i].batch);
+    return a->backward;
 }
 
 /* A grouped route: slice gid of the routed layer's channels (each image's

@@ -61,6 +61,11 @@ typedef struct sdnn_dialect_layer_info {
  * change); returns info->kind. */
 sdnn_dialect_kind sdnn_dialect_layer(const network *net, int i, sdnn_dialect_layer_info *info);
 
+/* Layer i's mish/swish gradient applied to `delta` in place; returns
+ * libdarknet's own backward of the layer, or NULL (nothing done) when the
+ * layer has no dialect activation.  For the batch-norm fix (bnfix.h). */
+void (*sdnn_dialect_act_grad(const network *net, int i, float *delta))(layer, network);
+
 /* Drop what the dialect keeps for the layers of `net` (sdnn_network_free
  * calls it before freeing the network). */
 void sdnn_dialect_forget(const network *net);

@@ -5,6 +5,7 @@
  * refused.
  */
 #include "hooks.h"
+#include "bnfix.h"
 #include "clock.h"
 #include "replicas.h"
 
@@ -91,7 +92,7 @@ static void hook_forward(layer l, network net)
  * `add` (the fix) the delta Darknet wrote into net.delta (the scratch) is
  * then added to `add`, inside the timed span: it is part of the layer's
  * backward. */
-static void backward_body(layer l, network net, float *add, size_t nadd)
+static void backward_body(layer l, network net, float *add, size_t nadd, int bn)
 {
     sdnn_hook_ctx *c = tl_ctx;
     const sdnn_engine_callbacks *cb = callbacks(c);
@@ -107,7 +108,21 @@ static void backward_body(layer l, network net, float *add, size_t nadd)
         }
     }
     double t0 = c && (c->tl || c->prof) ? sdnn_now_s() : 0;
-    g_backward[l.type](l, net);
+    if (bn) {
+        /* fix_bn_delta: the exact batch-norm backward first (bnfix.h), then
+         * the rest of the layer's own backward. */
+        float *sink = malloc(sdnn_bn_fix_sink_floats(&l) * sizeof *sink);
+        if (!sink) {
+            SDNN_ERROR(SDNN_ERR_NOMEM, "layer %d: no memory for the batch-norm fix", net.index);
+            if (cb && cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_NOMEM);
+            return;
+        }
+        void (*rest)(layer, network) = sdnn_bn_fix_backward(&l, &net, sink, g_backward[l.type]);
+        if (rest) rest(l, net);
+        free(sink);
+    } else {
+        g_backward[l.type](l, net);
+    }
     if (add) {
         const float *restrict src = net.delta;
         float *restrict dst = add;
@@ -129,7 +144,8 @@ static void backward_body(layer l, network net, float *add, size_t nadd)
     cb->backward_done(cb->user, c->replica, net.index);
 }
 
-static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0); }
+static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0, 0); }
+static void hook_backward_bn(layer l, network net) { backward_body(l, net, NULL, 0, 1); }
 
 /* The scratch of the network whose layer array is `layers`, at least n
  * floats (it grows only after a resize), or NULL. */
@@ -153,11 +169,11 @@ static float *scratch_for(const layer *layers, size_t n)
  * backward writes the input gradient into the scratch (its gemm has beta 0
  * and overwrites every element, so the scratch needs no clearing), and the
  * scratch is added to the real delta as col2im adds for size > 1. */
-static void hook_backward_fix(layer l, network net)
+static void fix_body(layer l, network net, int bn)
 {
     float *delta = net.delta;
     if (!delta) {
-        backward_body(l, net, NULL, 0);
+        backward_body(l, net, NULL, 0, bn);
         return;
     }
     size_t n = (size_t)l.batch * (size_t)l.inputs;
@@ -175,7 +191,16 @@ static void hook_backward_fix(layer l, network net)
     if ((size_t)l.out_h * (size_t)l.out_w != (size_t)l.h * (size_t)l.w)
         memset(s, 0, n * sizeof *s);
     net.delta = s;
-    backward_body(l, net, delta, n);
+    backward_body(l, net, delta, n, bn);
+}
+
+static void hook_backward_fix(layer l, network net) { fix_body(l, net, 0); }
+static void hook_backward_fix_bn(layer l, network net) { fix_body(l, net, 1); }
+
+static int is_backward_hook(backward_fn f)
+{
+    return f == hook_backward || f == hook_backward_bn || f == hook_backward_fix ||
+           f == hook_backward_fix_bn;
 }
 
 /* Does the backward of layer j write into `d`?  Most layers add into their
@@ -302,21 +327,23 @@ static void drop_scratch(const network *net)
 int sdnn_hooks_installed(const network *net)
 {
     for (int i = 0; i < net->n; ++i)
-        if (net->layers[i].backward == hook_backward ||
-            net->layers[i].backward == hook_backward_fix)
-            return 1;
+        if (is_backward_hook(net->layers[i].backward)) return 1;
     return 0;
 }
 
-sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta)
+sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
 {
     sdnn_status st = SDNN_OK;
     /* Decided before any pointer changes: the test reads the layers' own
-     * backward pointers. */
-    unsigned char *fix = fix_1x1_delta ? calloc((size_t)net->n + 1, 1) : NULL;
-    if (fix_1x1_delta && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
+     * backward pointers.  fix[i]: bit 0 the 1x1 fix, bit 1 the BN fix. */
+    unsigned char *fix = fixes ? calloc((size_t)net->n + 1, 1) : NULL;
+    if (fixes && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
     int nfix = 0;
-    for (int i = 0; fix && i < net->n; ++i) nfix += fix[i] = (unsigned char)sdnn_fix_1x1_needed(net, i);
+    for (int i = 0; fix && i < net->n; ++i) {
+        int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i);
+        nfix += one;
+        fix[i] = (unsigned char)(one | ((fixes & SDNN_FIX_BN) && sdnn_bn_fix_applies(net, i) ? 2 : 0));
+    }
     pthread_mutex_lock(&g_lock);
     if (nfix) st = add_scratch(net);
     for (int i = 0; i < net->n; ++i) {
@@ -338,8 +365,7 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta)
         }
         if (st != SDNN_OK) break;
         if (!l->backward) continue;
-        if (l->backward == hook_backward || l->backward == hook_backward_fix)
-            continue;   /* already installed */
+        if (is_backward_hook(l->backward)) continue;   /* already installed */
         if ((l->update && g_update[t] && g_update[t] != l->update) ||
             (g_backward[t] && g_backward[t] != l->backward)) {
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
@@ -348,7 +374,9 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta)
             break;
         }
         g_backward[t] = l->backward;
-        l->backward = fix && fix[i] ? hook_backward_fix : hook_backward;
+        static const backward_fn by_fix[4] = {hook_backward, hook_backward_fix,
+                                              hook_backward_bn, hook_backward_fix_bn};
+        l->backward = by_fix[fix ? fix[i] : 0];
         if (l->update) {
             g_update[t] = l->update;
             l->update = hook_update;
@@ -367,8 +395,7 @@ void sdnn_hooks_uninstall(network *net)
         layer *l = &net->layers[i];
         if (l->forward == hook_forward) l->forward = g_forward[l->type];
         if (l->update == hook_update) l->update = g_update[l->type];
-        if (l->backward == hook_backward || l->backward == hook_backward_fix)
-            l->backward = g_backward[l->type];
+        if (is_backward_hook(l->backward)) l->backward = g_backward[l->type];
     }
     drop_scratch(net);
     pthread_mutex_unlock(&g_lock);

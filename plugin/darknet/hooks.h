@@ -49,7 +49,11 @@ typedef struct sdnn_hook_ctx {
  * layer with parameters and, when `forward` is set, the forward pointer of
  * every layer.  With fix_1x1_delta, the layers sdnn_fix_1x1_needed names
  * get the fixing wrapper instead (it does everything the plain one does). */
-sdnn_status sdnn_hooks_install(network *net, int forward, int fix_1x1_delta);
+enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2 };
+/* `fixes`: SDNN_FIX_1X1 (fix_1x1_delta) and/or SDNN_FIX_BN (fix_bn_delta:
+ * the layers sdnn_bn_fix_applies names get the exact batch-norm backward,
+ * bnfix.h). */
+sdnn_status sdnn_hooks_install(network *net, int forward, int fixes);
 /* 1 when the hooks are installed on `net`. */
 int sdnn_hooks_installed(const network *net);
 

@@ -51,10 +51,11 @@ static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
     cpu_engine *c = calloc(1, sizeof *c);
     if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cpu engine");
     e->impl = c;
-    int need = o->hooks || (o->fix_1x1_delta && sdnn_fix_1x1_count(e->nets[0]) > 0);
+    int need = o->hooks || sdnn_engine_fixes_needed(o, e->nets[0]);
+    int fixes = (o->fix_1x1_delta ? SDNN_FIX_1X1 : 0) | (o->fix_bn_delta ? SDNN_FIX_BN : 0);
     if (need) {
         for (int r = 0; r < e->n; ++r) {
-            sdnn_status st = sdnn_hooks_install(e->nets[r], o->hook_forward, o->fix_1x1_delta);
+            sdnn_status st = sdnn_hooks_install(e->nets[r], o->hook_forward, fixes);
             if (st != SDNN_OK) {
                 for (int q = 0; q <= r; ++q) sdnn_hooks_uninstall(e->nets[q]);
                 free(c);

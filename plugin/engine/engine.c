@@ -3,6 +3,8 @@
  * choice of engine=cpu|gpu|auto (see engine.h).
  */
 #include "engine.h"
+#include "bnfix.h"
+#include "hooks.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -163,4 +165,10 @@ void sdnn_engine_destroy(sdnn_engine *e)
     if (!e) return;
     e->ops->destroy(e);
     free(e);
+}
+
+int sdnn_engine_fixes_needed(const sdnn_engine_opts *o, const network *net)
+{
+    return (o->fix_1x1_delta && sdnn_fix_1x1_count(net) > 0) ||
+           (o->fix_bn_delta && sdnn_bn_fix_count(net) > 0);
 }

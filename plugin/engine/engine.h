@@ -129,6 +129,7 @@ typedef enum sdnn_engine_split {
 /* What an engine is created with. */
 typedef struct sdnn_engine_opts {
     int fix_1x1_delta;      /* hooks.c's fix (cpu), the same result (gpu) */
+    int fix_bn_delta;       /* bnfix.h's exact batch-norm backward (cpu, gpu) */
     int hook_forward;       /* time each layer's forward (timeline, profile) */
     int hooks;              /* 1: call the callbacks (scalednn mode, a
                              * timeline or a profile); 0: plain Darknet */
@@ -139,7 +140,7 @@ typedef struct sdnn_engine_opts {
     sdnn_engine_split split; /* [scalednn] split=: how feed() splits a batch */
 } sdnn_engine_opts;
 
-#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .hook_forward = 0, .hooks = 0, \
+#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_bn_delta = 0, .hook_forward = 0, .hooks = 0, \
                                 .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU }
 
 /* Where a non-finite value was found by pack(). */
@@ -325,6 +326,11 @@ sdnn_status sdnn_engine_resolve_on(const char *name, const int *devices, int n,
 void sdnn_engine_describe_device(const sdnn_engine_ops *engine, int dev, char *buf, size_t len);
 
 /* Create / destroy an engine instance. */
+/* 1 when a fix of libdarknet's backward (the 1x1 delta, batch norm) that `o`
+ * asks for has a layer of `net` to act on: the host engine then hooks the
+ * replicas even in stock mode. */
+int sdnn_engine_fixes_needed(const sdnn_engine_opts *o, const network *net);
+
 sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,
                                const sdnn_engine_opts *o, sdnn_engine **out);
 void sdnn_engine_destroy(sdnn_engine *e);

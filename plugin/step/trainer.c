@@ -322,6 +322,7 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
         }
         sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
+        eo.fix_bn_delta = cfg->fix_bn_delta;
         eo.hook_forward = t->tl != NULL || t->ap != NULL;
         eo.hooks = cfg->mode == SDNN_MODE_SCALEDNN || t->tl != NULL;
         eo.devices = t->devices;
@@ -335,7 +336,7 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
             st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
             goto fail;
         }
-        t->hooked = eo.hooks || (cfg->fix_1x1_delta && sdnn_fix_1x1_count(nets[0]) > 0);
+        t->hooked = eo.hooks || sdnn_engine_fixes_needed(&eo, nets[0]);
         if (t->eng->ops->set_timeline) t->eng->ops->set_timeline(t->eng, t->tl);
     }
     /* The exchange drives the engine's replicas (and registers its

@@ -1,0 +1,51 @@
+/*
+ * bnfix: batch norm's backward made the exact derivative of the forward
+ * that ran (fix_bn_delta=1, issue 25).
+ *
+ * Debian's libdarknet normalises a channel of N = batch x out_h x out_w
+ * values in training as x_hat = (x - mean) / (sqrt(var) + 1e-6) with the
+ * variance divided by N - 1, but its backward differentiates
+ * (x - mean) / sqrt(var' + 1e-5) with the variance divided by N: the
+ * gradient behind every batch-normalised layer is off by about 1/N (2% at
+ * 8x8, batch 4 of 4x4 alike).  With g = scale * delta, the exact input
+ * gradient of the forward is
+ *
+ *   dx_i = (g_i - mean(g)) / d  -  (x_i - mean) * sum_j g_j (x_j - mean) / (d^2 (N - 1) s)
+ *
+ * with s = sqrt(var), d = s + 1e-6 (the second term is 0 when s = 0).  The
+ * bias and scale gradients (sum of delta, sum of delta * x_hat) are
+ * Darknet's, already exact.  hooks.c runs this before the rest of the
+ * layer's backward (weights gradient, input delta, the 1x1 fix), which stays
+ * libdarknet's own: the layer is handed on with its activation gradient
+ * already applied (activation LINEAR), batch_normalize 0 and its bias
+ * gradient sent to a scratch buffer (it is accumulated here).
+ */
+#ifndef SDNN_BNFIX_H
+#define SDNN_BNFIX_H
+
+#include <darknet.h>
+#include <stddef.h>
+
+/* 1 when layer i's backward runs batch norm (a convolutional or connected
+ * layer with batch_normalize=1, or a [batchnorm] layer) over at least 2
+ * values per channel. */
+int sdnn_bn_fix_applies(const network *net, int i);
+int sdnn_bn_fix_count(const network *net);
+
+/* The exact batch-norm backward of layer *l (a copy of net.layers[net.index]
+ * as Darknet passes it), in place on l->delta, accumulating bias_updates
+ * and scale_updates; first the layer's activation gradient (libdarknet's,
+ * or the dialect's mish/swish).  Then *l is changed for the rest of its
+ * backward: activation LINEAR, batch_normalize 0, bias_updates = bias_sink
+ * (l->n floats for a convolution, l->outputs for a connected layer).
+ * Returns the function to run the rest with: `next`, or libdarknet's own
+ * backward where the dialect's wrapper would apply its activation again.
+ * A [batchnorm] layer is finished here (its delta copied to net.delta):
+ * returns NULL. */
+void (*sdnn_bn_fix_backward(layer *l, network *net, float *bias_sink,
+                            void (*next)(layer, network)))(layer, network);
+
+/* Floats bias_sink needs for layer l. */
+size_t sdnn_bn_fix_sink_floats(const layer *l);
+
+#endif
