@@ -286,9 +286,9 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             /* Stage 1: the reference's objective at theta +- eps. */
             double v = val[e];
             val[e] = v + o->eps;
-            double lp = sdnn_gradref_forward(g->ref, i);
+            double lp = sdnn_gradref_forward(g->ref, i, 1);
             val[e] = v - o->eps;
-            double lm = sdnn_gradref_forward(g->ref, i);
+            double lm = sdnn_gradref_forward(g->ref, i, 1);
             val[e] = v;
             double fd = (lp - lm) / (2 * o->eps);
             double floor = 1e-3 * gmax;
@@ -544,7 +544,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         }
     }
     gc_run g = { net, ref, sub, 0 };
-    out->loss = g.base = sdnn_gradref_forward(ref, 0);
+    out->loss = g.base = sdnn_gradref_forward(ref, 0, 0);
     sdnn_gradref_backward(ref);
 
     int first = 0;

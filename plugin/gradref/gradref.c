@@ -34,12 +34,15 @@ typedef struct ref_layer {
     double *W, *B, *S, *gW, *gB, *gS;
     /* per subdivision */
     double **out, **z, **xhat, **mean, **var;
+    unsigned char **piece;  /* the activation's piece per value (held forwards) */
+    size_t **arg;           /* maxpool: the input each output took */
     float **mask;
     double *d, *dz;         /* backward scratch: d objective / d out, / d z */
 } ref_layer;
 
 struct sdnn_gradref {
     int n, sub, batch, inputs, truths;
+    int hold;               /* this forward holds the recorded pieces and maxpool choices */
     ref_layer *L;
     double **input;         /* per subdivision */
     float **truth;
@@ -53,25 +56,47 @@ static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 static double softplus(double x) { return x > 20 ? x : x < -20 ? exp(x) : log1p(exp(x)); }
 
-static double act_f(int a, double x)
+/* Which piece of a piecewise activation x lies on (0 for a smooth one). */
+static unsigned char act_piece(int a, double x)
+{
+    switch (a) {
+    case A_RELU: case A_RELIE: case A_RAMP: case A_LEAKY: return x > 0;
+    case A_ELU: case A_SELU: return x >= 0;
+    case A_PLSE: return x < -4 ? 0 : x > 4 ? 2 : 1;
+    case A_HARDTAN: return x < -1 ? 0 : x > 1 ? 2 : 1;
+    case A_LHTAN: return x < 0 ? 0 : x > 1 ? 2 : 1;
+    default: return 0;
+    }
+}
+
+/* The activation's formula on piece p, continued past the piece's ends. */
+static double act_on(int a, double x, unsigned char p)
 {
     switch (a) {
     case A_LOGISTIC: return sigm(x);
-    case A_RELU: return x > 0 ? x : 0;
-    case A_RELIE: return x > 0 ? x : .01 * x;
-    case A_RAMP: return (x > 0 ? x : 0) + .1 * x;
+    case A_RELU: return p ? x : 0;
+    case A_RELIE: return p ? x : .01 * x;
+    case A_RAMP: return (p ? x : 0) + .1 * x;
     case A_TANH: return tanh(x);
-    case A_PLSE: return x < -4 ? .01 * (x + 4) : x > 4 ? .01 * (x - 4) + 1 : .125 * x + .5;
-    case A_LEAKY: return x > 0 ? x : .1 * x;
-    case A_ELU: return x >= 0 ? x : exp(x) - 1;
+    case A_PLSE: return p == 0 ? .01 * (x + 4) : p == 2 ? .01 * (x - 4) + 1 : .125 * x + .5;
+    case A_LEAKY: return p ? x : .1 * x;
+    case A_ELU: return p ? x : exp(x) - 1;
     case A_LOGGY: return 2 * sigm(x) - 1;
-    case A_HARDTAN: return x < -1 ? -1 : x > 1 ? 1 : x;
-    case A_LHTAN: return x < 0 ? .001 * x : x > 1 ? .001 * (x - 1) + 1 : x;
-    case A_SELU: return x >= 0 ? 1.0507 * x : 1.0507 * 1.6732 * (exp(x) - 1);
+    case A_HARDTAN: return p == 0 ? -1 : p == 2 ? 1 : x;
+    case A_LHTAN: return p == 0 ? .001 * x : p == 2 ? .001 * (x - 1) + 1 : x;
+    case A_SELU: return p ? 1.0507 * x : 1.0507 * 1.6732 * (exp(x) - 1);
     case A_MISH: return x * tanh(softplus(x));
     case A_SWISH: return x * sigm(x);
     default: return x;
     }
+}
+
+/* The activation at x; with `hold`, on the piece recorded in *piece (a
+ * held forward), else recording it. */
+static double act_f(int a, double x, unsigned char *piece, int hold)
+{
+    if (!hold) *piece = act_piece(a, x);
+    return act_on(a, x, *piece);
 }
 
 /* The derivative at the activation's input x. */
@@ -169,6 +194,10 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
             for (int s = 0; s < r->sub; ++s) free(l->mask[s]);
             free(l->mask);
         }
+        for (int s = 0; l->piece && s < r->sub; ++s) free(l->piece[s]);
+        free(l->piece);
+        for (int s = 0; l->arg && s < r->sub; ++s) free(l->arg[s]);
+        free(l->arg);
         free(l->route);
         free(l->d);
         free(l->dz);
@@ -305,6 +334,14 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         return NOMEM();
     if (l->type == CONVOLUTIONAL || l->type == CONNECTED || l->type == SHORTCUT) {
         if (!(l->z = per_sub(sub, no))) return NOMEM();
+        if (!(l->piece = calloc((size_t)sub, sizeof *l->piece))) return NOMEM();
+        for (int s = 0; s < sub; ++s)
+            if (!(l->piece[s] = calloc(no, 1))) return NOMEM();
+    }
+    if (l->type == MAXPOOL) {
+        if (!(l->arg = calloc((size_t)sub, sizeof *l->arg))) return NOMEM();
+        for (int s = 0; s < sub; ++s)
+            if (!(l->arg[s] = calloc(no ? no : 1, sizeof **l->arg))) return NOMEM();
     }
     if (l->bn) {
         if (!(l->xhat = per_sub(sub, no)) || !(l->mean = per_sub(sub, (size_t)l->oc)) ||
@@ -472,7 +509,7 @@ static void fc_bwd(const ref_layer *l, const double *x, const double *dz, double
 }
 
 /* z (the linear output) -> out: batch norm (or bias), then the activation. */
-static void affine_act_fwd(ref_layer *l, int s)
+static void affine_act_fwd(ref_layer *l, int s, int hold)
 {
     double *z = l->z[s], *o = l->out[s];
     size_t hw = (size_t)l->oh * (size_t)l->ow;
@@ -511,7 +548,7 @@ static void affine_act_fwd(ref_layer *l, int s)
     /* Keep the activation's input in z (the normalised, scaled, biased value). */
     for (size_t k = 0; k < n; ++k) {
         z[k] = o[k];
-        o[k] = act_f(l->act, z[k]);
+        o[k] = act_f(l->act, z[k], &l->piece[s][k], hold);
     }
 }
 
@@ -586,11 +623,11 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
     switch (l->type) {
     case CONVOLUTIONAL:
         conv_fwd(l, x, l->z[s]);
-        affine_act_fwd(l, s);
+        affine_act_fwd(l, s, r->hold);
         break;
     case CONNECTED:
         fc_fwd(l, x, l->z[s]);
-        affine_act_fwd(l, s);
+        affine_act_fwd(l, s, r->hold);
         break;
     case SHORTCUT: {
         const double *a = r->L[l->from].out[s];
@@ -604,7 +641,7 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
                     if (c < minc)
                         v = l->alpha * v + l->beta * a[(size_t)b * r->L[l->from].outputs + c * hw + q];
                     l->z[s][k] = v;
-                    o[k] = act_f(l->act, v);
+                    o[k] = act_f(l->act, v, &l->piece[s][k], r->hold);
                 }
         break;
     }
@@ -625,16 +662,23 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
             for (int c = 0; c < l->c; ++c)
                 for (int oy = 0; oy < l->oh; ++oy)
                     for (int ox = 0; ox < l->ow; ++ox) {
+                        size_t oi = (size_t)b * l->outputs + ((size_t)c * l->oh + oy) * l->ow + ox;
+                        if (r->hold) {   /* the recorded choice: no tie to cross */
+                            o[oi] = l->arg[s][oi] == (size_t)-1 ? -HUGE_VAL : x[l->arg[s][oi]];
+                            continue;
+                        }
                         double best = -HUGE_VAL;
+                        size_t at = (size_t)-1;
                         for (int ky = 0; ky < l->size; ++ky)
                             for (int kx = 0; kx < l->size; ++kx) {
                                 int y = oy * l->stride + ky - l->pad / 2;
                                 int xx = ox * l->stride + kx - l->pad / 2;
                                 if (y < 0 || y >= l->h || xx < 0 || xx >= l->w) continue;
-                                double v = x[(size_t)b * l->inputs + ((size_t)c * l->h + y) * l->w + xx];
-                                if (v > best) best = v;
+                                size_t xi = (size_t)b * l->inputs + ((size_t)c * l->h + y) * l->w + xx;
+                                if (x[xi] > best) { best = x[xi]; at = xi; }
                             }
-                        o[(size_t)b * l->outputs + ((size_t)c * l->oh + oy) * l->ow + ox] = best;
+                        o[oi] = best;
+                        l->arg[s][oi] = at;
                     }
         break;
     case AVGPOOL:
@@ -680,9 +724,10 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
     }
 }
 
-double sdnn_gradref_forward(sdnn_gradref *r, int from)
+double sdnn_gradref_forward(sdnn_gradref *r, int from, int hold)
 {
     double sum = 0;
+    r->hold = hold;
     for (int s = 0; s < r->sub; ++s) {
         for (int i = from > 0 ? from : 0; i < r->n; ++i) fwd_layer(r, i, s);
         double ls = 0;
@@ -747,23 +792,9 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
         }
         break;
     case MAXPOOL:
-        for (int b = 0; b < l->batch; ++b)
-            for (int c = 0; c < l->c; ++c)
-                for (int oy = 0; oy < l->oh; ++oy)
-                    for (int ox = 0; ox < l->ow; ++ox) {
-                        double best = -HUGE_VAL;
-                        size_t at = (size_t)-1;
-                        for (int ky = 0; ky < l->size; ++ky)
-                            for (int kx = 0; kx < l->size; ++kx) {
-                                int y = oy * l->stride + ky - l->pad / 2;
-                                int xx = ox * l->stride + kx - l->pad / 2;
-                                if (y < 0 || y >= l->h || xx < 0 || xx >= l->w) continue;
-                                size_t xi = (size_t)b * l->inputs + ((size_t)c * l->h + y) * l->w + xx;
-                                if (x[xi] > best) { best = x[xi]; at = xi; }
-                            }
-                        if (at != (size_t)-1)
-                            dx[at] += l->d[(size_t)b * l->outputs + ((size_t)c * l->oh + oy) * l->ow + ox];
-                    }
+        /* To the input each output took in the last plain forward. */
+        for (size_t k = 0; k < n; ++k)
+            if (l->arg[s][k] != (size_t)-1) dx[l->arg[s][k]] += l->d[k];
         break;
     case AVGPOOL:
         for (int b = 0; b < l->batch; ++b)

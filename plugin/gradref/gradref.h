@@ -45,8 +45,15 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
                                    const float *truth, const float *const *masks);
 
 /* Forward every subdivision from layer `from` on (0: all), the layers
- * before it as the last forward left them; returns the objective. */
-double sdnn_gradref_forward(sdnn_gradref *r, int from);
+ * before it as the last forward left them; returns the objective.  A plain
+ * forward (hold 0) records which piece of each piecewise activation
+ * (leaky, relu, ... at their corners) every value lies on and which input
+ * each maxpool output took; a held forward (hold 1) evaluates those same
+ * pieces and choices (each piece's formula continued past its corners).
+ * The held objective equals the plain one near the recorded point and has
+ * the same derivative there, without the kinks: a central difference of
+ * it crosses no corner however many values lie near one. */
+double sdnn_gradref_forward(sdnn_gradref *r, int from, int hold);
 /* Backward of the last full forward: the gradients below, summed over the
  * subdivisions. */
 void sdnn_gradref_backward(sdnn_gradref *r);
