@@ -311,8 +311,9 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
         row->tensor[j].median_rel = median_of(e2, k2);
         row->tensor[j].norm_rel = norm_rel;
         row->tensor[j].dir_rel = dir_rel;
-        double worst = fmax(fmax(norm_rel, dir_rel), row->tensor[j].median_rel);
+        double worst = fmax(norm_rel, row->tensor[j].median_rel);
         if (worst > row->max_rel) row->max_rel = worst;
+        if (dir_rel > row->dir_rel) row->dir_rel = dir_rel;
         if (row->tensor[j].median_rel > row->median_rel) row->median_rel = row->tensor[j].median_rel;
     }
     row->samples = n1;
@@ -628,15 +629,16 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
     fprintf(f, "mode %s, fix_1x1_delta=%d (%d layer%s fixed), loss %.6g (reference, double)\n",
             r->mode_stock ? "stock" : "scalednn", r->fix_1x1_delta, r->fixed_layers,
             r->fixed_layers == 1 ? "" : "s", r->loss);
-    fprintf(f, "%5s  %-30s %9s %7s %5s | %10s %9s | %10s %9s  %s\n", "layer", "type", "size",
-            "samples", "kinks", "1: ref fd", "threshold", "2: engine", "threshold", "verdict");
+    fprintf(f, "%5s  %-30s %9s %7s %5s | %10s %9s | %10s %9s %9s  %s\n", "layer", "type",
+            "size", "samples", "kinks", "1: ref fd", "threshold", "2: engine", "threshold",
+            "dirs", "verdict");
     for (int k = 0; k < r->nlayers; ++k) {
         const sdnn_gradcheck_layer *l = &r->layer[k];
         char type[48];
         snprintf(type, sizeof type, "%s%s", l->type, l->fixed ? " (fixed)" : "");
-        fprintf(f, "%5d  %-30s %9zu %7d %5d | %10.2e %9.1e | %10.2e %9.2e  %s\n", l->index, type,
-                l->size, l->samples, l->kinks, l->ref_median_rel, l->ref_threshold, l->max_rel,
-                l->threshold, l->pass ? "ok" : "FAIL");
+        fprintf(f, "%5d  %-30s %9zu %7d %5d | %10.2e %9.1e | %10.2e %9.2e %9.2e  %s\n", l->index,
+                type, l->size, l->samples, l->kinks, l->ref_median_rel, l->ref_threshold,
+                l->max_rel, l->threshold, l->dir_rel, l->pass ? "ok" : "FAIL");
     }
     if (r->notes[0]) fprintf(f, "%s", r->notes);
     fprintf(f, "Stage 1 (1: ref fd): the double reference's backward against its own central "
@@ -645,8 +647,9 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
                "maxpool ties) and are left out (kinks column).\n",
             SDNN_GRADCHECK_REF_TOL, 100 * SDNN_GRADCHECK_KINK);
     fprintf(f, "Stage 2 (2: engine): the engine's float gradient against the reference's, the "
-               "worst over the layer's tensors of ||g - g_ref||/||g_ref||, %d random +-1 "
-               "directions |<g - g_ref, d>|/||g_ref|| and the sampled elements' median; "
+               "worst over the layer's tensors of ||g - g_ref||/||g_ref|| and the sampled "
+               "elements' median (dirs: the worst of %d random +-1 directions "
+               "|<g - g_ref, d>|/||g_ref||, reported); "
                "threshold %g x 2^-24 x sqrt(R), R the reduction lengths along the gradient's "
                "path (float accumulation; no allowance for batch norm).\n",
             SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);

@@ -25,9 +25,11 @@
  * normwise error ||g - g_ref|| / ||g_ref||, its error along
  * SDNN_GRADCHECK_DIRS random +-1 directions d, |<g - g_ref, d>| / ||g_ref||,
  * and the median over stage 1's sampled elements of
- * |g_e - g_ref,e| / max(|g_ref,e|, ||g_ref|| / sqrt(n)).  The worst of these
- * over the layer's tensors must stay within the error model of float
- * accumulation:
+ * |g_e - g_ref,e| / max(|g_ref,e|, ||g_ref|| / sqrt(n)).  The worst
+ * normwise or element error over the layer's tensors must stay within the
+ * error model of float accumulation (the directions are reported beside
+ * it: for a random +-1 d, <g - g_ref, d> / ||g_ref|| is the normwise error
+ * times a standard normal draw, so their worst of 4 runs up to ~2.5x it):
  *
  *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R),
  *     R = the reduction lengths along the gradient's path: for every layer
@@ -90,7 +92,8 @@ typedef struct sdnn_gradcheck_layer {
     int kinks;          /* stage 1: samples left out: the +-h step crossed a kink */
     double ref_max_rel, ref_median_rel;   /* stage 1 */
     double ref_threshold;                 /* SDNN_GRADCHECK_REF_TOL */
-    double max_rel;     /* stage 2: the worst of its measures over the tensors */
+    double max_rel;     /* stage 2: the worst normwise or element error over the tensors */
+    double dir_rel;     /* stage 2: the worst random direction (reported) */
     double median_rel;  /* stage 2: the worst tensor's sampled elements' median */
     double threshold;   /* stage 2: the error model's bound */
     double reduction;   /* R of the error model */

@@ -412,6 +412,17 @@ static const double *in_of(const sdnn_gradref *r, const ref_layer *l, int s)
     return l->in < 0 ? r->input[s] : r->L[l->in].out[s];
 }
 
+/* The outputs ox whose input column ox * stride + kx - pad is inside the
+ * image: [*lo, *hi). */
+static void ox_range(const ref_layer *l, int kx, int *lo, int *hi)
+{
+    int a = 0, b = l->ow;
+    while (a < b && a * l->stride + kx - l->pad < 0) ++a;
+    while (b > a && (b - 1) * l->stride + kx - l->pad >= l->w) --b;
+    *lo = a;
+    *hi = b;
+}
+
 static void conv_fwd(const ref_layer *l, const double *x, double *z)
 {
     int cg = l->c / l->groups, ng = l->oc / l->groups, k = l->size;
@@ -428,14 +439,17 @@ static void conv_fwd(const ref_layer *l, const double *x, double *z)
                 for (int ky = 0; ky < k; ++ky)
                     for (int kx = 0; kx < k; ++kx) {
                         double wv = l->W[(((size_t)f * cg + c) * k + ky) * k + kx];
+                        int lo, hi;
+                        ox_range(l, kx, &lo, &hi);
                         for (int oy = 0; oy < l->oh; ++oy) {
                             int y = oy * l->stride + ky - l->pad;
                             if (y < 0 || y >= l->h) continue;
-                            for (int ox = 0; ox < l->ow; ++ox) {
-                                int xx = ox * l->stride + kx - l->pad;
-                                if (xx < 0 || xx >= l->w) continue;
-                                zf[(size_t)oy * l->ow + ox] += wv * xc[(size_t)y * l->w + xx];
-                            }
+                            double *zr = zf + (size_t)oy * l->ow;
+                            const double *xr = xc + (size_t)y * l->w + kx - l->pad;
+                            if (l->stride == 1)
+                                for (int ox = lo; ox < hi; ++ox) zr[ox] += wv * xr[ox];
+                            else
+                                for (int ox = lo; ox < hi; ++ox) zr[ox] += wv * xr[ox * l->stride];
                         }
                     }
             }
