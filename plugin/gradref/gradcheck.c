@@ -173,9 +173,10 @@ static int reads(const network *net, int j, int k)
     return k == j - 1;
 }
 
-/* Over the layers that layer i's output reaches (i included): the sum of
- * their reduction lengths (*red) and the smallest batch-norm N (returned,
- * 0: none).  `reach` is scratch of net->n flags. */
+/* The error model's R for layer i (*red: every layer's forward sums, the
+ * backward sums of the layers layer i's output reaches, i included, and the
+ * weight gradient's own sum) and the smallest batch-norm N among the layers
+ * it reaches (returned, 0: none).  `reach` is scratch of net->n flags. */
 static int reach_from(const gc_run *g, int i, unsigned char *reach, double *red)
 {
     const network *net = g->net;
@@ -187,12 +188,20 @@ static int reach_from(const gc_run *g, int i, unsigned char *reach, double *red)
         for (int k = i; k < j && !reach[j]; ++k)
             if (reach[k] && reads(net, j, k)) reach[j] = 1;
         if (!reach[j]) continue;
-        *red += sdnn_gradref_reduction(g->ref, j);
+        double f, b;
+        sdnn_gradref_reduction(g->ref, j, &f, &b);
+        *red += b;
         const layer *l = &net->layers[j];
         int n = 0;
         if ((l->type == CONVOLUTIONAL || l->type == CONNECTED) && l->batch_normalize)
             n = l->batch * (l->type == CONNECTED ? 1 : l->out_h * l->out_w);
         if (n > 0 && (best == 0 || n < best)) best = n;
+    }
+    /* Every forward value feeds the loss and the deltas. */
+    for (int j = 0; j < net->n; ++j) {
+        double f, b;
+        sdnn_gradref_reduction(g->ref, j, &f, &b);
+        *red += f;
     }
     const layer *l = &net->layers[i];
     *red += (double)l->batch * g->sub * (l->type == CONVOLUTIONAL ? l->out_h * l->out_w : 1);

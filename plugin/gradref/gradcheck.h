@@ -32,11 +32,12 @@
  * times a standard normal draw, so their worst of 4 runs up to ~2.5x it):
  *
  *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R),
- *     R = the reduction lengths along the gradient's path: for every layer
- *         the layer's output reaches (itself included) its forward and
- *         backward sums (sdnn_gradref_reduction; batch norm's mean and
- *         variance count as sums over their N values), plus the weight
- *         gradient's own sum over batch x subdivisions x out_h x out_w.
+ *     R = the reduction lengths along the gradient's path: the forward
+ *         sums of every layer (each forward value feeds the loss and the
+ *         deltas), the backward sums of every layer the layer's output
+ *         reaches (itself included), plus the weight gradient's own sum
+ *         over batch x subdivisions x out_h x out_w (sdnn_gradref_reduction;
+ *         batch norm's mean and variance count as sums over their N).
  *
  * Rounding errors of float sums grow as the square root of their length
  * (random-walk model); C covers the constant (a few roundings per term and

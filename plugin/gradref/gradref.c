@@ -890,19 +890,25 @@ const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n)
     return r->L[i].grad[j];
 }
 
-double sdnn_gradref_reduction(const sdnn_gradref *r, int i)
+void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd)
 {
     const ref_layer *l = &r->L[i];
-    double k = 0;
+    double f = 1, b = 1;
     switch (l->type) {
     case CONVOLUTIONAL:
-        k = (double)(l->c / l->groups + l->oc / l->groups) * l->size * l->size;
+        f = (double)(l->c / l->groups) * l->size * l->size;
+        b = (double)(l->oc / l->groups) * l->size * l->size;
         break;
-    case CONNECTED: k = (double)l->inputs + l->outputs; break;
-    case AVGPOOL: k = (double)l->h * l->w; break;
-    case SOFTMAX: k = 2.0 * l->inputs / l->sm_groups; break;
-    default: k = 2; break;
+    case CONNECTED: f = l->inputs; b = l->outputs; break;
+    case AVGPOOL: f = (double)l->h * l->w; break;
+    case SOFTMAX: f = b = (double)l->inputs / l->sm_groups; break;
+    case COST: f = (double)l->batch * l->inputs; break;   /* the loss's own sum */
+    default: break;
     }
-    if (l->bn) k += 2.0 * l->batch * l->oh * l->ow;
-    return k;
+    if (l->bn) {
+        f += 2.0 * l->batch * l->oh * l->ow;   /* mean and variance */
+        b += 2.0 * l->batch * l->oh * l->ow;   /* their gradients */
+    }
+    *fwd = f;
+    *bwd = b;
 }

@@ -65,10 +65,11 @@ double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
 const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
 
 /* The number of additions behind one value of layer i's output in a
- * forward pass and behind one value of its input gradient in a backward
- * pass (conv: c/groups x size^2 and filters/groups x size^2; connected:
- * inputs and outputs; batch norm adds its N twice), the error model's
- * reduction lengths (gradcheck.h). */
-double sdnn_gradref_reduction(const sdnn_gradref *r, int i);
+ * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
+ * adds its mean's and variance's N twice, a cost head its sum) and behind
+ * one value of its input gradient in a backward pass (*bwd: conv
+ * filters/groups x size^2, connected outputs, batch norm 2N): the error
+ * model's reduction lengths (gradcheck.h). */
+void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd);
 
 #endif
