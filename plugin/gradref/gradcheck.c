@@ -528,7 +528,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     }
 
     /* The reference: the same weights, the step's batch, the dropout masks
-     * a host forward from the step's srand seed draws. */
+     * a host forward from the step's srand seed draws, and that forward's
+     * activation pieces and maxpool choices (its float decisions at corners
+     * and ties); every forward of the reference holds them. */
     int sub = rows / net->batch;
     SDNN_CHECKGOTO(sdnn_gradref_create(net, sub, &ref), st, done);
     masks = calloc((size_t)net->n, sizeof *masks);
@@ -551,10 +553,11 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
                 masks[i] = net->layers[i].type == DROPOUT ? net->layers[i].rand : NULL;
             SDNN_CHECKGOTO(sdnn_gradref_set_batch(ref, s, NULL, NULL, (const float *const *)masks),
                            st, done);
+            SDNN_CHECKGOTO(sdnn_gradref_adopt(ref, s, net), st, done);
         }
     }
     gc_run g = { net, ref, sub, 0 };
-    out->loss = g.base = sdnn_gradref_forward(ref, 0, 0);
+    out->loss = g.base = sdnn_gradref_forward(ref, 0, 1);
     sdnn_gradref_backward(ref);
 
     int first = 0;

@@ -56,6 +56,8 @@ static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 static double softplus(double x) { return x > 20 ? x : x < -20 ? exp(x) : log1p(exp(x)); }
 
+static double act_g(int a, double x);
+
 /* Which piece of a piecewise activation x lies on (0 for a smooth one). */
 static unsigned char act_piece(int a, double x)
 {
@@ -88,6 +90,36 @@ static double act_on(int a, double x, unsigned char p)
     case A_MISH: return x * tanh(softplus(x));
     case A_SWISH: return x * sigm(x);
     default: return x;
+    }
+}
+
+/* The piece an output y of activation a came from (y keeps the piece:
+ * each piece maps to its own range). */
+static unsigned char piece_of_output(int a, double y)
+{
+    switch (a) {
+    case A_RELU: case A_RELIE: case A_RAMP: case A_LEAKY: return y > 0;
+    case A_ELU: case A_SELU: return y >= 0;
+    case A_PLSE: case A_LHTAN: return y < 0 ? 0 : y > 1 ? 2 : 1;
+    case A_HARDTAN: return y <= -1 ? 0 : y >= 1 ? 2 : 1;
+    default: return 0;
+    }
+}
+
+/* The derivative of piece p's formula at x. */
+static double act_g_on(int a, double x, unsigned char p)
+{
+    switch (a) {
+    case A_RELU: return p ? 1 : 0;
+    case A_RELIE: return p ? 1 : .01;
+    case A_RAMP: return (p ? 1 : 0) + .1;
+    case A_LEAKY: return p ? 1 : .1;
+    case A_ELU: return p ? 1 : exp(x);
+    case A_SELU: return p ? 1.0507 : 1.0507 * 1.6732 * exp(x);
+    case A_PLSE: return p == 1 ? .125 : .01;
+    case A_HARDTAN: return p == 1;
+    case A_LHTAN: return p == 1 ? 1 : .001;
+    default: return act_g(a, x);
     }
 }
 
@@ -405,6 +437,27 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
     return SDNN_OK;
 }
 
+sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
+{
+    if (s < 0 || s >= r->sub || net->n != r->n)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "gradref: adopt: subdivision %d of %d layers", s, net->n);
+    for (int i = 0; i < r->n; ++i) {
+        ref_layer *l = &r->L[i];
+        const layer *dl = &net->layers[i];
+        size_t n = (size_t)l->batch * (size_t)l->outputs;
+        if (l->piece)
+            for (size_t k = 0; k < n; ++k) l->piece[s][k] = piece_of_output(l->act, dl->output[k]);
+        if (l->arg) {
+            if (!dl->indexes)
+                return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a maxpool without "
+                                  "indexes", i);
+            for (size_t k = 0; k < n; ++k)
+                l->arg[s][k] = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
+        }
+    }
+    return SDNN_OK;
+}
+
 /* ---- forward ------------------------------------------------------------------- */
 
 static const double *in_of(const sdnn_gradref *r, const ref_layer *l, int s)
@@ -573,7 +626,7 @@ static void affine_act_bwd(ref_layer *l, int s)
 {
     size_t hw = (size_t)l->oh * (size_t)l->ow, n = (size_t)l->batch * (size_t)l->outputs;
     double *g = l->dz;
-    for (size_t k = 0; k < n; ++k) g[k] = l->d[k] * act_g(l->act, l->z[s][k]);
+    for (size_t k = 0; k < n; ++k) g[k] = l->d[k] * act_g_on(l->act, l->z[s][k], l->piece[s][k]);
     for (int c = 0; c < l->oc; ++c) {
         double sb = 0, ss = 0;
         for (int b = 0; b < l->batch; ++b)
@@ -783,7 +836,7 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
             for (int c = 0; c < l->oc; ++c)
                 for (size_t q = 0; q < hw; ++q) {
                     size_t k = (size_t)b * l->outputs + c * hw + q;
-                    double g = l->d[k] * act_g(l->act, l->z[s][k]);
+                    double g = l->d[k] * act_g_on(l->act, l->z[s][k], l->piece[s][k]);
                     if (c < minc) {
                         dx[k] += l->alpha * g;
                         da[(size_t)b * r->L[l->from].outputs + c * hw + q] += l->beta * g;

@@ -44,6 +44,14 @@ void sdnn_gradref_destroy(sdnn_gradref *r);
 sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
                                    const float *truth, const float *const *masks);
 
+/* Take subdivision s's activation pieces and maxpool choices from `net`
+ * (the network the reference was built from) after its float forward of
+ * that subdivision: each piecewise activation's piece from the layer's
+ * output (every piece maps to its own range), each maxpool's choice from
+ * its indexes.  A held forward then takes the engine's side of every value
+ * that float and double round to different sides of a corner or a tie. */
+sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net);
+
 /* Forward every subdivision from layer `from` on (0: all), the layers
  * before it as the last forward left them; returns the objective.  A plain
  * forward (hold 0) records which piece of each piecewise activation
