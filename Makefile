@@ -60,7 +60,7 @@ $(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU))
 $(info ---------------------------------------------------------------)
 
 # ---- the library's concept folders (plugin/cuda is mk/gpu.mk's) -----------
-PLUGIN_DIRS := base config darknet comm codec plan step data trace eval engine
+PLUGIN_DIRS := base config darknet comm codec plan step data trace eval engine gradref
 PLUGIN_INC  := $(addprefix -Iplugin/,$(PLUGIN_DIRS))
 PLUGIN_HDR  := $(wildcard $(addsuffix /*.h,$(addprefix plugin/,$(PLUGIN_DIRS))))
 PLUGIN_SRC  := $(wildcard $(addsuffix /*.c,$(addprefix plugin/,$(PLUGIN_DIRS))))

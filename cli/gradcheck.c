@@ -1,6 +1,6 @@
 /*
  * gradcheck: the command (see gradcheck_cmd.h); the check is in
- * plugin/gradcheck.c.
+ * plugin/gradref/gradcheck.c.
  */
 #include "gradcheck_cmd.h"
 #include "engine.h"
@@ -27,7 +27,7 @@ int sdnn_cmd_gradcheck(int argc, char **argv)
         {.name = "-seed", .kind = SDNN_FLAG_LONG, .dst = &seed, .lo = 0, .hi = 0x7fffffff,
          .meta = "S", .help = "weights, batch and dropout draws (1)"},
         {.name = "-eps", .kind = SDNN_FLAG_DOUBLE, .dst = &o.eps, .lo = 0, .lo_open = 1, .hi = 1,
-         .hi_open = 1, .meta = "E", .help = "finite-difference step (1e-3)"},
+         .hi_open = 1, .meta = "E", .help = "stage 1's finite-difference step, in double (1e-5)"},
     };
     const sdnn_command cmd = {
         .name = "scalednn gradcheck", .args = "CFG", .min_pos = 1, .max_pos = 1, .flags = flags,

@@ -2,6 +2,7 @@
  * gradcheck: see gradcheck.h.
  */
 #include "gradcheck.h"
+#include "gradref.h"
 #include "config.h"
 #include "engine.h"
 #include "hooks.h"
@@ -149,66 +150,14 @@ static sdnn_status head_of(const network *net, int i, head_kind *k)
     return SDNN_OK;
 }
 
-/* The objective of one forward pass, in double from the heads' float
- * inputs and outputs (see gradcheck.h). */
-static double objective(const network *net, const head_kind *heads)
-{
-    double sum = 0;
-    for (int i = 0; i < net->n; ++i) {
-        if (heads[i] == HEAD_NONE) continue;
-        const layer *l = &net->layers[i];
-        size_t n = (size_t)l->batch * (size_t)l->inputs;
-        const float *t = net->truth;
-        if (heads[i] == HEAD_SOFTMAX) {
-            double s = 0;
-            for (size_t k = 0; k < n; ++k)
-                if (t[k] != 0) s -= (double)t[k] * log((double)l->output[k]);
-            sum += s;
-            continue;
-        }
-        const float *x = i > 0 ? net->layers[i - 1].output : net->input;
-        double s = 0;
-        for (size_t k = 0; k < n; ++k) {
-            double d = (double)t[k] - (double)x[k];
-            if (heads[i] == HEAD_SSE) s += 0.5 * d * d;
-            else if (heads[i] == HEAD_L1) s += fabs(d);
-            else s += fabs(d) < 1 ? 0.5 * d * d : fabs(d) - 0.5;
-        }
-        sum += (double)l->scale * s;
-    }
-    return sum;
-}
-
 /* ---- the check ----------------------------------------------------------------- */
 
 typedef struct gc_run {
     network *net;
-    head_kind *heads;
-    data d;
-    unsigned draws;   /* srand seed of every forward (dropout masks) */
-    double base;      /* the loss at the trained point */
+    sdnn_gradref *ref;
+    int sub;            /* subdivisions of the step */
+    double base;        /* the reference's objective at the trained point */
 } gc_run;
-
-/* The loss over the step's subdivisions, as train_network feeds them. */
-static double loss_at(gc_run *g)
-{
-    network *net = g->net;
-    int b = net->batch;
-    int sub = g->d.X.rows / b;
-    size_t in = (size_t)g->d.X.cols, tr = (size_t)g->d.y.cols;
-    double sum = 0;
-    srand(g->draws);
-    for (int s = 0; s < sub; ++s) {
-        for (int j = 0; j < b; ++j) {
-            memcpy(net->input + (size_t)j * in, g->d.X.vals[s * b + j], in * sizeof(float));
-            memcpy(net->truth + (size_t)j * tr, g->d.y.vals[s * b + j], tr * sizeof(float));
-        }
-        net->train = 1;
-        forward_network(net);
-        sum += objective(net, g->heads);
-    }
-    return sum;
-}
 
 /* Does layer j read layer k's output?  A route reads its layers, a
  * shortcut its input and its from= layer, every other layer its input. */
@@ -224,43 +173,62 @@ static int reads(const network *net, int j, int k)
     return k == j - 1;
 }
 
-/* Over the batch-normalised layers that layer i's output reaches (i
- * included; N = batch x out_h x out_w): the smallest N, and the sum of 2/N
- * (*slack).  `reach` is scratch of net->n flags. */
-static int bn_n_from(const network *net, int i, unsigned char *reach, double *slack)
+/* The error model's R for layer i (*red: every layer's forward sums, the
+ * backward sums of the layers layer i's output reaches, i included, and the
+ * weight gradient's own sum) and the smallest batch-norm N among the layers
+ * it reaches (returned, 0: none).  `reach` is scratch of net->n flags. */
+static int reach_from(const gc_run *g, int i, unsigned char *reach, double *red)
 {
+    const network *net = g->net;
     int best = 0;
-    *slack = 0;
+    *red = 0;
     memset(reach, 0, (size_t)net->n);
     reach[i] = 1;
     for (int j = i; j < net->n; ++j) {
         for (int k = i; k < j && !reach[j]; ++k)
             if (reach[k] && reads(net, j, k)) reach[j] = 1;
         if (!reach[j]) continue;
+        double f, b;
+        sdnn_gradref_reduction(g->ref, j, &f, &b);
+        *red += b;
         const layer *l = &net->layers[j];
         int n = 0;
-        if ((l->type == CONVOLUTIONAL || l->type == DECONVOLUTIONAL || l->type == CONNECTED) &&
-            l->batch_normalize)
+        if ((l->type == CONVOLUTIONAL || l->type == CONNECTED) && l->batch_normalize)
             n = l->batch * (l->type == CONNECTED ? 1 : l->out_h * l->out_w);
-        else if (l->type == BATCHNORM)
-            n = l->batch * l->out_h * l->out_w;
-        if (n > 0) *slack += 2.0 / n;
         if (n > 0 && (best == 0 || n < best)) best = n;
     }
+    /* Every forward value feeds the loss and the deltas. */
+    for (int j = 0; j < net->n; ++j) {
+        double f, b;
+        sdnn_gradref_reduction(g->ref, j, &f, &b);
+        *red += f;
+    }
+    const layer *l = &net->layers[i];
+    *red += (double)l->batch * g->sub * (l->type == CONVOLUTIONAL ? l->out_h * l->out_w : 1);
     return best;
 }
 
 static void type_label(const layer *l, char *out, size_t len)
 {
     if (l->type == CONVOLUTIONAL)
-        snprintf(out, len, "convolutional %dx%d%s%s", l->size, l->size,
-                 l->batch_normalize ? " bn" : "", l->groups > 1 ? " groups" : "");
+        snprintf(out, len, "convolutional %dx%d%s%s%s", l->size, l->size,
+                 l->stride > 1 ? " /2" : "", l->batch_normalize ? " bn" : "",
+                 l->groups > 1 ? " groups" : "");
     else
         snprintf(out, len, "%s%s", sdnn_layer_type_name(l->type),
                  l->batch_normalize ? " bn" : "");
 }
 
-/* Check one layer: `samples` elements of each tensor. */
+static double median_of(double *v, int n)
+{
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Both stages for layer i (see gradcheck.h).  The reference's activations
+ * before layer i are those of the unperturbed point: the layers are
+ * checked from the last to the first, and each forward reruns layers i.. */
 static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, uint64_t *rs,
                                sdnn_gradcheck_layer *row)
 {
@@ -269,24 +237,46 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
     int np = sdnn_layer_params(&net->layers[i], p);
     size_t total = 0;
     for (int j = 0; j < np; ++j) total += p[j].n;
-    double *err = malloc(((size_t)o->samples * (size_t)np + 1) * sizeof *err);
-    size_t *pick = malloc(((size_t)o->samples + 1) * sizeof *pick);
-    if (!err || !pick) {
-        free(err);
-        free(pick);
+    size_t cap = (size_t)o->samples + 1;
+    double *e1 = malloc(cap * sizeof *e1), *e2 = malloc(cap * sizeof *e2);
+    double *all1 = malloc((cap * (size_t)np + 1) * sizeof *all1);
+    size_t *pick = malloc(cap * sizeof *pick);
+    if (!e1 || !e2 || !all1 || !pick) {
+        free(e1); free(e2); free(all1); free(pick);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     }
-    int ne = 0;
+    int n1 = 0;
     row->ntensors = np;
+    row->max_rel = 0;
+    row->median_rel = 0;
     for (int j = 0; j < np; ++j) {
-        size_t n = p[j].n;
+        size_t n;
+        double *val = sdnn_gradref_param(g->ref, i, j, &n);
+        const double *gr = sdnn_gradref_grad(g->ref, i, j, &n);
         row->tensor[j].what = p[j].what;
-        if (n == 0) continue;
-        int first = ne;
-        double dnum = 0, dden = 0;
-        float gmax = 0;
-        for (size_t e = 0; e < n; ++e)
-            if (fabsf(p[j].upd[e]) > gmax) gmax = fabsf(p[j].upd[e]);
+        if (!val || !gr || n != p[j].n || n == 0) continue;
+        /* Stage 2 on the whole tensor: the engine's gradient is -updates. */
+        double gmax = 0, nr = 0, nd = 0;
+        for (size_t e = 0; e < n; ++e) {
+            double d = -(double)p[j].upd[e] - gr[e];
+            if (fabs(gr[e]) > gmax) gmax = fabs(gr[e]);
+            nr += gr[e] * gr[e];
+            nd += d * d;
+        }
+        nr = sqrt(nr);
+        nd = sqrt(nd);
+        double norm_rel = nr > 0 ? nd / nr : nd > 0 ? HUGE_VAL : 0, dir_rel = 0;
+        for (int q = 0; q < SDNN_GRADCHECK_DIRS; ++q) {
+            double dot = 0;
+            uint64_t bits = 0;
+            for (size_t e = 0; e < n; ++e) {
+                if (e % 64 == 0) bits = rng_next(rs);
+                double d = -(double)p[j].upd[e] - gr[e];
+                dot += (bits >> (e % 64)) & 1 ? d : -d;
+            }
+            double rel = nr > 0 ? fabs(dot) / nr : fabs(dot) > 0 ? HUGE_VAL : 0;
+            if (rel > dir_rel) dir_rel = rel;
+        }
         /* Distinct indices: all of a small tensor, else drawn. */
         int k = 0;
         while ((size_t)k < n && k < o->samples) {
@@ -295,56 +285,51 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             for (int q = 0; q < k; ++q) dup |= pick[q] == c;
             if (!dup) pick[k++] = c;
         }
+        int k1 = 0, k2 = 0;
+        double efloor = nr / sqrt((double)n);
         for (int q = 0; q < k; ++q) {
             size_t e = pick[q];
-            float v = p[j].val[e];
-            float hi = (float)((double)v + o->eps), lo = (float)((double)v - o->eps);
-            p[j].val[e] = hi;
-            double lp = loss_at(g);
-            p[j].val[e] = lo;
-            double lm = loss_at(g);
-            p[j].val[e] = v;
-            double dp = (double)hi - (double)v, dm = (double)v - (double)lo;
-            double fd = (lp - lm) / (dp + dm);
-            double an = -(double)p[j].upd[e];   /* updates hold the negative gradient */
-            double floor = 1e-3 * (double)gmax;
+            double an = gr[e], eng = -(double)p[j].upd[e];
+            double den2 = fmax(fabs(an), efloor);
+            e2[k2++] = den2 > 0 ? fabs(eng - an) / den2 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
+            /* Stage 1: the reference's objective at theta +- eps. */
+            double v = val[e];
+            val[e] = v + o->eps;
+            double lp = sdnn_gradref_forward(g->ref, i, 1);
+            val[e] = v - o->eps;
+            double lm = sdnn_gradref_forward(g->ref, i, 1);
+            val[e] = v;
+            double fd = (lp - lm) / (2 * o->eps);
+            double floor = 1e-3 * gmax;
             /* A kink (leaky/ReLU at 0, a maxpool tie, a piecewise
-             * activation's corner) between theta-h and theta+h makes the
-             * one-sided slopes disagree: the central difference is then no
-             * derivative at all, and the sample is left out (counted). */
-            double right = (lp - g->base) / dp, left = (g->base - lm) / dm;
+             * activation's corner) between theta-eps and theta+eps makes
+             * the one-sided slopes disagree: the central difference is then
+             * no derivative at all, and the sample is left out (counted). */
+            double right = (lp - g->base) / o->eps, left = (g->base - lm) / o->eps;
             if (fabs(right - left) > SDNN_GRADCHECK_KINK * fmax(fmax(fabs(right), fabs(left)), floor)) {
                 row->kinks++;
                 continue;
             }
             double den = fmax(fmax(fabs(an), fabs(fd)), floor);
-            err[ne++] = den > 0 ? fabs(an - fd) / den : 0;
-            dnum += (an - fd) * (an - fd);
-            dden += fd * fd;
+            e1[k1++] = den > 0 ? fabs(an - fd) / den : 0;
         }
-        int k2 = ne - first;
-        row->tensor[j].samples = k2;
-        row->tensor[j].norm_rel = dden > 0 ? sqrt(dnum / dden) : sqrt(dnum);
-        if (k2 > 0) {
-            double *tmp = malloc((size_t)k2 * sizeof *tmp);
-            if (tmp) {
-                memcpy(tmp, err + first, (size_t)k2 * sizeof *tmp);
-                qsort(tmp, (size_t)k2, sizeof *tmp, cmp_double);
-                row->tensor[j].median_rel =
-                    k2 % 2 ? tmp[k2 / 2] : 0.5 * (tmp[k2 / 2 - 1] + tmp[k2 / 2]);
-                free(tmp);
-            }
-        }
+        memcpy(all1 + n1, e1, (size_t)k1 * sizeof *e1);
+        n1 += k1;
+        row->tensor[j].samples = k1;
+        row->tensor[j].ref_median_rel = median_of(e1, k1);
+        row->tensor[j].median_rel = median_of(e2, k2);
+        row->tensor[j].norm_rel = norm_rel;
+        row->tensor[j].dir_rel = dir_rel;
+        double worst = fmax(norm_rel, row->tensor[j].median_rel);
+        if (worst > row->max_rel) row->max_rel = worst;
+        if (dir_rel > row->dir_rel) row->dir_rel = dir_rel;
+        if (row->tensor[j].median_rel > row->median_rel) row->median_rel = row->tensor[j].median_rel;
     }
-    row->samples = ne;
+    row->samples = n1;
     row->size = total;
-    if (ne > 0) {
-        qsort(err, (size_t)ne, sizeof *err, cmp_double);
-        row->max_rel = err[ne - 1];
-        row->median_rel = ne % 2 ? err[ne / 2] : 0.5 * (err[ne / 2 - 1] + err[ne / 2]);
-    }
-    free(err);
-    free(pick);
+    row->ref_median_rel = median_of(all1, n1);
+    row->ref_max_rel = n1 > 0 ? all1[n1 - 1] : 0;
+    free(e1); free(e2); free(all1); free(pick);
     return SDNN_OK;
 }
 
@@ -429,6 +414,8 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     sdnn_trainer *t = NULL;
     head_kind *heads = NULL;
     unsigned char *reach = NULL;
+    sdnn_gradref *ref = NULL;
+    float **masks = NULL;
     data d = {0};
     srand((unsigned)o->seed);
     st = sdnn_replicas_create(path, NULL, 1, 1, &nets);
@@ -525,13 +512,53 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
             for (int k = 0; k < net->truths; ++k) d.y.vals[r][k] = (float)rng_uniform(&rs);
         }
     }
-    gc_run g = { net, heads, d, (unsigned)(o->seed * 2654435761u + 17u), 0 };
-    srand(g.draws);
+    unsigned draws = (unsigned)(o->seed * 2654435761u + 17u);
+    srand(draws);
     sdnn_step_stats ss;
     SDNN_CHECKGOTO(sdnn_trainer_step(t, d, &ss), st, done);
-    /* The engine's gradient into the host network the differences run on. */
+    /* The engine's gradient into the host network. */
     SDNN_CHECKGOTO(g_made->ops->pull(g_made, SDNN_ENGINE_ALL), st, done);
-    out->loss = g.base = loss_at(&g);
+    if (o->test_layer >= 0 && o->test_layer < net->n) {
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        if (sdnn_layer_params(&net->layers[o->test_layer], p) > 0) {
+            for (size_t e = 0; e < p[0].n; ++e) p[0].upd[e] = (float)(p[0].upd[e] * o->test_factor);
+            note(out, "test hook: layer %d's %s updates multiplied by %g", o->test_layer,
+                 p[0].what, o->test_factor);
+        }
+    }
+
+    /* The reference: the same weights, the step's batch, the dropout masks
+     * a host forward from the step's srand seed draws, and that forward's
+     * activation pieces and maxpool choices (its float decisions at corners
+     * and ties); every forward of the reference holds them. */
+    int sub = rows / net->batch;
+    SDNN_CHECKGOTO(sdnn_gradref_create(net, sub, &ref), st, done);
+    masks = calloc((size_t)net->n, sizeof *masks);
+    if (!masks) {
+        st = SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
+        goto done;
+    }
+    srand(draws);
+    {
+        size_t in = (size_t)d.X.cols, tr = (size_t)d.y.cols;
+        for (int s = 0; s < sub; ++s) {
+            for (int j = 0; j < net->batch; ++j) {
+                memcpy(net->input + (size_t)j * in, d.X.vals[s * net->batch + j], in * sizeof(float));
+                memcpy(net->truth + (size_t)j * tr, d.y.vals[s * net->batch + j], tr * sizeof(float));
+            }
+            SDNN_CHECKGOTO(sdnn_gradref_set_batch(ref, s, net->input, net->truth, NULL), st, done);
+            net->train = 1;
+            forward_network(net);
+            for (int i = 0; i < net->n; ++i)
+                masks[i] = net->layers[i].type == DROPOUT ? net->layers[i].rand : NULL;
+            SDNN_CHECKGOTO(sdnn_gradref_set_batch(ref, s, NULL, NULL, (const float *const *)masks),
+                           st, done);
+            SDNN_CHECKGOTO(sdnn_gradref_adopt(ref, s, net), st, done);
+        }
+    }
+    gc_run g = { net, ref, sub, 0 };
+    out->loss = g.base = sdnn_gradref_forward(ref, 0, 1);
+    sdnn_gradref_backward(ref);
 
     int first = 0;
     for (int i = 0; i < net->n; ++i)
@@ -545,23 +572,30 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     for (int i = first; i < net->n; ++i) {
         sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
         if (sdnn_layer_params(&net->layers[i], p) <= 0) continue;
-        sdnn_gradcheck_layer *row = &out->layer[out->nlayers];
-        row->index = i;
+        out->layer[out->nlayers++].index = i;
+    }
+    /* From the last layer to the first: each central difference reruns
+     * the layers from the perturbed one on, the earlier ones as they are. */
+    for (int k = out->nlayers - 1; k >= 0; --k) {
+        sdnn_gradcheck_layer *row = &out->layer[k];
+        int i = row->index;
         type_label(&net->layers[i], row->type, sizeof row->type);
         row->fixed = cfg.fix_1x1_delta && sdnn_fix_1x1_needed(net, i);
-        double slack;
-        row->bn_n = bn_n_from(net, i, reach, &slack);
-        row->threshold = SDNN_GRADCHECK_TOL + slack;
+        row->bn_n = reach_from(&g, i, reach, &row->reduction);
+        row->threshold = SDNN_GRADCHECK_C * 0x1p-24 * sqrt(row->reduction);
+        row->ref_threshold = SDNN_GRADCHECK_REF_TOL;
         SDNN_CHECKGOTO(check_layer(&g, i, o, &rs, row), st, done);
-        row->pass = row->median_rel <= row->threshold;
+        row->pass = row->max_rel <= row->threshold &&
+                    (row->samples == 0 || row->ref_median_rel <= row->ref_threshold);
         out->failed += !row->pass;
-        out->nlayers++;
     }
 done:
     if (st != SDNN_OK) sdnn_gradcheck_report_free(out);
     free_data(d);
     free(heads);
     free(reach);
+    free(masks);
+    sdnn_gradref_destroy(ref);
     if (t) sdnn_trainer_destroy(t);
     if (nets) sdnn_replicas_free(nets, 1);
     return st;
@@ -604,26 +638,32 @@ sdnn_status sdnn_gradcheck_file(const char *path, const sdnn_gradcheck_opts *o,
 
 void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
 {
-    fprintf(f, "mode %s, fix_1x1_delta=%d (%d layer%s fixed), loss %.6g\n",
+    fprintf(f, "mode %s, fix_1x1_delta=%d (%d layer%s fixed), loss %.6g (reference, double)\n",
             r->mode_stock ? "stock" : "scalednn", r->fix_1x1_delta, r->fixed_layers,
             r->fixed_layers == 1 ? "" : "s", r->loss);
-    fprintf(f, "%5s  %-28s %10s %7s %5s %10s %10s %10s  %s\n", "layer", "type", "size",
-            "samples", "kinks", "max rel", "median rel", "threshold", "verdict");
+    fprintf(f, "%5s  %-30s %9s %7s %5s | %10s %9s | %10s %9s %9s  %s\n", "layer", "type",
+            "size", "samples", "kinks", "1: ref fd", "threshold", "2: engine", "threshold",
+            "dirs", "verdict");
     for (int k = 0; k < r->nlayers; ++k) {
         const sdnn_gradcheck_layer *l = &r->layer[k];
-        char type[40];
+        char type[48];
         snprintf(type, sizeof type, "%s%s", l->type, l->fixed ? " (fixed)" : "");
-        fprintf(f, "%5d  %-28s %10zu %7d %5d %10.2e %10.2e %10.2e  %s\n", l->index, type,
-                l->size, l->samples, l->kinks, l->max_rel, l->median_rel, l->threshold,
-                l->samples == 0 ? "no sample" : l->pass ? "ok" : "FAIL");
+        fprintf(f, "%5d  %-30s %9zu %7d %5d | %10.2e %9.1e | %10.2e %9.2e %9.2e  %s\n", l->index,
+                type, l->size, l->samples, l->kinks, l->ref_median_rel, l->ref_threshold,
+                l->max_rel, l->threshold, l->dir_rel, l->pass ? "ok" : "FAIL");
     }
     if (r->notes[0]) fprintf(f, "%s", r->notes);
-    fprintf(f, "A layer fails when the median of its samples' relative errors exceeds its "
-               "threshold: %.0e (float forward passes), plus 2/N for each batch-normalised "
-               "layer its output reaches that normalises over N values (Darknet's forward divides "
-               "the variance by N-1, its backward by N: an error of about 1/N per such layer). The max shows kinks (leaky/ReLU, maxpool ties) crossed "
-               "by the +-eps step; samples whose one-sided slopes differ by more than %.0f%% straddle a "
-               "kink and are left out (kinks column).\n",
-            SDNN_GRADCHECK_TOL, 100 * SDNN_GRADCHECK_KINK);
+    fprintf(f, "Stage 1 (1: ref fd): the double reference's backward against its own central "
+               "differences, the median relative error of the samples, threshold %.0e; samples "
+               "whose one-sided slopes differ by more than %.0f%% straddle a kink (leaky/ReLU, "
+               "maxpool ties) and are left out (kinks column).\n",
+            SDNN_GRADCHECK_REF_TOL, 100 * SDNN_GRADCHECK_KINK);
+    fprintf(f, "Stage 2 (2: engine): the engine's float gradient against the reference's, the "
+               "worst over the layer's tensors of ||g - g_ref||/||g_ref|| and the sampled "
+               "elements' median (dirs: the worst of %d random +-1 directions "
+               "|<g - g_ref, d>|/||g_ref||, reported); "
+               "threshold %g x 2^-24 x sqrt(R), R the reduction lengths along the gradient's "
+               "path (float accumulation; no allowance for batch norm).\n",
+            SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);
     fprintf(f, "%d of %d layers above their threshold\n", r->failed, r->nlayers);
 }

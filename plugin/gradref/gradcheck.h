@@ -1,0 +1,148 @@
+/*
+ * gradcheck: the gradient training computes, checked in two stages against
+ * a reference network in double precision (gradref.h; issues 17, 25).
+ *
+ * The network is built from the cfg as training builds it (the [scalednn]
+ * section parsed, stripped and applied, its fixes included), one replica
+ * trains one step through the trainer (engine, hooks, the exchange path of
+ * a world of one) on a random batch, and the *_updates Darknet accumulated
+ * are read before they move a weight (an engine's are pulled to the host):
+ * the step runs with learning rate 0, momentum 1 and decay 0, so the
+ * updates hold the batch-summed negative gradient.  The reference is built
+ * from the same network (weights copied to double), fed the same batch and
+ * the dropout masks the step drew.
+ *
+ * Stage 1 (the reference against its own objective): for a sample of the
+ * weights, biases and scales of every layer with parameters, a central
+ * difference of the reference's double objective at theta +- eps against
+ * the reference's analytic gradient; error per sample
+ * |g - f| / max(|g|, |f|, 1e-3 max |g| of the tensor); the layer's median
+ * must be at most SDNN_GRADCHECK_REF_TOL.  A sample whose one-sided slopes
+ * disagree by more than SDNN_GRADCHECK_KINK crossed a kink (leaky/ReLU at
+ * 0, a maxpool tie) and is left out and counted.
+ *
+ * Stage 2 (the engine against the reference): every tensor whole: its
+ * normwise error ||g - g_ref|| / ||g_ref||, its error along
+ * SDNN_GRADCHECK_DIRS random +-1 directions d, |<g - g_ref, d>| / ||g_ref||,
+ * and the median over stage 1's sampled elements of
+ * |g_e - g_ref,e| / max(|g_ref,e|, ||g_ref|| / sqrt(n)).  The worst
+ * normwise or element error over the layer's tensors must stay within the
+ * error model of float accumulation (the directions are reported beside
+ * it: for a random +-1 d, <g - g_ref, d> / ||g_ref|| is the normwise error
+ * times a standard normal draw, so their worst of 4 runs up to ~2.5x it):
+ *
+ *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R),
+ *     R = the reduction lengths along the gradient's path: the forward
+ *         sums of every layer (each forward value feeds the loss and the
+ *         deltas), the backward sums of every layer the layer's output
+ *         reaches (itself included), plus the weight gradient's own sum
+ *         over batch x subdivisions x out_h x out_w (sdnn_gradref_reduction;
+ *         batch norm's mean and variance count as sums over their N).
+ *
+ * Rounding errors of float sums grow as the square root of their length
+ * (random-walk model); C covers the constant (a few roundings per term and
+ * the condition of the sums).  There is no allowance per batch norm:
+ * Darknet's N vs N-1 mismatch (fix_bn_delta=0) is a ~1/N error and fails.
+ *
+ * The objective is the one each head's delta is the negative gradient of
+ * (gradref.h).  yolo and region heads report |delta|^2, which their delta
+ * is not the gradient of: the check replaces each by an sse head and checks
+ * the body (the report says so).  Dropout draws its mask with rand(): the
+ * step and the host forward that captures the masks start from the same
+ * srand seed.
+ */
+#ifndef SDNN_GRADCHECK_H
+#define SDNN_GRADCHECK_H
+
+#include "scalednn.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Stage 1: the median error of double central differences against the
+ * reference's backward: truncation eps^2 |f'''| / 6 plus rounding
+ * 2^-53 |L| / eps, ~1e-7 at the default eps 1e-5 (a wrong derivative
+ * gives 1e-2 and more). */
+#define SDNN_GRADCHECK_REF_TOL 1e-5
+/* One-sided slopes (f(x+h)-f(x))/h and (f(x)-f(x-h))/h differing by more
+ * than this fraction: the step crossed a kink; the sample is left out. */
+#define SDNN_GRADCHECK_KINK 0.5
+/* Stage 2's constant (see above) and the random directions per tensor. */
+#define SDNN_GRADCHECK_C 16.0
+#define SDNN_GRADCHECK_DIRS 4
+
+typedef struct sdnn_gradcheck_opts {
+    const char *engine; /* "cpu" (default); "gpu" is SDNN_ERR_UNSUPPORTED in this build */
+    int samples;        /* per tensor (weights, biases, scales), >= 1 */
+    uint64_t seed;      /* weights (srand before parsing), batch, dropout draws */
+    double eps;         /* stage 1's finite-difference step (double), > 0 */
+    /* A test hook: the updates of layer test_layer (its first tensor) are
+     * multiplied by test_factor after the step (-1: none), a wrong engine
+     * gradient stage 2 must catch. */
+    int test_layer;
+    double test_factor;
+} sdnn_gradcheck_opts;
+
+#define SDNN_GRADCHECK_OPTS_INIT { "cpu", 8, 1, 1e-5, -1, 1.0 }
+
+typedef struct sdnn_gradcheck_layer {
+    int index;
+    char type[32];      /* "convolutional 1x1", "connected", ... */
+    size_t size;        /* parameters of the layer */
+    int samples;        /* stage 1: samples compared */
+    int kinks;          /* stage 1: samples left out: the +-h step crossed a kink */
+    double ref_max_rel, ref_median_rel;   /* stage 1 */
+    double ref_threshold;                 /* SDNN_GRADCHECK_REF_TOL */
+    double max_rel;     /* stage 2: the worst normwise or element error over the tensors */
+    double dir_rel;     /* stage 2: the worst random direction (reported) */
+    double median_rel;  /* stage 2: the worst tensor's sampled elements' median */
+    double threshold;   /* stage 2: the error model's bound */
+    double reduction;   /* R of the error model */
+    int bn_n;           /* smallest batch-norm N the layer's output reaches, 0: none */
+    int fixed;          /* the 1x1 delta fix runs on this layer */
+    int ntensors;
+    struct {
+        const char *what;   /* "weights", "biases", "scales" */
+        int samples;
+        double ref_median_rel;  /* stage 1 */
+        double median_rel;      /* stage 2: sampled elements */
+        double norm_rel;        /* stage 2: ||g - g_ref|| / ||g_ref||, the whole tensor */
+        double dir_rel;         /* stage 2: the worst random direction */
+    } tensor[3];
+    int pass;
+} sdnn_gradcheck_layer;
+
+typedef struct sdnn_gradcheck_report {
+    int nlayers;        /* rows in layer[] (layers with parameters and a backward) */
+    sdnn_gradcheck_layer *layer;
+    int failed;         /* rows above their threshold */
+    int mode_stock;     /* the cfg trains in stock mode */
+    int fix_1x1_delta;
+    int fixed_layers;   /* layers the fix runs on */
+    double loss;        /* the objective at the trained point */
+    char notes[1024];   /* heads replaced, dropout, ... one per line */
+} sdnn_gradcheck_report;
+
+/* Check the cfg text (`name` for messages).  SDNN_ERR_UNSUPPORTED: the
+ * engine, a head or a layer this check cannot handle (the message says
+ * which); SDNN_ERR_INVALID: bad options or cfg.  A layer over its threshold
+ * is not an error: see report->failed. */
+sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
+                                const sdnn_gradcheck_opts *o, sdnn_gradcheck_report *out);
+/* The same for a cfg file. */
+sdnn_status sdnn_gradcheck_file(const char *path, const sdnn_gradcheck_opts *o,
+                                sdnn_gradcheck_report *out);
+void sdnn_gradcheck_report_free(sdnn_gradcheck_report *r);
+
+/* The table: index, type, size, samples, kinks, stage 1's median and
+ * threshold, stage 2's worst error and threshold, verdict; the notes; the
+ * error model. */
+void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f);
+
+/* The engines gradcheck knows (the only list of their names), and whether
+ * `engine` can run here: SDNN_ERR_INVALID unknown, SDNN_ERR_UNSUPPORTED
+ * known but not in this build (gpu: issue 13), with the reason. */
+const char *sdnn_gradcheck_engines(void);
+sdnn_status sdnn_gradcheck_engine_check(const char *engine);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * gradref: a reference network in double precision (issue 25), the plain
+ * CPU reference beside the engines' kernels.  Built from a parsed
+ * libdarknet network (same cfg, the same weights copied to double), it runs
+ * forward and backward in double for the layer types the engines train:
+ * convolutional (any size, stride, pad, groups; batch_normalize),
+ * connected (batch_normalize), every libdarknet activation but stair plus
+ * the dialect's mish and swish, shortcut, route (the dialect's grouped
+ * route included), maxpool, avgpool, upsample, dropout (the mask the engine
+ * drew, handed in), softmax and the cost heads sse/masked, l1, smooth.
+ *
+ * Batch norm is Darknet's training-mode forward: per channel, over the N =
+ * batch x out_h x out_w values, mean m, variance v = sum (x - m)^2 / (N - 1),
+ * y = (x - m) / (sqrt(v) + 1e-6), then scale and bias; the backward is the
+ * exact derivative of that forward (not Darknet's, which divides by N).
+ *
+ * The objective is the sum over the step's subdivisions of the heads'
+ * losses: sse 1/2 scale sum (t - x)^2, l1 scale sum |t - x|, smooth-l1
+ * scale sum (1/2 d^2 if |d| < 1, else |d| - 1/2), softmax -sum t log p.
+ * The gradient is d objective / d parameter (Darknet's updates hold its
+ * negative).  Forward passes keep every layer's activations, so a forward
+ * from layer i reruns only layers i.. (a central difference on a
+ * parameter of layer i costs what the net after i costs).
+ */
+#ifndef SDNN_GRADREF_H
+#define SDNN_GRADREF_H
+
+#include "scalednn.h"
+#include <darknet.h>
+#include <stddef.h>
+
+typedef struct sdnn_gradref sdnn_gradref;
+
+/* A reference of `net` (its layers, weights, and the dialect's additions)
+ * for `subdivisions` batches of net->batch images.  SDNN_ERR_UNSUPPORTED
+ * names a layer type or option the reference does not compute. */
+sdnn_status sdnn_gradref_create(const network *net, int subdivisions, sdnn_gradref **out);
+void sdnn_gradref_destroy(sdnn_gradref *r);
+
+/* Subdivision s's input (batch x net->inputs floats) and truth (the flat
+ * buffer the heads read, batch x net->truths floats); for each dropout
+ * layer, its mask (layer->rand as the engine drew it for this
+ * subdivision): masks[i] for layer i, NULL elsewhere or no masks at all. */
+sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
+                                   const float *truth, const float *const *masks);
+
+/* Take subdivision s's activation pieces and maxpool choices from `net`
+ * (the network the reference was built from) after its float forward of
+ * that subdivision: each piecewise activation's piece from the layer's
+ * output (every piece maps to its own range), each maxpool's choice from
+ * its indexes.  A held forward then takes the engine's side of every value
+ * that float and double round to different sides of a corner or a tie. */
+sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net);
+
+/* Forward every subdivision from layer `from` on (0: all), the layers
+ * before it as the last forward left them; returns the objective.  A plain
+ * forward (hold 0) records which piece of each piecewise activation
+ * (leaky, relu, ... at their corners) every value lies on and which input
+ * each maxpool output took; a held forward (hold 1) evaluates those same
+ * pieces and choices (each piece's formula continued past its corners).
+ * The held objective equals the plain one near the recorded point and has
+ * the same derivative there, without the kinks: a central difference of
+ * it crosses no corner however many values lie near one. */
+double sdnn_gradref_forward(sdnn_gradref *r, int from, int hold);
+/* Backward of the last full forward: the gradients below, summed over the
+ * subdivisions. */
+void sdnn_gradref_backward(sdnn_gradref *r);
+
+/* Layer i's tensor j in sdnn_layer_params order (weights, biases, scales):
+ * its values (writable: a perturbation) and its gradient; *n its length.
+ * NULL when there is no such tensor. */
+double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
+const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
+
+/* The number of additions behind one value of layer i's output in a
+ * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
+ * adds its mean's and variance's N twice, a cost head its sum) and behind
+ * one value of its input gradient in a backward pass (*bwd: conv
+ * filters/groups x size^2, connected outputs, batch norm 2N): the error
+ * model's reduction lengths (gradcheck.h). */
+void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd);
+
+#endif
