@@ -5,13 +5,18 @@
  * stock mode with fix_1x1_delta=0 runs), interleaved step by step in one
  * process on the same batch, one BLAS thread.
  *
- *   make bench && build/bench/bench_fix1x1 [-cfg cfg/shapes-res.cfg] [-n 100]
+ *   make bench && build/bench/bench_fix1x1 [-cfg cfg/shapes-res.cfg] [-n 100] [-fix bn]
+ *
+ * -fix bn (issue 25): the batch-norm fix instead, both networks hooked with
+ * the 1x1 fix, one with fix_bn_delta=0 (Darknet's batch-norm backward), one
+ * with fix_bn_delta=1 (bnfix.c).
  *
  * Prints the median and minimum step time of each and their ratio.
  */
 #include "splitmix.h"
 #include "bench_util.h"
 #include "blas.h"
+#include "bnfix.h"
 #include "hooks.h"
 #include "replicas.h"
 
@@ -29,10 +34,11 @@ static uint64_t next(uint64_t *s)
 int main(int argc, char **argv)
 {
     const char *cfg = "cfg/shapes-res.cfg";
-    int n = 100;
+    int n = 100, bn = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-cfg") == 0) cfg = argv[i + 1];
         else if (strcmp(argv[i], "-n") == 0) n = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-fix") == 0) bn = strcmp(argv[i + 1], "bn") == 0;
     }
     if (n < 1) n = 1;
     network *net[2];
@@ -41,12 +47,13 @@ int main(int argc, char **argv)
         net[k] = parse_network_cfg((char *)cfg);
         net[k]->learning_rate = 0;   /* the weights stay put: every step is the same work */
     }
-    if (sdnn_hooks_install(net[1], 0, 1) != SDNN_OK) {
+    if ((bn && sdnn_hooks_install(net[0], 0, SDNN_FIX_1X1) != SDNN_OK) ||
+        sdnn_hooks_install(net[1], 0, SDNN_FIX_1X1 | (bn ? SDNN_FIX_BN : 0)) != SDNN_OK) {
         fprintf(stderr, "bench_fix1x1: %s\n", sdnn_last_error());
         return 1;
     }
     sdnn_blas_set_threads(1);
-    int fixed = sdnn_fix_1x1_count(net[1]);
+    int fixed = bn ? sdnn_bn_fix_count(net[1]) : sdnn_fix_1x1_count(net[1]);
     data d = {0};
     d.X = make_matrix(net[0]->batch, net[0]->inputs);
     d.y = make_matrix(net[0]->batch, net[0]->truths);
@@ -86,12 +93,14 @@ int main(int argc, char **argv)
             if (t[k][i] < mn[k]) mn[k] = t[k][i];
         med[k] = bench_median(t[k], n);
     }
-    printf("%s: batch %d, %d fixed 1x1 layers, %d steps each, interleaved\n", cfg, net[0]->batch,
-           fixed, n);
-    printf("| fix_1x1_delta | median step ms | min step ms |\n|---:|---:|---:|\n");
+    printf("%s: batch %d, %d fixed %s layers, %d steps each, interleaved\n", cfg, net[0]->batch,
+           fixed, bn ? "batch-norm" : "1x1", n);
+    printf("| %s | median step ms | min step ms |\n|---:|---:|---:|\n",
+           bn ? "fix_bn_delta" : "fix_1x1_delta");
     printf("| 0 (Darknet) | %.2f | %.2f |\n| 1 (fixed) | %.2f | %.2f |\n", 1e3 * med[0],
            1e3 * mn[0], 1e3 * med[1], 1e3 * mn[1]);
     printf("fixed / Darknet: median %.3f, min %.3f\n", med[1] / med[0], mn[1] / mn[0]);
+    sdnn_hooks_uninstall(net[0]);
     sdnn_hooks_uninstall(net[1]);
     free(t[0]);
     free(t[1]);

@@ -107,6 +107,7 @@ static void one_replica_equals_darknet(int subdiv, double bucket_mb, int overlap
     network **nets = make_replicas(CFG_BN, b, subdiv, 1, ref);
     assert_true(tu_bitwise_equal(ref, nets[0]));
     sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
+    cfg.fix_bn_delta = 0;   /* the oracle is Darknet as users have it (issue 25) */
     sdnn_trainer *t = NULL;
     assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
     uint64_t seed = 42;
@@ -133,6 +134,31 @@ static void test_one_replica_bitwise(void **state)
     one_replica_equals_darknet(1, 4.0, 1);
     one_replica_equals_darknet(2, 4.0, 1);
     one_replica_equals_darknet(2, 0.0001, 0);
+}
+
+/* With fix_bn_delta=1 (the default) the batch-normalised layers' backward
+ * is the exact one: after one step the weights differ from Darknet's, the
+ * loss (a forward before any update) does not. */
+static void test_fix_bn_delta_differs(void **state)
+{
+    (void)state;
+    const int b = 4;
+    network *ref = make_net(CFG_BN, b, 1);
+    network **nets = make_replicas(CFG_BN, b, 1, 1, ref);
+    sdnn_config cfg = scalednn_cfg(4.0, 1);
+    assert_int_equal(cfg.fix_bn_delta, 1);
+    sdnn_trainer *t = NULL;
+    assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
+    uint64_t seed = 42;
+    data d = tu_batch(&seed, b, INPUTS, CLASSES);
+    float lref = train_network(ref, d);
+    sdnn_step_stats st;
+    assert_int_equal(sdnn_trainer_step(t, d, &st), SDNN_OK);
+    assert_true(memcmp(&lref, &st.loss, sizeof lref) == 0);
+    assert_false(tu_bitwise_equal(ref, sdnn_trainer_net(t, 0)));
+    free_data(d);
+    sdnn_trainer_destroy(t);
+    sdnn_network_free(ref);
 }
 
 /* ---- oracle 2 ------------------------------------------------------------ */
@@ -285,6 +311,7 @@ static void stock_equals_reference(int n, int interval)
     sdnn_config cfg = SDNN_CONFIG_INIT;
     cfg.mode = SDNN_MODE_STOCK;
     cfg.interval = interval;
+    cfg.fix_bn_delta = 0;   /* the reference steps run Darknet's own backward */
     sdnn_trainer *t = NULL;
     assert_int_equal(sdnn_trainer_create(nets, n, &cfg, 1, &t), SDNN_OK);
     uint64_t seed = 99;
@@ -755,6 +782,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica_bitwise),
+        cmocka_unit_test(test_fix_bn_delta_differs),
         cmocka_unit_test(test_n_replicas_equal_big_batch),
         cmocka_unit_test(test_rate_schedule_per_step),
         cmocka_unit_test(test_stock_equals_reference),

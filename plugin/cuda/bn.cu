@@ -89,7 +89,7 @@ __global__ void k_finish_add(const float *partial, int C, int parts, float *acc)
 
 __global__ void k_finish_bn_backward(const float *partial, int C, int parts, const float *scales,
                                      const float *var, float *bias_updates, float *scale_updates,
-                                     float *mean_delta, float *var_delta)
+                                     float *mean_delta, float *var_delta, int exact, size_t m)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
@@ -101,8 +101,12 @@ __global__ void k_finish_bn_backward(const float *partial, int C, int parts, con
         s2 += q[2];
     }
     const float sums[3] = {s0, s1, s2};
-    sdnn_bn_backward_channel(sums, scales[ch], var[ch], &bias_updates[ch], &scale_updates[ch],
-                             &mean_delta[ch], &var_delta[ch]);
+    if (exact)
+        sdnn_bn_backward_channel_exact(sums, scales[ch], var[ch], m, &bias_updates[ch],
+                                       &scale_updates[ch], &mean_delta[ch], &var_delta[ch]);
+    else
+        sdnn_bn_backward_channel(sums, scales[ch], var[ch], &bias_updates[ch],
+                                 &scale_updates[ch], &mean_delta[ch], &var_delta[ch]);
 }
 
 /* rolling = .99 * rolling + .01 * batch value (ops.h). */
@@ -146,12 +150,14 @@ __global__ void k_add_bias(float *out, const float *biases, int C, int S, size_t
 
 __global__ void k_bn_delta(float *delta, const float *x, const float *mean, const float *var,
                            const float *scales, const float *mean_delta, const float *var_delta,
-                           int C, int S, int m, size_t n)
+                           int C, int S, int m, size_t n, int exact)
 {
     SDNN_FOR(i, n) {
         int ch = sdnn_bn_channel(i, C, S);
-        delta[i] = sdnn_bn_delta_elem(delta[i], scales[ch], x[i], mean[ch], var[ch],
-                                      mean_delta[ch], var_delta[ch], m);
+        delta[i] = exact ? sdnn_bn_delta_elem_exact(delta[i], scales[ch], x[i], mean[ch], var[ch],
+                                                    mean_delta[ch], var_delta[ch], m)
+                         : sdnn_bn_delta_elem(delta[i], scales[ch], x[i], mean[ch], var[ch],
+                                              mean_delta[ch], var_delta[ch], m);
     }
 }
 
@@ -217,11 +223,11 @@ sdnn_status sdnn_bn_backward(sdnn_dctx *c, const sdnn_bn_args *a)
     SDNN_LAUNCHED("bn backward sums");
     k_finish_bn_backward<<<ch_grid(a->channels), 128, 0, s>>>(
         a->partial, a->channels, parts, a->scales, a->var, a->bias_updates, a->scale_updates,
-        a->mean_delta, a->var_delta);
+        a->mean_delta, a->var_delta, a->exact, m);
     SDNN_LAUNCHED("bn backward sums");
     k_bn_delta<<<sdnn_grid(n), SDNN_THREADS, 0, s>>>(a->delta, a->x, a->mean, a->var, a->scales,
                                                      a->mean_delta, a->var_delta, a->channels,
-                                                     a->spatial, (int)m, n);
+                                                     a->spatial, (int)m, n, a->exact);
     SDNN_LAUNCHED("bn delta");
     return SDNN_OK;
 }

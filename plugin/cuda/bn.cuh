@@ -9,6 +9,7 @@
 
 typedef struct sdnn_bn_args {
     int batch, channels, spatial;
+    int exact;              /* fix_bn_delta=1: the exact backward (ops.h) */
     float *out;             /* in: pre-normalisation values; out: result */
     float *delta;
     float *x, *x_norm;

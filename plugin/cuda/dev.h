@@ -168,6 +168,7 @@ typedef struct sdnn_dlayer {
     int index;              /* position in the network */
     int act;                /* enum sdnn_act */
     int bn;                 /* batch normalisation (conv, connected) */
+    int bn_exact;           /* fix_bn_delta=1: its backward exact (ops.h) */
     int batch, inputs, outputs;
     int w, h, c, out_w, out_h, out_c;
     int n, size, stride, pad, groups;

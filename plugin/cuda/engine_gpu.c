@@ -131,6 +131,7 @@ typedef struct eg_rep {
 typedef struct gpu_engine {
     int n, layers, subdivisions;
     int hooks;
+    int fix_bn;             /* fix_bn_delta: the exact batch-norm backward */
     int one_device;              /* every replica on one physical device */
     int preload;                 /* ring slots per replica (preload=) */
     sdnn_engine_split split;     /* split= */
@@ -284,6 +285,7 @@ static sdnn_status make_net(gpu_engine *E, eg_rep *R, network *net)
     SDNN_CHECK(sdnn_gpu_net_create(net, R->vd, &R->g));
     sdnn_gpu_net_set_seed(R->g, 0x5ca1ed0dull + 0x1000193ull * (uint64_t)R->r);
     sdnn_gpu_net_set_backward_hook(R->g, backward_hook, R);
+    sdnn_gpu_net_set_bn_exact(R->g, E->fix_bn);
     int rows = net->batch * net->subdivisions;
     if (E->split == SDNN_ENGINE_SPLIT_DEVICE0 && R->r == 0) rows *= E->n;
     return sdnn_gpu_preload_create(R->vd, E->preload, rows, net->inputs, net->truths, &R->ring);
@@ -338,6 +340,7 @@ static sdnn_status eg_create(sdnn_engine *e, const sdnn_engine_opts *o)
     E->layers = e->nets[0]->n;
     E->subdivisions = e->nets[0]->subdivisions > 0 ? e->nets[0]->subdivisions : 1;
     E->hooks = o->hooks;
+    E->fix_bn = o->fix_bn_delta;
     E->preload = o->preload;
     E->split = o->split;
     if (E->preload < 1 || E->preload > 8 ||

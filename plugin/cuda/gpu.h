@@ -128,6 +128,10 @@ sdnn_status sdnn_gpu_net_predict(sdnn_gpu_net *g, const float *X_host, float *ou
  * compute stream (the exchange records its bucket events here). */
 typedef sdnn_status (*sdnn_gpu_backward_hook)(void *ctx, sdnn_gpu_net *g, int layer);
 void sdnn_gpu_net_set_backward_hook(sdnn_gpu_net *g, sdnn_gpu_backward_hook fn, void *ctx);
+/* fix_bn_delta: 1 makes every batch-normalised layer's backward the exact
+ * derivative of its forward (ops.h, as plugin/darknet/bnfix.h on the host);
+ * 0 (the default of a new net) keeps Darknet's. */
+void sdnn_gpu_net_set_bn_exact(sdnn_gpu_net *g, int on);
 /* Seconds spent in host-side losses (YOLO, region: device output to the
  * host, libdarknet's CPU layer, delta back), since creation. */
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);

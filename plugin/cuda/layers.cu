@@ -200,6 +200,7 @@ static sdnn_bn_args bn_args(sdnn_dlayer *l, int channels, int spatial)
     a.batch = l->batch;
     a.channels = channels;
     a.spatial = spatial;
+    a.exact = l->bn_exact;
     a.out = l->output;
     a.delta = l->delta;
     a.x = l->x;

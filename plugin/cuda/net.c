@@ -1091,3 +1091,8 @@ sdnn_status sdnn_gpu_net_train(sdnn_gpu_net *g, data d, float *loss)
     if (loss) *loss = sum / (float)(n * batch);
     return SDNN_OK;
 }
+
+void sdnn_gpu_net_set_bn_exact(sdnn_gpu_net *g, int on)
+{
+    for (int i = 0; i < g->n; ++i) g->L[i].bn_exact = on && g->L[i].bn;
+}

@@ -217,6 +217,31 @@ SDNN_HD void sdnn_bn_backward_channel(const float s[3], float scale, float var,
     *var_delta = (scale * s[2]) * sdnn_bn_var_delta_factor(var);
 }
 
+/* fix_bn_delta=1 (plugin/darknet/bnfix.h): the exact derivative of the
+ * forward that ran, x_hat = (x - mean) / d with d = sqrt(var) + 1e-6 and the
+ * variance over m - 1, in the same shape as Darknet's step: the input delta
+ * is delta * scale / d + var_delta * 2 (x - mean) / m + mean_delta / m with
+ * mean_delta = -scale * s0 / d and var_delta = -scale * s2 * m /
+ * (2 d^2 (m - 1) sqrt(var)) (0 when var is 0: every x - mean is 0). */
+SDNN_HD void sdnn_bn_backward_channel_exact(const float s[3], float scale, float var, size_t m,
+                                            float *bias_update, float *scale_update,
+                                            float *mean_delta, float *var_delta)
+{
+    *bias_update += s[0];
+    *scale_update += s[1];
+    float sd = sqrtf(var), d = sd + 0.000001f;
+    *mean_delta = -(scale * s[0]) / d;
+    *var_delta = sd > 0 && m > 1 ? -(scale * s[2]) * ((float)m / (2.0f * d * d * (float)(m - 1) * sd))
+                        : 0.0f;
+}
+
+SDNN_HD float sdnn_bn_delta_elem_exact(float delta, float scale, float x, float mean, float var,
+                                       float mean_delta, float var_delta, int m)
+{
+    return delta * scale / (sqrtf(var) + 0.000001f) + var_delta * 2.0f * (x - mean) / m +
+           mean_delta / m;
+}
+
 /* ---- maxpool ---------------------------------------------------------- */
 
 typedef struct sdnn_pool_geom {

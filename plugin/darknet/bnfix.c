@@ -33,40 +33,55 @@ size_t sdnn_bn_fix_sink_floats(const layer *l)
     return l->type == CONNECTED ? (size_t)l->outputs : (size_t)l->n;
 }
 
-/* The exact transform of one layer's delta (see bnfix.h), with the bias and
- * scale gradients accumulated as Darknet does.  Sums in double. */
+void sdnn_bn_exact_delta(float *delta, const float *x, const float *mean, const float *var,
+                         const float *scales, int batch, int channels, int spatial,
+                         float *var_delta)
+{
+    size_t S = (size_t)spatial, C = (size_t)channels, N = (size_t)batch * S;
+    for (size_t c = 0; c < C; ++c) {
+        double s0 = 0, s2 = 0, mu = mean[c];
+        for (int b = 0; b < batch; ++b) {
+            const float *d = delta + ((size_t)b * C + c) * S, *xs = x + ((size_t)b * C + c) * S;
+            for (size_t k = 0; k < S; ++k) {
+                s0 += d[k];
+                s2 += d[k] * ((double)xs[k] - mu);
+            }
+        }
+        double g = scales ? scales[c] : 1.0;
+        double sd = sqrt((double)var[c]);
+        double den = sd + 1e-6;     /* the forward's sqrt(var) + .000001f */
+        double a = g / den;
+        double m = -g * s0 / den / (double)N;
+        double t = sd > 0 && N > 1 ? g * s2 / (den * den * (double)(N - 1) * sd) : 0.0;
+        if (var_delta) var_delta[c] = (float)(sd > 0 ? -g * s2 / (2.0 * den * den * sd) : 0.0);
+        for (int b = 0; b < batch; ++b) {
+            float *d = delta + ((size_t)b * C + c) * S;
+            const float *xs = x + ((size_t)b * C + c) * S;
+            for (size_t k = 0; k < S; ++k)
+                d[k] = (float)(a * d[k] + m - ((double)xs[k] - mu) * t);
+        }
+    }
+}
+
+/* One layer: the bias and scale gradients as Darknet accumulates them (sum
+ * of delta, sum of delta * x_hat), then the exact input delta. */
 static void exact_bn(layer *l)
 {
-    size_t S = (size_t)l->out_h * (size_t)l->out_w;
-    int C = (int)((size_t)l->outputs / S);
-    size_t N = (size_t)l->batch * S;
+    int S = l->out_h * l->out_w;
+    int C = (int)((size_t)l->outputs / (size_t)S);
     for (int c = 0; c < C; ++c) {
-        double s0 = 0, s1 = 0, s2 = 0, mu = l->mean[c];
+        double s0 = 0, s1 = 0;
         for (int b = 0; b < l->batch; ++b) {
-            size_t o = ((size_t)b * (size_t)C + (size_t)c) * S;
-            for (size_t k = 0; k < S; ++k) {
-                double d = l->delta[o + k];
-                s0 += d;
-                s1 += d * l->x_norm[o + k];
-                s2 += d * ((double)l->x[o + k] - mu);
+            size_t o = ((size_t)b * (size_t)C + (size_t)c) * (size_t)S;
+            for (int k = 0; k < S; ++k) {
+                s0 += l->delta[o + k];
+                s1 += (double)l->delta[o + k] * l->x_norm[o + k];
             }
         }
         l->bias_updates[c] += (float)s0;
         l->scale_updates[c] += (float)s1;
-        double g = l->scales[c];
-        double s = sqrt((double)l->variance[c]);
-        double den = s + 1e-6;      /* the forward's sqrt(var) + .000001f */
-        double a = g / den;
-        double m = -g * s0 / den / (double)N;
-        double t = s > 0 ? g * s2 / (den * den * (double)(N - 1) * s) : 0.0;
-        for (int b = 0; b < l->batch; ++b) {
-            size_t o = ((size_t)b * (size_t)C + (size_t)c) * S;
-            for (size_t k = 0; k < S; ++k) {
-                double xc = (double)l->x[o + k] - mu;
-                l->delta[o + k] = (float)(a * l->delta[o + k] + m - xc * t);
-            }
-        }
     }
+    sdnn_bn_exact_delta(l->delta, l->x, l->mean, l->variance, l->scales, l->batch, C, S, NULL);
 }
 
 void (*sdnn_bn_fix_backward(layer *l, network *net, float *bias_sink,

@@ -45,6 +45,15 @@ int sdnn_bn_fix_count(const network *net);
 void (*sdnn_bn_fix_backward(layer *l, network *net, float *bias_sink,
                             void (*next)(layer, network)))(layer, network);
 
+/* The exact input delta in place: delta (dL/dy, before the scale) becomes
+ * dL/dx for y = scale * x_hat + bias with x_hat of the forward above; x,
+ * mean, var: the forward's, batch x channels x spatial as Darknet lays them
+ * out; scales NULL means 1.  var_delta (channels floats, or NULL) gets
+ * dL/dvar.  Sums in double. */
+void sdnn_bn_exact_delta(float *delta, const float *x, const float *mean, const float *var,
+                         const float *scales, int batch, int channels, int spatial,
+                         float *var_delta);
+
 /* Floats bias_sink needs for layer l. */
 size_t sdnn_bn_fix_sink_floats(const layer *l);
 

@@ -13,7 +13,6 @@
  */
 #include "profile.h"
 #include "clock.h"
-#include "bnfix.h"
 #include "hooks.h"
 #include "replicas.h"
 #include "saveio.h"
@@ -142,10 +141,9 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
     /* Training (with the default fix_1x1_delta=1) runs the 1x1 delta fix's
      * wrapper on the layers that need it; so does the profile, unless the
      * caller hooked the network itself. */
-    int hook = (sdnn_fix_1x1_count(net) > 0 || sdnn_bn_fix_count(net) > 0) &&
-               !sdnn_hooks_installed(net);
+    int hook = sdnn_fix_1x1_count(net) > 0 && !sdnn_hooks_installed(net);
     if (hook) {
-        sdnn_status hs = sdnn_hooks_install(net, 0, SDNN_FIX_1X1 | SDNN_FIX_BN);
+        sdnn_status hs = sdnn_hooks_install(net, 0, 1);
         if (hs != SDNN_OK) {
             free(t);
             free(col);

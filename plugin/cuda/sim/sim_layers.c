@@ -208,7 +208,7 @@ static sdnn_status conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate
 /* ---- biases and batch normalisation -------------------------------------------------- */
 
 typedef struct k_bn_args {
-    int batch, C, S, train;
+    int batch, C, S, train, exact;
     float *out, *delta, *x, *x_norm;
     float *mean, *var, *rolling_mean, *rolling_var;
     float *scales, *biases, *scale_updates, *bias_updates, *mean_delta, *var_delta;
@@ -286,14 +286,24 @@ static sdnn_status k_bn_bwd(void *arg)
             sdnn_bn_backward_terms(a->delta[i], a->x_norm[i], a->x[i], mu, t);
             for (int k = 0; k < 3; ++k) sum[k] += t[k];
         }
-        sdnn_bn_backward_channel(sum, a->scales[ch], a->var[ch], &a->bias_updates[ch],
-                                 &a->scale_updates[ch], &a->mean_delta[ch], &a->var_delta[ch]);
+        if (a->exact)
+            sdnn_bn_backward_channel_exact(sum, a->scales[ch], a->var[ch], m,
+                                           &a->bias_updates[ch], &a->scale_updates[ch],
+                                           &a->mean_delta[ch], &a->var_delta[ch]);
+        else
+            sdnn_bn_backward_channel(sum, a->scales[ch], a->var[ch], &a->bias_updates[ch],
+                                     &a->scale_updates[ch], &a->mean_delta[ch],
+                                     &a->var_delta[ch]);
     }
     for (size_t i = 0; i < n; ++i) {
         int ch = sdnn_bn_channel(i, a->C, a->S);
-        a->delta[i] = sdnn_bn_delta_elem(a->delta[i], a->scales[ch], a->x[i], a->mean[ch],
-                                         a->var[ch], a->mean_delta[ch], a->var_delta[ch],
-                                         (int)m);
+        a->delta[i] = a->exact ? sdnn_bn_delta_elem_exact(a->delta[i], a->scales[ch], a->x[i],
+                                                          a->mean[ch], a->var[ch],
+                                                          a->mean_delta[ch], a->var_delta[ch],
+                                                          (int)m)
+                               : sdnn_bn_delta_elem(a->delta[i], a->scales[ch], a->x[i],
+                                                    a->mean[ch], a->var[ch], a->mean_delta[ch],
+                                                    a->var_delta[ch], (int)m);
     }
     return SDNN_OK;
 }
@@ -345,6 +355,7 @@ static sdnn_status act_norm_bias_backward(sdnn_dctx *c, sdnn_dlayer *l, const ch
     DP(l->delta, out, &a.delta);
     DP(l->bias_updates, ch, &a.bias_updates);
     if (!l->bn) return launch(c, call, k_bias_grad, &a, sizeof a);
+    a.exact = l->bn_exact;
     DP(l->x, out, &a.x);
     DP(l->x_norm, out, &a.x_norm);
     DP(l->mean, ch, &a.mean);
