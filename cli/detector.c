@@ -25,9 +25,10 @@
  * both (train.c runs them). */
 int sdnn_train_command(sdnn_task task, int argc, char **argv)
 {
-    sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1};
+    sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1, .iou_thresh = .5f,
+                          .conf_thresh = .25f};
     const char *csv = NULL;
-    int map = 0;
+    int map = 0, every_seen = 0, dont_show = 0, show_imgs = 0;
     long every = 100;
     double target = 0;
     const int detector = task == SDNN_TASK_DETECTOR;
@@ -48,21 +49,50 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
         {.name = "-skip_bad_labels", .kind = SDNN_FLAG_SWITCH, .dst = &job.skip_bad_labels,
          .help = "drop bad boxes (counted) instead of stopping"},
         {.name = "-map", .kind = SDNN_FLAG_SWITCH, .dst = &map,
-         .help = detector ? "mAP@0.5 on valid= every -map_every iterations"
+         .help = detector ? "mAP@0.5 on valid= every -map_every iterations; a new best is saved "
+                            "as NAME_best.weights"
                           : "top-1 on valid= every -map_every iterations"},
         {.name = "-map_every", .kind = SDNN_FLAG_LONG, .dst = &every, .lo = 1, .hi = 2147483647.0,
-         .meta = "N", .help = "iterations between -map evaluations (100)"},
+         .meta = "N", .help = "with -map: iterations between evaluations (100)",
+         .seen = &every_seen},
         {.name = "-target", .kind = SDNN_FLAG_DOUBLE, .dst = &target, .lo = 0, .lo_open = 1,
          .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached"},
+        {.name = "-time_limit_sec", .kind = SDNN_FLAG_LONG, .dst = &job.time_limit_s, .lo = 1,
+         .hi = 2147483647.0, .meta = "S",
+         .help = "stop after S seconds of training (evaluations not counted), saving _final"},
+        {.name = "-benchmark_layers", .kind = SDNN_FLAG_SWITCH, .dst = &job.benchmark_layers,
+         .help = "first print each layer's forward/backward time (the planner's profile)"},
+        SDNN_FLAGS_NO_WINDOW(&dont_show, &show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
+        /* Detector only (the table below is cut before them for a classifier). */
+        {.name = "-points", .kind = SDNN_FLAG_CUSTOM, .dst = &job.points,
+         .parse = sdnn_flag_parse_points, .meta = "0|11|101",
+         .help = "with -map: all-point (0, the default), 11-point or 101-point AP"},
+        {.name = "-iou_thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.iou_thresh, .lo = 0,
+         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)"},
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.conf_thresh, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T",
+         .help = "with -map: precision and recall of the boxes above T (0.25)"},
+        {.name = "-chart", .kind = SDNN_FLAG_STR, .dst = &job.chart, .meta = "FILE",
+         .help = "the loss (and -map) chart redrawn while training (chart.png)"},
+        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &job.letter_box,
+         .help = "train on letterboxed images (as [net] letter_box=1)"},
     };
+    const int nflags = (int)(sizeof flags / sizeof flags[0]);
     const sdnn_command cmd = {
         .name = detector ? "detector train" : "classifier train", .args = "DATA CFG [WEIGHTS]",
-        .min_pos = 2, .max_pos = 3, .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        .min_pos = 2, .max_pos = 3, .flags = flags, .nflags = detector ? nflags : nflags - 5,
     };
     const char *pos[3] = {0};
     int np;
     int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
     if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    if (every_seen && !map) {
+        fprintf(stderr, "error: darknet %s: -map_every %ld needs -map (nothing is evaluated "
+                "without it)\n", cmd.name, every);
+        return 2;
+    }
+    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;

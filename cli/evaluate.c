@@ -155,6 +155,31 @@ int sdnn_detector_classes(const network *net)
     return classes > 0 ? classes : -1;
 }
 
+/* Precision, recall and F1 of the matches accumulated in m. */
+static sdnn_status pr_of(const sdnn_map *m, int classes, sdnn_map_pr *pr)
+{
+    sdnn_ap *ap = calloc((size_t)classes, sizeof *ap);
+    if (!ap) return SDNN_ERROR(SDNN_ERR_NOMEM, "mAP: no memory for %d classes", classes);
+    sdnn_map_result r;
+    sdnn_status st = sdnn_map_compute(m, ap, &r);
+    int tp = 0, dets = 0, truths = 0;
+    for (int c = 0; c < classes; ++c) {
+        tp += ap[c].tp;
+        dets += ap[c].dets;
+        truths += ap[c].truths;
+    }
+    free(ap);
+    pr->tp = tp;
+    pr->fp = dets - tp;
+    pr->fn = truths - tp;
+    pr->precision = dets ? (double)tp / dets : 0;
+    pr->recall = truths ? (double)tp / truths : 0;
+    pr->f1 = pr->precision + pr->recall > 0
+                 ? 2 * pr->precision * pr->recall / (pr->precision + pr->recall)
+                 : 0;
+    return st;
+}
+
 /* Detections of one image: every class with probability > thresh of every
  * box left after NMS. */
 static sdnn_status detect(network *net, const char *path, const sdnn_map_eval_opts *o,
@@ -194,6 +219,46 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
                                    const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
                                    sdnn_map_result *result)
 {
+    return sdnn_detector_map_eval_pr(net, paths, n, opts, per_class, result, NULL);
+}
+
+double sdnn_map_at_points(const sdnn_map_result *r, int points)
+{
+    return points == 11 ? r->map11 : points == 101 ? r->map101 : r->map_all;
+}
+
+sdnn_status sdnn_check_net_finite(const network *net, const char *weights)
+{
+    for (int i = 0; i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        float *mean, *var;
+        size_t nbn = sdnn_layer_bn_stats(l, &mean, &var);
+        for (size_t e = 0; e < nbn; ++e)
+            if (!isfinite(mean[e]) || !isfinite(var[e]))
+                return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                  "%s: layer %d (%s) %s[%zu] is %f: the weights are not finite "
+                                  "(a run that diverged?); nothing was evaluated",
+                                  weights, i, sdnn_layer_type_name(l->type),
+                                  isfinite(mean[e]) ? "rolling_variance" : "rolling_mean", e,
+                                  isfinite(mean[e]) ? var[e] : mean[e]);
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(l, p);
+        for (int j = 0; j < k; ++j)
+            for (size_t e = 0; e < p[j].n; ++e)
+                if (!isfinite(p[j].val[e]))
+                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                      "%s: layer %d (%s) %s[%zu] is %f: the weights are not "
+                                      "finite (a run that diverged?); nothing was evaluated",
+                                      weights, i, sdnn_layer_type_name(l->type), p[j].what, e,
+                                      p[j].val[e]);
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_detector_map_eval_pr(network *net, char **paths, int n,
+                                      const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
+                                      sdnn_map_result *result, sdnn_map_pr *pr)
+{
     sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
     if (opts) o = *opts;
     memset(result, 0, sizeof *result);
@@ -211,7 +276,7 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
     /* Everything read first: first[i] .. first[i+1] are image i's truths. */
     truth_set truths = {0};
     int *first = malloc((size_t)(n + 1) * sizeof *first);
-    sdnn_map *m = NULL;
+    sdnn_map *m = NULL, *mpr = NULL;
     sdnn_map_det *dets = NULL;
     int ndets = 0, cap = 0;
     sdnn_status st = SDNN_OK;
@@ -226,6 +291,7 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
     }
     first[n] = truths.n;
     if (st == SDNN_OK) st = sdnn_map_create(classes, o.iou, &m);
+    if (st == SDNN_OK && pr) st = sdnn_map_create(classes, o.iou, &mpr);
     if (st != SDNN_OK) goto out;
 
     int batch = net->batch;
@@ -234,10 +300,19 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
         st = detect(net, paths[i], &o, classes, &dets, &ndets, &cap);
         if (st == SDNN_OK)
             st = sdnn_map_add_image(m, truths.t + first[i], first[i + 1] - first[i], dets, ndets);
+        if (st == SDNN_OK && pr) {
+            /* The same matching on the detections above pr->conf only. */
+            int kept = 0;
+            for (int d = 0; d < ndets; ++d)
+                if (dets[d].score > pr->conf) dets[kept++] = dets[d];
+            st = sdnn_map_add_image(mpr, truths.t + first[i], first[i + 1] - first[i], dets, kept);
+        }
     }
     set_batch_network(net, batch);
     if (st == SDNN_OK) st = sdnn_map_compute(m, per_class, result);
+    if (st == SDNN_OK && pr) st = pr_of(mpr, classes, pr);
 out:
+    sdnn_map_destroy(mpr);
     sdnn_map_destroy(m);
     free(dets);
     free(truths.t);
