@@ -12,7 +12,7 @@
 #include "evalmap.h"
 #include "scalednn.h"
 
-/* ./darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]
+/* ./darknet detector map DATA CFG WEIGHTS [-iou_thresh 0.5] [-points 0|11|101] [-thresh 0.25] ...
  * argv[0] == "map"; returns the exit code. */
 int sdnn_cmd_detector_map(int argc, char **argv);
 
