@@ -49,7 +49,7 @@ int sdnn_args_bad(const sdnn_command *c, const char *flag, const char *value, co
 }
 
 /* Store value v of flag f; SDNN_ARGS_OK or SDNN_ARGS_BAD after a message. */
-static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
+static int store(const sdnn_command *c, const sdnn_flag *f, const char *name, const char *v)
 {
     char what[160];
     char *end = NULL;
@@ -66,7 +66,7 @@ static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
         long x = strtol(v, &end, 10);
         if (end == v || *end != '\0' || errno == ERANGE || x < (long)f->lo || x > (long)f->hi) {
             snprintf(what, sizeof what, "an integer >= %ld and <= %ld", (long)f->lo, (long)f->hi);
-            return sdnn_args_bad(c, f->name, v, what);
+            return sdnn_args_bad(c, name, v, what);
         }
         if (f->kind == SDNN_FLAG_INT) *(int *)f->dst = (int)x;
         else *(long *)f->dst = x;
@@ -80,14 +80,14 @@ static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
             (f->hi_open ? !(x < f->hi) : !(x <= f->hi))) {
             snprintf(what, sizeof what, "a number %s %g and %s %g", f->lo_open ? ">" : ">=", f->lo,
                      f->hi_open ? "<" : "<=", f->hi);
-            return sdnn_args_bad(c, f->name, v, what);
+            return sdnn_args_bad(c, name, v, what);
         }
         if (f->kind == SDNN_FLAG_FLOAT) *(float *)f->dst = (float)x;
         else *(double *)f->dst = x;
         return SDNN_ARGS_OK;
     }
     case SDNN_FLAG_CUSTOM:
-        if (f->parse(f->name, v, f->dst) == 0) return SDNN_ARGS_OK;
+        if (f->parse(name, v, f->dst) == 0) return SDNN_ARGS_OK;
         sdnn_args_usage(c, stderr);
         return SDNN_ARGS_BAD;
     case SDNN_FLAG_REFUSED:
@@ -141,8 +141,8 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
             continue;
         }
         if (i + 1 >= argc || !argv[i + 1] || !argv[i + 1][0])
-            return bad(c, "%s needs a value (%s)", f->name, f->meta ? f->meta : "a value");
-        int st = store(c, f, argv[++i]);
+            return bad(c, "%s needs a value (%s)", a, f->meta ? f->meta : "a value");
+        int st = store(c, f, a, argv[++i]);
         if (st != SDNN_ARGS_OK) return st;
     }
     *npos = np;
