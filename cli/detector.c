@@ -245,9 +245,16 @@ static int test_detector(int argc, char **argv)
             }
     int labels_ok = 1;
     if (labels_text) {
-        labels_ok = sdnn_write_file_atomic(label_out, labels_text, labels_len) == SDNN_OK;
+        if (labels_len == 0) {
+            /* No box: an empty label file (the atomic writer takes at least a byte). */
+            FILE *f = fopen(label_out, "wx");
+            labels_ok = f && fclose(f) == 0;
+            if (!labels_ok) fprintf(stderr, "error: -save_labels: cannot create %s\n", label_out);
+        } else {
+            labels_ok = sdnn_write_file_atomic(label_out, labels_text, labels_len) == SDNN_OK;
+            if (!labels_ok) fprintf(stderr, "error: -save_labels: %s\n", sdnn_last_error());
+        }
         if (labels_ok) printf("wrote %s\n", label_out);
-        else fprintf(stderr, "error: -save_labels: %s\n", sdnn_last_error());
         free(labels_text);
     }
     draw_detections(im, dets, nboxes, thresh, names, NULL, l.classes);

@@ -860,7 +860,15 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
     for (int j = 0; j < classes; ++j) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s.txt", dir, prefix, cnames[j]);
-        if (sdnn_write_file_atomic(path, files[j].s ? files[j].s : "", files[j].n) != SDNN_OK) {
+        /* A class without boxes gets an empty file, as Darknet's (the
+         * atomic writer takes at least one byte). */
+        if (files[j].n == 0) {
+            FILE *f = fopen(path, "w");
+            if (!f || fclose(f) != 0) {
+                fprintf(stderr, "error: %s: %s\n", path, strerror(errno));
+                goto out;
+            }
+        } else if (sdnn_write_file_atomic(path, files[j].s, files[j].n) != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());
             goto out;
         }

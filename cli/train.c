@@ -634,10 +634,10 @@ static void print_devices(run *R)
 /* -benchmark_layers: each layer's forward and backward time on a network
  * of its own (the planner's profile, plugin/plan/profile.c), before
  * training starts. */
-static int benchmark_layers(const char *cfgpath, const char *weights)
+static int benchmark_layers(const char *cfgpath)
 {
+    /* The times do not depend on the weights: random-init ones are timed. */
     network *net = sdnn_parse_network(cfgpath);
-    if (weights) load_weights(net, (char *)weights);
     sdnn_profile_opts po = SDNN_PROFILE_OPTS_INIT;
     po.iters = 3;
     sdnn_cost_profile prof;
@@ -822,7 +822,7 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
     }
-    if (job->benchmark_layers && benchmark_layers(stripped.path, job->weights) != 0) goto out;
+    if (job->benchmark_layers && benchmark_layers(stripped.path) != 0) goto out;
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
         SDNN_OK) {
