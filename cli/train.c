@@ -666,10 +666,13 @@ static int benchmark_layers(const char *cfgpath)
 }
 
 /* The fork's chart.png (detector train): -chart FILE, else chart.png in
- * the backup folder. */
+ * the backup folder (not under mpirun without -chart). */
 static int start_chart(run *R, const char *csv)
 {
     if (R->job->task != SDNN_TASK_DETECTOR) return 0;
+    /* Under mpirun only when asked for: Open MPI warns against fork() in
+     * its processes (memory registered with RDMA transports). */
+    if (!R->job->chart && getenv("OMPI_COMM_WORLD_SIZE")) return 0;
     char png[2048];
     if (R->job->chart) snprintf(png, sizeof png, "%s", R->job->chart);
     else snprintf(png, sizeof png, "%s/chart.png", R->backup);
