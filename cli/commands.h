@@ -7,6 +7,11 @@
 
 /* ./darknet detector train|test ... */
 int sdnn_cmd_detector(int argc, char **argv);
+/* ./darknet detector calc_anchors DATA -num_of_clusters N -width W -height H (anchors.c) */
+int sdnn_cmd_detector_calc_anchors(int argc, char **argv);
+/* ./darknet detector valid|recall DATA CFG WEIGHTS (evaluate.c) */
+int sdnn_cmd_detector_valid(int argc, char **argv);
+int sdnn_cmd_detector_recall(int argc, char **argv);
 /* ./darknet classifier train ... */
 int sdnn_cmd_classifier(int argc, char **argv);
 /* ./darknet scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX] */

@@ -1,6 +1,6 @@
 /*
- * detector: `./darknet detector train|test|map`, CLI-compatible with stock
- * Darknet.  `test` never opens a window: it prints the detections and writes
+ * detector: `./darknet detector train|test|map|valid|recall|calc_anchors`,
+ * CLI-compatible with stock Darknet and the maintained fork's flags.  `test` never opens a window: it prints the detections and writes
  * the image with boxes (-out NAME, default "predictions").  `map` is in
  * evaluate.c.
  */
@@ -25,9 +25,10 @@
  * both (train.c runs them). */
 int sdnn_train_command(sdnn_task task, int argc, char **argv)
 {
-    sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1};
+    sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1, .iou_thresh = .5f,
+                          .conf_thresh = .25f};
     const char *csv = NULL;
-    int map = 0;
+    int map = 0, every_seen = 0, dont_show = 0, show_imgs = 0;
     long every = 100;
     double target = 0;
     const int detector = task == SDNN_TASK_DETECTOR;
@@ -48,21 +49,50 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
         {.name = "-skip_bad_labels", .kind = SDNN_FLAG_SWITCH, .dst = &job.skip_bad_labels,
          .help = "drop bad boxes (counted) instead of stopping"},
         {.name = "-map", .kind = SDNN_FLAG_SWITCH, .dst = &map,
-         .help = detector ? "mAP@0.5 on valid= every -map_every iterations"
+         .help = detector ? "mAP@0.5 on valid= every -map_every iterations; a new best is saved "
+                            "as NAME_best.weights"
                           : "top-1 on valid= every -map_every iterations"},
         {.name = "-map_every", .kind = SDNN_FLAG_LONG, .dst = &every, .lo = 1, .hi = 2147483647.0,
-         .meta = "N", .help = "iterations between -map evaluations (100)"},
+         .meta = "N", .help = "with -map: iterations between evaluations (100)",
+         .seen = &every_seen},
         {.name = "-target", .kind = SDNN_FLAG_DOUBLE, .dst = &target, .lo = 0, .lo_open = 1,
          .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached"},
+        {.name = "-time_limit_sec", .kind = SDNN_FLAG_LONG, .dst = &job.time_limit_s, .lo = 1,
+         .hi = 2147483647.0, .meta = "S",
+         .help = "stop after S seconds of training (evaluations not counted), saving _final"},
+        {.name = "-benchmark_layers", .kind = SDNN_FLAG_SWITCH, .dst = &job.benchmark_layers,
+         .help = "first print each layer's forward/backward time (the planner's profile)"},
+        SDNN_FLAGS_NO_WINDOW(&dont_show, &show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
+        /* Detector only (the table below is cut before them for a classifier). */
+        {.name = "-points", .kind = SDNN_FLAG_CUSTOM, .dst = &job.points,
+         .parse = sdnn_flag_parse_points, .meta = "0|11|101",
+         .help = "with -map: all-point (0, the default), 11-point or 101-point AP"},
+        {.name = "-iou_thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.iou_thresh, .lo = 0,
+         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)"},
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.conf_thresh, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T",
+         .help = "with -map: precision and recall of the boxes above T (0.25)"},
+        {.name = "-chart", .kind = SDNN_FLAG_STR, .dst = &job.chart, .meta = "FILE",
+         .help = "the loss (and -map) chart redrawn while training (chart.png)"},
+        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &job.letter_box,
+         .help = "train on letterboxed images (as [net] letter_box=1)"},
     };
+    const int nflags = (int)(sizeof flags / sizeof flags[0]);
     const sdnn_command cmd = {
         .name = detector ? "detector train" : "classifier train", .args = "DATA CFG [WEIGHTS]",
-        .min_pos = 2, .max_pos = 3, .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        .min_pos = 2, .max_pos = 3, .flags = flags, .nflags = detector ? nflags : nflags - 5,
     };
     const char *pos[3] = {0};
     int np;
     int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
     if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    if (every_seen && !map) {
+        fprintf(stderr, "error: darknet %s: -map_every %ld needs -map (nothing is evaluated "
+                "without it)\n", cmd.name, every);
+        return 2;
+    }
+    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
@@ -75,10 +105,32 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     return sdnn_train(&job);
 }
 
+/* -save_labels: the fork writes IMAGE's name with .txt beside the image;
+ * a file already there (a label file of the user's?) is never replaced. */
+static int saved_labels_path(const char *img, char *out, size_t len)
+{
+    const char *dot = strrchr(img, '.'), *slash = strrchr(img, '/');
+    size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - img) : strlen(img);
+    if (stem + 5 > len) {
+        fprintf(stderr, "error: -save_labels: the image path is too long\n");
+        return -1;
+    }
+    memcpy(out, img, stem);
+    memcpy(out + stem, ".txt", 5);
+    struct stat sb;
+    if (stat(out, &sb) == 0) {
+        fprintf(stderr, "error: -save_labels: %s exists: it is not replaced (move it away, or "
+                "leave out -save_labels)\n", out);
+        return -1;
+    }
+    return 0;
+}
+
 static int test_detector(int argc, char **argv)
 {
     double thresh_d = .5, hier_d = .5;
-    const char *out_s = NULL;
+    const char *out_s = NULL, *gpus = "0";
+    int dont_show = 0, show_imgs = 0, ext_output = 0, save_labels = 0, letter_box = 0;
     const sdnn_flag flags[] = {
         {.name = "-thresh", .kind = SDNN_FLAG_DOUBLE, .dst = &thresh_d, .lo = 0, .hi = 1,
          .meta = "T", .help = "score threshold (0.5)"},
@@ -86,6 +138,17 @@ static int test_detector(int argc, char **argv)
          .meta = "T", .help = "hierarchy threshold (0.5)"},
         {.name = "-out", .kind = SDNN_FLAG_STR, .dst = &out_s, .meta = "NAME",
          .help = "the image with boxes, NAME.jpg (predictions)"},
+        {.name = "-ext_output", .kind = SDNN_FLAG_SWITCH, .dst = &ext_output,
+         .help = "each box also as left_x, top_y, width, height in pixels (the fork's line)"},
+        {.name = "-save_labels", .kind = SDNN_FLAG_SWITCH, .dst = &save_labels,
+         .help = "write the boxes as a label file beside IMAGE (IMAGE with .txt; never over an "
+                 "existing file)"},
+        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &letter_box,
+         .help = "accepted: the image is always letterboxed here (as Debian's darknet does)"},
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &gpus, .parse = sdnn_flag_parse_gpus,
+         .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
+        SDNN_FLAGS_NO_WINDOW(&dont_show, &show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
     };
     const sdnn_command cmd = {
         .name = "detector test", .args = "DATA CFG WEIGHTS IMAGE", .min_pos = 4, .max_pos = 4,
@@ -95,7 +158,10 @@ static int test_detector(int argc, char **argv)
     int np;
     int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
     if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
     const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
+    char label_out[4096] = "";
+    if (save_labels && saved_labels_path(imgpath, label_out, sizeof label_out) != 0) return 1;
     float thresh = (float)thresh_d, hier = (float)hier_d;
     const char *outname = out_s ? out_s : "predictions";
     /* Darknet formats NAME.jpg into a 256-byte buffer. */
@@ -142,6 +208,12 @@ static int test_detector(int argc, char **argv)
         return 1;
     }
     load_weights(net, (char *)weights);
+    if (sdnn_check_net_finite(net, weights) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        sdnn_network_free(net);
+        sdnn_free_options(options);
+        return 1;
+    }
     list *nlist = get_paths(name_list);
     char **names = (char **)list_to_array(nlist);
     set_batch_network(net, 1);
@@ -154,13 +226,37 @@ static int test_detector(int argc, char **argv)
     layer l = net->layers[net->n - 1];
     detection *dets = get_network_boxes(net, im.w, im.h, thresh, hier, 0, 1, &nboxes);
     sdnn_dialect_nms(net, dets, nboxes, l.classes, .45f);
+    char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)l.classes * 64 + 1) : NULL;
+    size_t labels_len = 0;
+    if (labels_text) labels_text[0] = '\0';
     for (int i = 0; i < nboxes; ++i)
         for (int j = 0; j < l.classes; ++j)
             if (dets[i].prob[j] > thresh) {
                 box b = dets[i].bbox;
                 printf("%s: %.0f%% (x=%.1f y=%.1f w=%.1f h=%.1f)\n", names[j],
                        dets[i].prob[j] * 100, b.x * im.w, b.y * im.h, b.w * im.w, b.h * im.h);
+                if (ext_output)
+                    printf("%s: %.0f%%\t(left_x: %4.0f   top_y: %4.0f   width: %4.0f   height: "
+                           "%4.0f)\n", names[j], dets[i].prob[j] * 100, (b.x - b.w / 2) * im.w,
+                           (b.y - b.h / 2) * im.h, b.w * im.w, b.h * im.h);
+                if (labels_text)
+                    labels_len += (size_t)snprintf(labels_text + labels_len, 64, "%d %.6f %.6f %.6f "
+                                                   "%.6f\n", j, b.x, b.y, b.w, b.h);
             }
+    int labels_ok = 1;
+    if (labels_text) {
+        if (labels_len == 0) {
+            /* No box: an empty label file (the atomic writer takes at least a byte). */
+            FILE *f = fopen(label_out, "wx");
+            labels_ok = f && fclose(f) == 0;
+            if (!labels_ok) fprintf(stderr, "error: -save_labels: cannot create %s\n", label_out);
+        } else {
+            labels_ok = sdnn_write_file_atomic(label_out, labels_text, labels_len) == SDNN_OK;
+            if (!labels_ok) fprintf(stderr, "error: -save_labels: %s\n", sdnn_last_error());
+        }
+        if (labels_ok) printf("wrote %s\n", label_out);
+        free(labels_text);
+    }
     draw_detections(im, dets, nboxes, thresh, names, NULL, l.classes);
     save_image(im, outname);
     char written[300];
@@ -176,7 +272,7 @@ static int test_detector(int argc, char **argv)
     free_image(im);
     free_image(sized);
     sdnn_network_free(net);
-    return ok ? 0 : 1;
+    return ok && labels_ok ? 0 : 1;
 }
 
 int sdnn_cmd_detector(int argc, char **argv)
@@ -186,7 +282,11 @@ int sdnn_cmd_detector(int argc, char **argv)
         return sdnn_train_command(SDNN_TASK_DETECTOR, argc, argv);
     if (argc >= 1 && strcmp(argv[0], "test") == 0) return test_detector(argc, argv);
     if (argc >= 1 && strcmp(argv[0], "map") == 0) return sdnn_cmd_detector_map(argc, argv);
-    fprintf(stderr, "usage: darknet detector train|test|map ... (-h after the command lists its "
-                    "flags)\n");
+    if (argc >= 1 && strcmp(argv[0], "valid") == 0) return sdnn_cmd_detector_valid(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "recall") == 0) return sdnn_cmd_detector_recall(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "calc_anchors") == 0)
+        return sdnn_cmd_detector_calc_anchors(argc, argv);
+    fprintf(stderr, "usage: darknet detector train|test|map|valid|recall|calc_anchors ... (-h "
+                    "after the command lists its flags)\n");
     return 2;
 }

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,31 @@ int sdnn_detector_classes(const network *net)
     return classes > 0 ? classes : -1;
 }
 
+/* Precision, recall and F1 of the matches accumulated in m. */
+static sdnn_status pr_of(const sdnn_map *m, int classes, sdnn_map_pr *pr)
+{
+    sdnn_ap *ap = calloc((size_t)classes, sizeof *ap);
+    if (!ap) return SDNN_ERROR(SDNN_ERR_NOMEM, "mAP: no memory for %d classes", classes);
+    sdnn_map_result r;
+    sdnn_status st = sdnn_map_compute(m, ap, &r);
+    int tp = 0, dets = 0, truths = 0;
+    for (int c = 0; c < classes; ++c) {
+        tp += ap[c].tp;
+        dets += ap[c].dets;
+        truths += ap[c].truths;
+    }
+    free(ap);
+    pr->tp = tp;
+    pr->fp = dets - tp;
+    pr->fn = truths - tp;
+    pr->precision = dets ? (double)tp / dets : 0;
+    pr->recall = truths ? (double)tp / truths : 0;
+    pr->f1 = pr->precision + pr->recall > 0
+                 ? 2 * pr->precision * pr->recall / (pr->precision + pr->recall)
+                 : 0;
+    return st;
+}
+
 /* Detections of one image: every class with probability > thresh of every
  * box left after NMS. */
 static sdnn_status detect(network *net, const char *path, const sdnn_map_eval_opts *o,
@@ -194,6 +220,46 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
                                    const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
                                    sdnn_map_result *result)
 {
+    return sdnn_detector_map_eval_pr(net, paths, n, opts, per_class, result, NULL);
+}
+
+double sdnn_map_at_points(const sdnn_map_result *r, int points)
+{
+    return points == 11 ? r->map11 : points == 101 ? r->map101 : r->map_all;
+}
+
+sdnn_status sdnn_check_net_finite(const network *net, const char *weights)
+{
+    for (int i = 0; i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        float *mean, *var;
+        size_t nbn = sdnn_layer_bn_stats(l, &mean, &var);
+        for (size_t e = 0; e < nbn; ++e)
+            if (!isfinite(mean[e]) || !isfinite(var[e]))
+                return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                  "%s: layer %d (%s) %s[%zu] is %f: the weights are not finite "
+                                  "(a run that diverged?); nothing was evaluated",
+                                  weights, i, sdnn_layer_type_name(l->type),
+                                  isfinite(mean[e]) ? "rolling_variance" : "rolling_mean", e,
+                                  isfinite(mean[e]) ? var[e] : mean[e]);
+        sdnn_param p[SDNN_MAX_PARAMS_PER_LAYER];
+        int k = sdnn_layer_params(l, p);
+        for (int j = 0; j < k; ++j)
+            for (size_t e = 0; e < p[j].n; ++e)
+                if (!isfinite(p[j].val[e]))
+                    return SDNN_ERROR(SDNN_ERR_NONFINITE,
+                                      "%s: layer %d (%s) %s[%zu] is %f: the weights are not "
+                                      "finite (a run that diverged?); nothing was evaluated",
+                                      weights, i, sdnn_layer_type_name(l->type), p[j].what, e,
+                                      p[j].val[e]);
+    }
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_detector_map_eval_pr(network *net, char **paths, int n,
+                                      const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
+                                      sdnn_map_result *result, sdnn_map_pr *pr)
+{
     sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
     if (opts) o = *opts;
     memset(result, 0, sizeof *result);
@@ -211,7 +277,7 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
     /* Everything read first: first[i] .. first[i+1] are image i's truths. */
     truth_set truths = {0};
     int *first = malloc((size_t)(n + 1) * sizeof *first);
-    sdnn_map *m = NULL;
+    sdnn_map *m = NULL, *mpr = NULL;
     sdnn_map_det *dets = NULL;
     int ndets = 0, cap = 0;
     sdnn_status st = SDNN_OK;
@@ -226,6 +292,7 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
     }
     first[n] = truths.n;
     if (st == SDNN_OK) st = sdnn_map_create(classes, o.iou, &m);
+    if (st == SDNN_OK && pr) st = sdnn_map_create(classes, o.iou, &mpr);
     if (st != SDNN_OK) goto out;
 
     int batch = net->batch;
@@ -234,10 +301,19 @@ sdnn_status sdnn_detector_map_eval(network *net, char **paths, int n,
         st = detect(net, paths[i], &o, classes, &dets, &ndets, &cap);
         if (st == SDNN_OK)
             st = sdnn_map_add_image(m, truths.t + first[i], first[i + 1] - first[i], dets, ndets);
+        if (st == SDNN_OK && pr) {
+            /* The same matching on the detections above pr->conf only. */
+            int kept = 0;
+            for (int d = 0; d < ndets; ++d)
+                if (dets[d].score > pr->conf) dets[kept++] = dets[d];
+            st = sdnn_map_add_image(mpr, truths.t + first[i], first[i + 1] - first[i], dets, kept);
+        }
     }
     set_batch_network(net, batch);
     if (st == SDNN_OK) st = sdnn_map_compute(m, per_class, result);
+    if (st == SDNN_OK && pr) st = pr_of(mpr, classes, pr);
 out:
+    sdnn_map_destroy(mpr);
     sdnn_map_destroy(m);
     free(dets);
     free(truths.t);
@@ -320,6 +396,10 @@ typedef struct eval_args {
     const char *pos[3];
     int npos;
     float iou, thresh, nms;
+    float conf;         /* -thresh: the precision/recall line (the fork's) */
+    int points;         /* -points 0|11|101 */
+    int dont_show, show_imgs, letter_box;
+    const char *gpus;
 } eval_args;
 
 /* What the two commands share: files checked, the [scalednn] section
@@ -389,6 +469,11 @@ static int load_all(const eval_args *a, loaded *L)
         goto fail;
     }
     load_weights(L->net, (char *)weights);
+    /* NaN or inf weights would give mAP 0 and exit 0: stop as training does. */
+    if (sdnn_check_net_finite(L->net, weights) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        goto fail;
+    }
     return 0;
 fail:
     unload(L);
@@ -419,14 +504,24 @@ static char **read_names(const char *datacfg, const char *key, const char *file,
 
 int sdnn_cmd_detector_map(int argc, char **argv)
 {
-    eval_args a = {.iou = .5f, .thresh = .005f, .nms = .45f};
+    eval_args a = {.iou = .5f, .thresh = .005f, .nms = .45f, .conf = .25f, .gpus = "0"};
     const sdnn_flag flags[] = {
-        {.name = "-iou", .kind = SDNN_FLAG_FLOAT, .dst = &a.iou, .lo = 0, .lo_open = 1, .hi = 1,
-         .meta = "X", .help = "a detection matches a truth at IoU >= X (0.5)"},
-        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
-         .hi_open = 1, .meta = "T", .help = "probability above which a box is a detection (0.005)"},
+        {.name = "-iou_thresh", .alias = "-iou", .kind = SDNN_FLAG_FLOAT, .dst = &a.iou, .lo = 0,
+         .lo_open = 1, .hi = 1, .meta = "X", .help = "a detection matches a truth at IoU >= X (0.5)"},
+        {.name = "-points", .kind = SDNN_FLAG_CUSTOM, .dst = &a.points,
+         .parse = sdnn_flag_parse_points, .meta = "0|11|101",
+         .help = "the mAP printed last: all-point (0, default), VOC 11-point, COCO 101-point"},
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.conf, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T",
+         .help = "precision/recall/F1 of the boxes above T (0.25); AP ranks every box > 0.005"},
         {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
          .meta = "X", .help = "non-maximum suppression threshold (0.45)"},
+        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &a.letter_box,
+         .help = "accepted: images are always letterboxed here (as Debian's darknet does)"},
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
+         .meta = "LIST", .help = "accepted: the evaluation runs on one CPU replica"},
+        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
     };
     const sdnn_command cmd = {
         .name = "detector map", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
@@ -434,6 +529,7 @@ int sdnn_cmd_detector_map(int argc, char **argv)
     };
     int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
     if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
     loaded L;
     if (load_all(&a, &L) != 0) return 1;
     const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
@@ -470,8 +566,9 @@ int sdnn_cmd_detector_map(int argc, char **argv)
     }
     sdnn_map_eval_opts o = {a.iou, a.thresh, a.nms};
     sdnn_map_result res;
+    sdnn_map_pr pr = {.conf = a.conf};
     double t0 = what_time_is_it_now();
-    if (sdnn_detector_map_eval(L.net, L.paths, L.plist->size, &o, ap, &res) != SDNN_OK) {
+    if (sdnn_detector_map_eval_pr(L.net, L.paths, L.plist->size, &o, ap, &res, &pr) != SDNN_OK) {
         fprintf(stderr, "error: %s\n", sdnn_last_error());
         goto out;
     }
@@ -479,17 +576,18 @@ int sdnn_cmd_detector_map(int argc, char **argv)
     printf("detector map: %d images, IoU >= %.2f, detections: probability > %g after NMS %.2f "
            "(%.1f s)\n",
            res.images, (double)a.iou, (double)a.thresh, (double)a.nms, secs);
-    printf("%4s  %-16s %7s %7s %8s %8s\n", "id", "class", "truths", "dets", "AP11", "AP-all");
+    printf("%4s  %-16s %7s %7s %8s %8s %8s\n", "id", "class", "truths", "dets", "AP11", "AP-all",
+           "AP101");
     int unscored = 0;
     for (int c = 0; c < classes; ++c) {
         char num[16];
         snprintf(num, sizeof num, "%d", c);
         const char *name = cnames ? cnames[c] : num;
         if (ap[c].truths > 0) {
-            printf("%4d  %-16.40s %7d %7d %8.4f %8.4f\n", c, name, ap[c].truths, ap[c].dets,
-                   ap[c].ap11, ap[c].ap_all);
+            printf("%4d  %-16.40s %7d %7d %8.4f %8.4f %8.4f\n", c, name, ap[c].truths, ap[c].dets,
+                   ap[c].ap11, ap[c].ap_all, ap[c].ap101);
         } else {
-            printf("%4d  %-16.40s %7d %7d %8s %8s\n", c, name, 0, ap[c].dets, "-", "-");
+            printf("%4d  %-16.40s %7d %7d %8s %8s %8s\n", c, name, 0, ap[c].dets, "-", "-", "-");
             ++unscored;
         }
     }
@@ -501,8 +599,15 @@ int sdnn_cmd_detector_map(int argc, char **argv)
                 option_find_str(L.options, "valid", NULL));
         goto out;
     }
-    printf("mAP@%.2f: all-point %.4f, 11-point %.4f over %d images\n", (double)a.iou, res.map_all,
-           res.map11, res.images);
+    printf(" for conf_thresh = %.2f, precision = %.4f, recall = %.4f, F1-score = %.4f "
+           "(TP %d, FP %d, FN %d)\n", (double)pr.conf, pr.precision, pr.recall, pr.f1, pr.tp, pr.fp,
+           pr.fn);
+    printf("mAP@%.2f: all-point %.4f, 11-point %.4f, 101-point %.4f over %d images\n",
+           (double)a.iou, res.map_all, res.map11, res.map101, res.images);
+    double m = sdnn_map_at_points(&res, a.points);
+    printf(" mean average precision (mAP@%.2f) = %.6f, or %.2f %% (-points %d: %s)\n",
+           (double)a.iou, m, m * 100, a.points,
+           a.points == 11 ? "VOC 2007 11-point" : a.points == 101 ? "COCO 101-point" : "all-point");
     rc = 0;
 out:
     free(ap);
@@ -595,6 +700,270 @@ out:
         free_ptrs((void **)labels, llist->size);
         free_list(llist);
     }
+    unload(&L);
+    return rc;
+}
+
+/* ---- detector valid and recall (Darknet's commands) ----------------------- */
+
+/* The boxes of one image after NMS (caller frees with free_detections). */
+static detection *predict(network *net, const char *path, float thresh, float nms, int classes,
+                          int *nboxes, int *w, int *h)
+{
+    image im = load_image((char *)path, 0, 0, net->c);
+    image sized = letterbox_image(im, net->w, net->h);
+    network_predict(net, sized.data);
+    *w = im.w;
+    *h = im.h;
+    detection *d = get_network_boxes(net, im.w, im.h, thresh, .5f, 0, 1, nboxes);
+    if (nms > 0) sdnn_dialect_nms(net, d, *nboxes, classes, nms);
+    free_image(sized);
+    free_image(im);
+    return d;
+}
+
+/* A growing text buffer per class file. */
+typedef struct textbuf {
+    char *s;
+    size_t n, cap;
+} textbuf;
+
+static int tb_printf(textbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int tb_printf(textbuf *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return -1;
+        if (t->s && t->n + (size_t)k < t->cap) {
+            t->n += (size_t)k;
+            return 0;
+        }
+        size_t cap = t->cap ? 2 * t->cap : 4096;
+        while (cap < t->n + (size_t)k + 1) cap *= 2;
+        char *p = realloc(t->s, cap);
+        if (!p) return -1;
+        t->s = p;
+        t->cap = cap;
+    }
+}
+
+/* Checks every image of the valid list decodes (Darknet's loader would
+ * end the process on one that does not). */
+static int check_images(char **paths, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (check_image(paths[i]) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            return -1;
+        }
+    return 0;
+}
+
+int sdnn_cmd_detector_valid(int argc, char **argv)
+{
+    eval_args a = {.thresh = .005f, .nms = .45f, .gpus = "0"};
+    const char *prefix = "comp4_det_test_";
+    const sdnn_flag flags[] = {
+        {.name = "-out", .kind = SDNN_FLAG_STR, .dst = &prefix, .meta = "PREFIX",
+         .help = "the files are RESULTS/PREFIXCLASS.txt (comp4_det_test_)"},
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T", .help = "boxes with probability above T (0.005)"},
+        {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
+         .meta = "X", .help = "non-maximum suppression threshold (0.45)"},
+        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &a.letter_box,
+         .help = "accepted: images are always letterboxed here"},
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
+         .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
+        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
+    };
+    const sdnn_command cmd = {
+        .name = "detector valid", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
+        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        .notes = "Writes one file per class in the data file's results= folder (results), a line\n"
+                 "per box: IMAGE_ID PROB XMIN YMIN XMAX YMAX in pixels, 1-based, as Darknet's\n"
+                 "VOC output (eval=coco and eval=imagenet are not written here).\n",
+    };
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    if (strchr(prefix, '/') || !*prefix)
+        return sdnn_args_bad(&cmd, "-out", prefix, "a file name prefix without '/'") == 0 ? 0 : 2;
+    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
+    loaded L;
+    if (load_all(&a, &L) != 0) return 1;
+    const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
+    int rc = 1, classes = sdnn_detector_classes(L.net);
+    list *nlist = NULL;
+    char **cnames = NULL;
+    textbuf *files = NULL;
+    if (classes < 1) {
+        fprintf(stderr, "error: %s: no [yolo], [region] or [detection] layer: not a detector\n",
+                cfgfile);
+        goto out;
+    }
+    char *names_file = option_find_str(L.options, "names", NULL);
+    if (!names_file) {
+        fprintf(stderr, "error: %s: no names= key (the class names name the result files)\n",
+                datacfg);
+        goto out;
+    }
+    cnames = read_names(datacfg, "names", names_file, &nlist);
+    if (!cnames) goto out;
+    if (nlist->size < classes) {
+        fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg, names_file,
+                nlist->size, classes);
+        goto out;
+    }
+    if (check_images(L.paths, L.plist->size) != 0) goto out;
+    const char *dir = "results";
+    for (node *n = L.options ? L.options->front : NULL; n; n = n->next)
+        if (strcmp(((kvp_ *)n->val)->key, "results") == 0) dir = ((kvp_ *)n->val)->val;
+    if (sdnn_mkdirs(dir) != SDNN_OK) {
+        fprintf(stderr, "error: %s: results=%s: %s\n", datacfg, dir, sdnn_last_error());
+        goto out;
+    }
+    files = calloc((size_t)classes, sizeof *files);
+    if (!files) goto out;
+    set_batch_network(L.net, 1);
+    double t0 = what_time_is_it_now();
+    long written = 0;
+    for (int i = 0; i < L.plist->size; ++i) {
+        int nboxes = 0, w, h;
+        detection *d = predict(L.net, L.paths[i], a.thresh, a.nms, classes, &nboxes, &w, &h);
+        char *id = basecfg(L.paths[i]);
+        for (int b = 0; b < nboxes; ++b) {
+            box bb = d[b].bbox;
+            double xmin = (bb.x - bb.w / 2.) * w + 1, xmax = (bb.x + bb.w / 2.) * w + 1;
+            double ymin = (bb.y - bb.h / 2.) * h + 1, ymax = (bb.y + bb.h / 2.) * h + 1;
+            if (xmin < 1) xmin = 1;
+            if (ymin < 1) ymin = 1;
+            if (xmax > w) xmax = w;
+            if (ymax > h) ymax = h;
+            for (int j = 0; j < classes; ++j)
+                if (d[b].prob[j] > a.thresh) {
+                    if (tb_printf(&files[j], "%s %f %f %f %f %f\n", id, d[b].prob[j], xmin, ymin,
+                                  xmax, ymax) != 0) {
+                        fprintf(stderr, "error: detector valid: out of memory\n");
+                        free(id);
+                        free_detections(d, nboxes);
+                        goto out;
+                    }
+                    ++written;
+                }
+        }
+        free(id);
+        free_detections(d, nboxes);
+    }
+    for (int j = 0; j < classes; ++j) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s%s.txt", dir, prefix, cnames[j]);
+        /* A class without boxes gets an empty file, as Darknet's (the
+         * atomic writer takes at least one byte). */
+        if (files[j].n == 0) {
+            FILE *f = fopen(path, "w");
+            if (!f || fclose(f) != 0) {
+                fprintf(stderr, "error: %s: %s\n", path, strerror(errno));
+                goto out;
+            }
+        } else if (sdnn_write_file_atomic(path, files[j].s, files[j].n) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            goto out;
+        }
+    }
+    printf("detector valid: %d images, %ld boxes above %g into %d files %s/%s*.txt (%.1f s)\n",
+           L.plist->size, written, (double)a.thresh, classes, dir, prefix,
+           what_time_is_it_now() - t0);
+    rc = 0;
+out:
+    if (files)
+        for (int j = 0; j < classes; ++j) free(files[j].s);
+    free(files);
+    if (nlist) {
+        free_ptrs((void **)cnames, nlist->size);
+        free_list(nlist);
+    }
+    unload(&L);
+    return rc;
+}
+
+int sdnn_cmd_detector_recall(int argc, char **argv)
+{
+    eval_args a = {.thresh = .001f, .iou = .5f, .nms = .4f, .gpus = "0"};
+    const sdnn_flag flags[] = {
+        {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
+         .hi_open = 1, .meta = "T", .help = "a proposal is a box with objectness above T (0.001)"},
+        {.name = "-iou_thresh", .alias = "-iou", .kind = SDNN_FLAG_FLOAT, .dst = &a.iou, .lo = 0,
+         .lo_open = 1, .hi = 1, .meta = "X",
+         .help = "a truth is found when a proposal overlaps it at IoU > X (0.5)"},
+        {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
+         .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
+        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
+        SDNN_FLAGS_FORK_REFUSED,
+    };
+    const sdnn_command cmd = {
+        .name = "detector recall", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
+        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        .notes = "As Darknet's validate_detector_recall: per image, the truths found by any\n"
+                 "proposal (class not compared), proposals per image, mean best IoU, recall.\n",
+    };
+    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
+    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
+    loaded L;
+    if (load_all(&a, &L) != 0) return 1;
+    int rc = 1, classes = sdnn_detector_classes(L.net);
+    truth_set truths = {0};
+    if (classes < 1) {
+        fprintf(stderr, "error: %s: no [yolo], [region] or [detection] layer: not a detector\n",
+                a.pos[1]);
+        goto out;
+    }
+    if (check_images(L.paths, L.plist->size) != 0) goto out;
+    set_batch_network(L.net, 1);
+    int total = 0, correct = 0;
+    long proposals = 0;
+    double avg_iou = 0;
+    char lbl[4096];
+    for (int i = 0; i < L.plist->size; ++i) {
+        truths.n = 0;
+        if (sdnn_label_path(L.paths[i], lbl, sizeof lbl) != 0 ||
+            read_truths(lbl, classes, &truths) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            goto out;
+        }
+        int nboxes = 0, w, h;
+        detection *d = predict(L.net, L.paths[i], a.thresh, a.nms, classes, &nboxes, &w, &h);
+        for (int b = 0; b < nboxes; ++b) proposals += d[b].objectness > a.thresh;
+        for (int t = 0; t < truths.n; ++t) {
+            ++total;
+            double best = 0;
+            sdnn_rect tr = truths.t[t].box;
+            for (int b = 0; b < nboxes; ++b) {
+                sdnn_rect r = {d[b].bbox.x, d[b].bbox.y, d[b].bbox.w, d[b].bbox.h};
+                double iou = sdnn_rect_iou(r, tr);
+                if (d[b].objectness > a.thresh && iou > best) best = iou;
+            }
+            avg_iou += best;
+            correct += best > a.iou;
+        }
+        free_detections(d, nboxes);
+        printf("%5d %5d %5d\tRPs/Img: %.2f\tIOU: %.2f%%\tRecall:%.2f%%\n", i, correct, total,
+               (double)proposals / (i + 1), total ? avg_iou * 100 / total : 0,
+               total ? 100. * correct / total : 0);
+    }
+    if (total == 0) {
+        fprintf(stderr, "error: no truth boxes in any label file: recall is undefined\n");
+        goto out;
+    }
+    printf("recall: %d of %d truths found (IoU > %.2f, objectness > %g): %.4f, mean best IoU "
+           "%.4f\n", correct, total, (double)a.iou, (double)a.thresh, (double)correct / total,
+           avg_iou / total);
+    rc = 0;
+out:
+    free(truths.t);
     unload(&L);
     return rc;
 }

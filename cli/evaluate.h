@@ -12,7 +12,7 @@
 #include "evalmap.h"
 #include "scalednn.h"
 
-/* ./darknet detector map DATA CFG WEIGHTS [-iou 0.5] [-thresh 0.005] [-nms 0.45]
+/* ./darknet detector map DATA CFG WEIGHTS [-iou_thresh 0.5] [-points 0|11|101] [-thresh 0.25] ...
  * argv[0] == "map"; returns the exit code. */
 int sdnn_cmd_detector_map(int argc, char **argv);
 
@@ -26,6 +26,29 @@ typedef struct sdnn_map_eval_opts {
 } sdnn_map_eval_opts;
 
 #define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f }
+
+/* The fork's line beside the mAP: the detections with probability > conf
+ * (its -thresh, 0.25) matched to the truths as for AP (same IoU, one
+ * detection per truth, by class). */
+typedef struct sdnn_map_pr {
+    float conf;
+    int tp, fp, fn;
+    double precision, recall, f1; /* 0 where undefined (no detections / no truths) */
+} sdnn_map_pr;
+
+/* sdnn_detector_map_eval, and the precision and recall at pr->conf (set by
+ * the caller) into *pr. */
+sdnn_status sdnn_detector_map_eval_pr(network *net, char **paths, int n,
+                                      const sdnn_map_eval_opts *opts, sdnn_ap *per_class,
+                                      sdnn_map_result *result, sdnn_map_pr *pr);
+
+/* Every parameter and running statistic of net is finite; otherwise
+ * SDNN_ERR_NONFINITE naming `weights`, the layer (index and type), the
+ * tensor and the element (what training says of such weights). */
+sdnn_status sdnn_check_net_finite(const network *net, const char *weights);
+
+/* The map at the fork's -points: 0 all-point, 11, 101. */
+double sdnn_map_at_points(const sdnn_map_result *r, int points);
 
 /* Classes of the network's detection layers ([yolo], [region], [detection]);
  * -1 when it has none or they disagree. */

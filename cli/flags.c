@@ -26,7 +26,9 @@ static const sdnn_flag *find_flag(const sdnn_command *c, const char *a)
 {
     if (c->dashdash && a[0] == '-' && a[1] == '-' && a[2] != '\0') ++a;
     for (int k = 0; k < c->nflags; ++k)
-        if (strcmp(c->flags[k].name, a) == 0) return &c->flags[k];
+        if (strcmp(c->flags[k].name, a) == 0 ||
+            (c->flags[k].alias && strcmp(c->flags[k].alias, a) == 0))
+            return &c->flags[k];
     return NULL;
 }
 
@@ -47,7 +49,7 @@ int sdnn_args_bad(const sdnn_command *c, const char *flag, const char *value, co
 }
 
 /* Store value v of flag f; SDNN_ARGS_OK or SDNN_ARGS_BAD after a message. */
-static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
+static int store(const sdnn_command *c, const sdnn_flag *f, const char *name, const char *v)
 {
     char what[160];
     char *end = NULL;
@@ -64,7 +66,7 @@ static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
         long x = strtol(v, &end, 10);
         if (end == v || *end != '\0' || errno == ERANGE || x < (long)f->lo || x > (long)f->hi) {
             snprintf(what, sizeof what, "an integer >= %ld and <= %ld", (long)f->lo, (long)f->hi);
-            return sdnn_args_bad(c, f->name, v, what);
+            return sdnn_args_bad(c, name, v, what);
         }
         if (f->kind == SDNN_FLAG_INT) *(int *)f->dst = (int)x;
         else *(long *)f->dst = x;
@@ -78,16 +80,18 @@ static int store(const sdnn_command *c, const sdnn_flag *f, const char *v)
             (f->hi_open ? !(x < f->hi) : !(x <= f->hi))) {
             snprintf(what, sizeof what, "a number %s %g and %s %g", f->lo_open ? ">" : ">=", f->lo,
                      f->hi_open ? "<" : "<=", f->hi);
-            return sdnn_args_bad(c, f->name, v, what);
+            return sdnn_args_bad(c, name, v, what);
         }
         if (f->kind == SDNN_FLAG_FLOAT) *(float *)f->dst = (float)x;
         else *(double *)f->dst = x;
         return SDNN_ARGS_OK;
     }
     case SDNN_FLAG_CUSTOM:
-        if (f->parse(f->name, v, f->dst) == 0) return SDNN_ARGS_OK;
+        if (f->parse(name, v, f->dst) == 0) return SDNN_ARGS_OK;
         sdnn_args_usage(c, stderr);
         return SDNN_ARGS_BAD;
+    case SDNN_FLAG_REFUSED:
+        break;
     }
     return SDNN_ARGS_BAD;
 }
@@ -97,6 +101,10 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
 {
     int np = 0;
     *npos = 0;
+    /* Where each flag was first given (argv index), to refuse a repeat. */
+    enum { MAX_FLAGS = 128 };
+    int at[MAX_FLAGS];
+    for (int k = 0; k < MAX_FLAGS; ++k) at[k] = -1;
     for (int i = first; i < argc; ++i) {
         const char *a = argv[i];
         if (!a) continue;
@@ -111,14 +119,30 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
         }
         const sdnn_flag *f = find_flag(c, a);
         if (!f) return bad(c, "unknown flag %s%s (-h lists the flags)", a, "");
+        if (f->kind == SDNN_FLAG_REFUSED)
+            return bad(c, "%s cannot be used here: %s", a, f->help ? f->help : "not supported");
+        int k = (int)(f - c->flags);
+        if (k < MAX_FLAGS && at[k] >= 0) {
+            char first_s[160], again[160];
+            int takes = f->kind != SDNN_FLAG_SWITCH;
+            snprintf(first_s, sizeof first_s, "%s%s%s", argv[at[k]], takes ? " " : "",
+                     takes && at[k] + 1 < argc && argv[at[k] + 1] ? argv[at[k] + 1] : "");
+            snprintf(again, sizeof again, "%s%s%s", a, takes ? " " : "",
+                     takes && i + 1 < argc && argv[i + 1] ? argv[i + 1] : "");
+            char msg[640];
+            snprintf(msg, sizeof msg, "%s is given twice (%s, then %s): Darknet takes the first, "
+                     "so neither is guessed; give it once", f->name, first_s, again);
+            return bad(c, "%s%s", msg, "");
+        }
+        if (k < MAX_FLAGS) at[k] = i;
         if (f->seen) *f->seen = 1;
         if (f->kind == SDNN_FLAG_SWITCH) {
             *(int *)f->dst = 1;
             continue;
         }
         if (i + 1 >= argc || !argv[i + 1] || !argv[i + 1][0])
-            return bad(c, "%s needs a value (%s)", f->name, f->meta ? f->meta : "a value");
-        int st = store(c, f, argv[++i]);
+            return bad(c, "%s needs a value (%s)", a, f->meta ? f->meta : "a value");
+        int st = store(c, f, a, argv[++i]);
         if (st != SDNN_ARGS_OK) return st;
     }
     *npos = np;
@@ -136,6 +160,7 @@ void sdnn_args_usage(const sdnn_command *c, FILE *f)
     int indent = (int)strlen("usage: darknet ") + (int)strlen(c->name) + 1;
     for (int k = 0; k < c->nflags; ++k) {
         const sdnn_flag *fl = &c->flags[k];
+        if (fl->kind == SDNN_FLAG_REFUSED) continue;
         char item[96];
         if (fl->kind == SDNN_FLAG_SWITCH) snprintf(item, sizeof item, " [%s]", fl->name);
         else snprintf(item, sizeof item, " [%s %s]", fl->name, fl->meta ? fl->meta : "X");
@@ -147,9 +172,12 @@ void sdnn_args_usage(const sdnn_command *c, FILE *f)
         const sdnn_flag *fl = &c->flags[k];
         if (!fl->help) continue;
         char head[64];
-        if (fl->kind == SDNN_FLAG_SWITCH) snprintf(head, sizeof head, "%s", fl->name);
+        if (fl->kind == SDNN_FLAG_SWITCH || (fl->kind == SDNN_FLAG_REFUSED && !fl->meta))
+            snprintf(head, sizeof head, "%s", fl->name);
         else snprintf(head, sizeof head, "%s %s", fl->name, fl->meta ? fl->meta : "X");
-        fprintf(f, "  %-20s %s\n", head, fl->help);
+        fprintf(f, "  %-20s %s%s%s%s%s\n", head, fl->kind == SDNN_FLAG_REFUSED ? "refused: " : "",
+                fl->help, fl->alias ? " (also " : "", fl->alias ? fl->alias : "",
+                fl->alias ? ")" : "");
     }
     if (c->notes) fprintf(f, "%s", c->notes);
 }
@@ -220,5 +248,26 @@ int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst)
     (void)flag;
     if (sdnn_flag_gpus_ids(value, NULL, SDNN_GPUS_MAX) < 1) return -1;
     *(const char **)dst = value;
+    return 0;
+}
+
+void sdnn_note_no_window(const char *command, int dont_show, int show_imgs)
+{
+    if (!dont_show && !show_imgs) return;
+    fprintf(stderr, "note: darknet %s: %s%s%s: this build never opens a window (no display); "
+            "nothing is shown%s\n", command, dont_show ? "-dont_show" : "",
+            dont_show && show_imgs ? " and " : "", show_imgs ? "-show_imgs" : "",
+            show_imgs ? ", images with boxes are written as files where the command writes them"
+                      : "");
+}
+
+int sdnn_flag_parse_points(const char *flag, const char *value, void *dst)
+{
+    if (strcmp(value, "0") && strcmp(value, "11") && strcmp(value, "101")) {
+        fprintf(stderr, "error: %s %s: expected 0 (all-point AP), 11 (VOC 2007 11-point) or 101 "
+                "(COCO 101-point)\n", flag, value);
+        return -1;
+    }
+    *(int *)dst = atoi(value);
     return 0;
 }

@@ -13,8 +13,10 @@
  * "-seed abc" as numbers, wrap "99999999999", and give the default when a
  * flag is the last argument; here each of those, an unknown flag and a
  * wrong number of positionals is bad usage: one message on stderr naming
- * the flag and what is allowed, the usage text, exit status 2.  argv may
- * hold NULL entries (Darknet's del_arg).
+ * the flag and what is allowed, the usage text, exit status 2.  So is a
+ * flag given twice (under either spelling): Darknet's find_arg takes the
+ * first, the last would win here, so neither is guessed and both are
+ * named.  argv may hold NULL entries (Darknet's del_arg).
  */
 #ifndef SDNN_FLAGS_H
 #define SDNN_FLAGS_H
@@ -29,6 +31,8 @@ typedef enum {
     SDNN_FLAG_DOUBLE, /* *(double *)dst: a finite decimal number in lo..hi (lo_open, hi_open) */
     SDNN_FLAG_FLOAT,  /* *(float *)dst: the same, stored as a float */
     SDNN_FLAG_CUSTOM, /* parse(flag, value, dst): 0, or -1 after a message naming the flag */
+    SDNN_FLAG_REFUSED, /* a flag of the fork that cannot mean anything here: bad usage, with
+                        * help saying why (it takes a value when meta is set) */
 } sdnn_flag_kind;
 
 typedef struct sdnn_flag {
@@ -41,6 +45,7 @@ typedef struct sdnn_flag {
     const char *help;    /* one line, or NULL (then the flag is listed only in the synopsis) */
     int (*parse)(const char *flag, const char *value, void *dst); /* CUSTOM */
     int *seen;           /* NULL, or set to 1 when the flag is given */
+    const char *alias;   /* NULL, or a second spelling of the same flag ("-dontshow") */
 } sdnn_flag;
 
 typedef struct sdnn_command {
@@ -92,5 +97,31 @@ int sdnn_flag_parse_gpus(const char *flag, const char *value, void *dst);
 /* The same allowing an id twice (detector/classifier train: [scalednn]
  * virtual=1 decides, after the cfg is read). */
 int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst);
+
+/* The fork's window flags, accepted on every detector command: nothing is
+ * ever shown here (no display), so they change nothing; the command says so
+ * once (sdnn_note_no_window). */
+#define SDNN_FLAGS_NO_WINDOW(dont_show, show_imgs)                                                 \
+    {.name = "-dont_show", .alias = "-dontshow", .kind = SDNN_FLAG_SWITCH, .dst = (dont_show),   \
+     .help = "accepted: no window is ever opened here"},                                         \
+    {.name = "-show_imgs", .kind = SDNN_FLAG_SWITCH, .dst = (show_imgs),                         \
+     .help = "accepted: no window here, nothing is shown"}
+
+/* The fork's flags that cannot mean anything in this build: bad usage,
+ * naming why. */
+#define SDNN_FLAGS_FORK_REFUSED                                                                    \
+    {.name = "-mjpeg_port", .kind = SDNN_FLAG_REFUSED, .meta = "PORT",                            \
+     .help = "this build serves no MJPEG stream (no network server); the progress is in the "     \
+             "CSV and chart.png"},                                                                \
+    {.name = "-http_post_host", .kind = SDNN_FLAG_REFUSED, .meta = "HOST",                        \
+     .help = "this build posts no results over HTTP (no network client)"},                       \
+    {.name = "-json_port", .kind = SDNN_FLAG_REFUSED, .meta = "PORT",                             \
+     .help = "this build serves no JSON stream (no network server)"}
+
+/* One line on stderr when -dont_show or -show_imgs was given. */
+void sdnn_note_no_window(const char *command, int dont_show, int show_imgs);
+
+/* The fork's -points: 0 (all-point), 11 or 101. */
+int sdnn_flag_parse_points(const char *flag, const char *value, void *dst);
 
 #endif

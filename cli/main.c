@@ -15,7 +15,7 @@
 static int usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s detector train|test|map ...\n"
+            "usage: %s detector train|test|map|valid|recall|calc_anchors ...\n"
             "       %s classifier train|valid ...\n"
             "       %s scalednn gen-shapes|fmnist|bench-comm|plan|simulate|gradcheck ...\n"
             "       %s scalednn keys       (the [scalednn] cfg keys)\n"

@@ -20,6 +20,8 @@
 #include "engine.h"
 #include "dialect.h"
 #include "splitmix.h"
+#include "chart.h"
+#include "profile.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -253,6 +255,8 @@ typedef struct run {
     char *base;
     int train_count;
     double last_eval_s;
+    double best_map;         /* -map: the best so far (NAME_best.weights), -1 before */
+    sdnn_chart chart;        /* chart.png (detector) */
 } run;
 
 static int save_to(run *R, const char *fmt, long v)
@@ -280,6 +284,7 @@ static int crossed(size_t before, size_t after, size_t period)
 static int detector_saves(run *R, size_t before, size_t i)
 {
     if (crossed(before, i, 100) && save_to(R, "%s/%s.backup", -1)) return -1;
+    if (crossed(before, i, 100) && save_to(R, "%s/%s_last.weights", -1)) return -1;
     if ((crossed(before, i, 10000) || (i < 1000 && crossed(before, i, 100))) &&
         save_to(R, "%s/%s_%ld.weights", (long)i))
         return -1;
@@ -320,15 +325,21 @@ static int evaluate_map(run *R, double *map)
     size_t it = sdnn_trainer_iteration(R->t);
     if (R->job->task == SDNN_TASK_DETECTOR) {
         sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
+        o.iou = R->job->iou_thresh > 0 ? R->job->iou_thresh : o.iou;
         sdnn_map_result res;
-        if (sdnn_detector_map_eval(net, R->valid, R->nvalid, &o, NULL, &res) != SDNN_OK) {
+        sdnn_map_pr pr = {.conf = R->job->conf_thresh > 0 ? R->job->conf_thresh : .25f};
+        if (sdnn_detector_map_eval_pr(net, R->valid, R->nvalid, &o, NULL, &res, &pr) != SDNN_OK) {
             fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
             return 1;
         }
         R->last_eval_s = what_time_is_it_now() - t0;
-        *map = res.map_all;
-        printf("mAP@0.50 at iteration %zu: all-point %.4f, 11-point %.4f over %d images (%.1f s)\n",
-               it, res.map_all, res.map11, res.images, R->last_eval_s);
+        *map = sdnn_map_at_points(&res, R->job->points);
+        printf("mAP@%.2f at iteration %zu: all-point %.4f, 11-point %.4f, 101-point %.4f over %d "
+               "images (%.1f s)\n",
+               (double)o.iou, it, res.map_all, res.map11, res.map101, res.images, R->last_eval_s);
+        printf(" for conf_thresh = %.2f, precision = %.2f, recall = %.2f, F1-score = %.2f "
+               "(TP %d, FP %d, FN %d)\n", (double)pr.conf, pr.precision, pr.recall, pr.f1, pr.tp,
+               pr.fp, pr.fn);
     } else {
         sdnn_cls_result res;
         int k = R->classes < 5 ? R->classes : 5;
@@ -383,6 +394,17 @@ static load_args make_args(run *R, network *net, char **paths, char **labels, in
     return args;
 }
 
+/* The fork's NAME_best.weights: whenever -map finds a new best (the
+ * mAP at -points), saved atomically as every other file. */
+static int save_if_best(run *R, double map)
+{
+    if (!(map > R->best_map)) return 0;
+    R->best_map = map;
+    if (R->rank == 0)
+        printf("scalednn: new best mAP %.4f: saving %s_best.weights\n", map, R->base);
+    return save_to(R, "%s/%s_best.weights", -1);
+}
+
 static int train_loop(run *R, char **paths, char **labels, int classes)
 {
     network *net = sdnn_trainer_net(R->t, 0);
@@ -401,6 +423,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
         R->job->task == SDNN_TASK_DETECTOR ? sdnn_dialect_yolo(net, net->n - 1) : NULL;
     sdnn_batch_net_keys nk;
     if (sdnn_batch_read_net_keys(R->job->cfgfile, &nk) != SDNN_OK) return fail_status();
+    if (R->job->letter_box) nk.letter_box = 1;   /* the fork's -letter_box */
     int aug = nk.mosaic || nk.letter_box || !nk.flip;
     if (aug && R->job->task != SDNN_TASK_DETECTOR) {
         fprintf(stderr, "error: %s: [net] mosaic, letter_box and flip=0 are built for detector "
@@ -517,6 +540,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                          i >= (size_t)net->max_batches)) {
             if (evaluate_map(R, &map) != 0) return 1;
             run_t0 += R->last_eval_s;   /* evaluation time is not training time */
+            if (R->job->task == SDNN_TASK_DETECTOR && save_if_best(R, map) != 0) return 1;
         }
         sdnn_csv_row row = {i, *net->seen, st.loss, avg_loss, get_current_rate(net), step_t,
                             elapsed, ips, st.bytes, st.exposed_s, st.comm_s, wait,
@@ -531,6 +555,12 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                       ? detector_saves(R, before, i)
                       : classifier_saves(R, before, i, seen_before, *net->seen);
         if (bad) return 1;
+        sdnn_chart_tick(&R->chart, what_time_is_it_now());
+        if (R->job->time_limit_s > 0 && elapsed >= (double)R->job->time_limit_s) {
+            printf("scalednn: -time_limit_sec %ld reached at iteration %zu (%.2f s of training)\n",
+                   R->job->time_limit_s, i, elapsed);
+            break;
+        }
         if (R->job->target > 0 && map >= R->job->target) {
             printf("scalednn: target %.4f reached at iteration %zu after %.2f s of training "
                    "(%.4f)\n", R->job->target, i, elapsed, map);
@@ -599,6 +629,57 @@ static void print_devices(run *R)
         first = r;
         if (r < n) memcpy(cur, next, sizeof cur);
     }
+}
+
+/* -benchmark_layers: each layer's forward and backward time on a network
+ * of its own (the planner's profile, plugin/plan/profile.c), before
+ * training starts. */
+static int benchmark_layers(const char *cfgpath)
+{
+    /* The times do not depend on the weights: random-init ones are timed. */
+    network *net = sdnn_parse_network(cfgpath);
+    sdnn_profile_opts po = SDNN_PROFILE_OPTS_INIT;
+    po.iters = 3;
+    sdnn_cost_profile prof;
+    sdnn_status st = sdnn_profile_network(net, &po, &prof);
+    sdnn_network_free(net);
+    if (st != SDNN_OK) {
+        fprintf(stderr, "error: -benchmark_layers: %s\n", sdnn_last_error());
+        return -1;
+    }
+    printf("-benchmark_layers: median of %d passes, batch %d, one CPU replica\n", po.iters,
+           prof.batch);
+    printf("%5s  %-14s %10s %10s %10s\n", "layer", "type", "fwd_ms", "bwd_ms", "upd_ms");
+    double f = 0, b = 0, u = 0;
+    for (int i = 0; i < prof.n; ++i) {
+        const sdnn_layer_cost *c = &prof.layer[i];
+        printf("%5d  %-14s %10.3f %10.3f %10.3f\n", i, c->type, c->fwd_s * 1e3, c->bwd_s * 1e3,
+               c->upd_s * 1e3);
+        f += c->fwd_s;
+        b += c->bwd_s;
+        u += c->upd_s;
+    }
+    printf("%5s  %-14s %10.3f %10.3f %10.3f\n", "total", "", f * 1e3, b * 1e3, u * 1e3);
+    fflush(stdout);
+    sdnn_cost_profile_free(&prof);
+    return 0;
+}
+
+/* The fork's chart.png (detector train): -chart FILE, else chart.png in
+ * the backup folder (not under mpirun without -chart). */
+static int start_chart(run *R, const char *csv)
+{
+    if (R->job->task != SDNN_TASK_DETECTOR) return 0;
+    /* Under mpirun only when asked for: Open MPI warns against fork() in
+     * its processes (memory registered with RDMA transports). */
+    if (!R->job->chart && getenv("OMPI_COMM_WORLD_SIZE")) return 0;
+    char png[2048];
+    if (R->job->chart) snprintf(png, sizeof png, "%s", R->job->chart);
+    else snprintf(png, sizeof png, "%s/chart.png", R->backup);
+    char title[256];
+    snprintf(title, sizeof title, "%s: average loss%s", R->base,
+             R->job->map_every > 0 ? " and mAP (-map)" : "");
+    return sdnn_chart_start(&R->chart, png, csv, title);
 }
 
 int sdnn_train(const sdnn_train_job *job)
@@ -744,6 +825,7 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
     }
+    if (job->benchmark_layers && benchmark_layers(stripped.path) != 0) goto out;
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
         SDNN_OK) {
@@ -892,7 +974,10 @@ int sdnn_train(const sdnn_train_job *job)
     }
     R.labels = labels;
     R.classes = classes;
+    R.best_map = -1;
+    if (R.rank == 0 && start_chart(&R, csv) != 0) goto out;
     rc = train_loop(&R, paths, labels, classes);
+    sdnn_chart_finish(&R.chart);
     sdnn_loader_stop(&R.loader);
     if (R.cfg.timeline[0]) {
         /* Like the CSV, a trace that cannot be written costs no weights:

@@ -26,6 +26,18 @@ typedef struct sdnn_train_job {
     int map_every;           /* -map: accuracy on the valid list every N iterations; 0 = off
                               * (detector: mAP@0.5, classifier: top-1) */
     double target;           /* -target: stop once that accuracy is reached; 0 = off */
+    /* The fork's flags (detector train): */
+    int points;              /* -points: the mAP -map reports, keeps _best by and stops at
+                              * -target by: 0 all-point, 11, 101 */
+    float iou_thresh;        /* -iou_thresh: -map's matching IoU (0.5) */
+    float conf_thresh;       /* -thresh: -map's precision/recall line (0.25) */
+    const char *chart;       /* -chart FILE: the picture redrawn while training; NULL:
+                              * BACKUP/CFG_chart.png ... see train.c */
+    int no_chart;            /* gnuplot missing: no chart */
+    int benchmark_layers;    /* -benchmark_layers: per-layer forward/backward times first */
+    long time_limit_s;       /* -time_limit_sec: stop (and save _final) after this much
+                              * training; 0 = off */
+    int letter_box;          /* -letter_box: train on letterboxed images ([net] letter_box=1) */
 } sdnn_train_job;
 
 /* Returns the process exit code. */

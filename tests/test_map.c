@@ -453,11 +453,11 @@ static void test_detector_map_command(void **state)
     assert_int_equal(rc, 0);
     const char *line = strstr(out, "mAP@0.50: all-point ");
     assert_non_null(line);
-    double all = -1, eleven = -1;
+    double all = -1, eleven = -1, p101 = -1;
     int images = 0;
-    assert_int_equal(sscanf(line, "mAP@0.50: all-point %lf, 11-point %lf over %d images", &all,
-                            &eleven, &images), 3);
-    assert_true(all >= 0 && all <= 1 && eleven >= 0 && eleven <= 1);
+    assert_int_equal(sscanf(line, "mAP@0.50: all-point %lf, 11-point %lf, 101-point %lf over %d "
+                            "images", &all, &eleven, &p101, &images), 4);
+    assert_true(all >= 0 && all <= 1 && eleven >= 0 && eleven <= 1 && p101 >= 0 && p101 <= 1);
     assert_int_equal(images, 4);
     /* The table names the classes from the names file. */
     assert_non_null(strstr(out, "triangle"));

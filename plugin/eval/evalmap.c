@@ -156,10 +156,33 @@ sdnn_status sdnn_map_add_image(sdnn_map *m, const sdnn_map_truth *truths, int nt
     return SDNN_OK;
 }
 
+/* The mean over r = t / (points - 1), t = 0 .. points - 1, of the highest
+ * precision at recall >= r; recall >= t / (points - 1) is compared in
+ * integers: cum * (points - 1) >= t * npos.  The first rank reaching it
+ * carries the envelope's maximum over all later ranks. */
+static double interpolated(const double *envelope, const int *cum, int n, int npos, int points)
+{
+    double sum = 0;
+    int i = 0;
+    for (int t = 0; t < points; ++t) {
+        while (i < n && (long long)cum[i] * (points - 1) < (long long)t * npos) ++i;
+        if (i < n) sum += envelope[i];
+    }
+    return sum / points;
+}
+
 sdnn_status sdnn_ap_ranked(const unsigned char *tp, int n, int npos, double *ap_all, double *ap11)
+{
+    double ap101;
+    return sdnn_ap_ranked3(tp, n, npos, ap_all, ap11, &ap101);
+}
+
+sdnn_status sdnn_ap_ranked3(const unsigned char *tp, int n, int npos, double *ap_all, double *ap11,
+                            double *ap101)
 {
     *ap_all = 0;
     *ap11 = 0;
+    *ap101 = 0;
     int total = 0;
     for (int i = 0; i < n; ++i) total += tp[i] != 0;
     if (total > npos)
@@ -192,15 +215,8 @@ sdnn_status sdnn_ap_ranked(const unsigned char *tp, int n, int npos, double *ap_
         if (tp[i]) area += envelope[i];
     *ap_all = area / npos;
 
-    /* recall >= t/10 compared in integers: cum * 10 >= t * npos.  The first
-     * rank reaching it carries the envelope's maximum over all later ranks. */
-    double sum = 0;
-    int i = 0;
-    for (int t = 0; t <= 10; ++t) {
-        while (i < n && (long long)cum[i] * 10 < (long long)t * npos) ++i;
-        if (i < n) sum += envelope[i];
-    }
-    *ap11 = sum / 11;
+    *ap11 = interpolated(envelope, cum, n, npos, 11);
+    *ap101 = interpolated(envelope, cum, n, npos, 101);
     free(envelope);
     free(cum);
     return SDNN_OK;
@@ -223,25 +239,27 @@ sdnn_status sdnn_map_compute(const sdnn_map *m, sdnn_ap *per_class, sdnn_map_res
     sdnn_status st = SDNN_OK;
     for (int c = 0; c < m->classes; ++c) {
         const class_acc *a = &m->acc[c];
-        sdnn_ap ap = {a->truths, a->n, 0, 0, 0};
+        sdnn_ap ap = {a->truths, a->n, 0, 0, 0, 0};
         for (int i = 0; i < a->n; ++i) order[i] = (order_key){a->recs[i].score, i};
         qsort(order, (size_t)a->n, sizeof *order, by_score_then_index);
         for (int i = 0; i < a->n; ++i) {
             tp[i] = a->recs[order[i].idx].tp;
             ap.tp += tp[i];
         }
-        st = sdnn_ap_ranked(tp, a->n, a->truths, &ap.ap_all, &ap.ap11);
+        st = sdnn_ap_ranked3(tp, a->n, a->truths, &ap.ap_all, &ap.ap11, &ap.ap101);
         if (st != SDNN_OK) break;
         if (per_class) per_class[c] = ap;
         if (a->truths > 0) {
             result->classes_scored++;
             result->map_all += ap.ap_all;
             result->map11 += ap.ap11;
+            result->map101 += ap.ap101;
         }
     }
     if (st == SDNN_OK && result->classes_scored > 0) {
         result->map_all /= result->classes_scored;
         result->map11 /= result->classes_scored;
+        result->map101 /= result->classes_scored;
     }
     free(order);
     free(tp);

@@ -7,7 +7,9 @@
  *   - all-point (VOC 2010 and later): the area under the precision envelope
  *     (precision made non-increasing from the right) over recall;
  *   - 11-point (VOC 2007): the mean over r = 0, 0.1, ..., 1 of the highest
- *     precision at recall >= r (0 where recall never reaches r).
+ *     precision at recall >= r (0 where recall never reaches r);
+ *   - 101-point (COCO): the same over r = 0, 0.01, ..., 1.
+ * These are the fork's `detector map -points 0|11|101`.
  * No Darknet dependency, so hand-made cases test it directly.
  */
 #ifndef SDNN_EVALMAP_H
@@ -44,11 +46,13 @@ typedef struct sdnn_ap {
     int tp;         /* detections matched to a truth */
     double ap_all;  /* all-point interpolated AP */
     double ap11;    /* 11-point interpolated AP */
+    double ap101;   /* 101-point interpolated AP (COCO's) */
 } sdnn_ap;
 
 typedef struct sdnn_map_result {
     double map_all;     /* mean of ap_all over the classes with truths */
     double map11;       /* mean of ap11 over the same classes */
+    double map101;      /* mean of ap101 over the same classes */
     int classes_scored; /* classes with at least one truth */
     int images;         /* images added */
 } sdnn_map_result;
@@ -89,6 +93,9 @@ sdnn_status sdnn_map_compute(const sdnn_map *m, sdnn_ap *per_class, sdnn_map_res
  * positives than npos. */
 sdnn_status sdnn_ap_ranked(const unsigned char *tp, int n, int npos, double *ap_all,
                            double *ap11);
+/* The same with the 101-point AP as well. */
+sdnn_status sdnn_ap_ranked3(const unsigned char *tp, int n, int npos, double *ap_all,
+                            double *ap11, double *ap101);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,519 @@
+/*
+ * Tests of the maintained fork's command line (issue 26; issue 28 items 4,
+ * 5 and 7), through the ./darknet binary (SDNN_DARKNET_BIN) on a small
+ * generated shapes set: the fork's README commands run verbatim (the
+ * shapes files in place of cars.*), the files they write (_last, _best,
+ * .backup, _final, chart.png), every flag's effect and its bad values (exit
+ * 2 naming the flag), the new commands (calc_anchors against a hand-worked
+ * k-means, valid, recall), and NaN/inf weights refused by map and test.
+ * The 101-point AP is checked against a hand-worked ranked list.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include <darknet.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "evalmap.h"
+#include "replicas.h"
+#include "saveio.h"
+
+static char g_dir[256];
+static const char *g_bin;
+
+/* Runs the binary with args (printf-style), stdout and stderr into
+ * g_dir/out.log; the exit code, and the output in *out (caller frees). */
+static int run_bin(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_bin(char **out, const char *fmt, ...)
+{
+    char args[3000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int rc = tu_run("%s %s >%s/out.log 2>&1", g_bin, args, g_dir);
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.log", g_dir);
+    *out = tu_slurp(path);
+    assert_non_null(*out);
+    if (getenv("SDNN_VERBOSE")) printf("$ darknet %s\n%s\n", args, *out);
+    return rc;
+}
+
+static void assert_has(const char *out, const char *what)
+{
+    if (!strstr(out, what)) printf("expected \"%s\" in:\n%s\n", what, out);
+    assert_non_null(strstr(out, what));
+}
+
+static int count_of(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) ++n;
+    return n;
+}
+
+static int is_png(const char *path)
+{
+    unsigned char b[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(b, 1, 8, f);
+    fclose(f);
+    return n == 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
+static int exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int exists(const char *fmt, ...)
+{
+    char p[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof p, fmt, ap);
+    va_end(ap);
+    struct stat sb;
+    return stat(p, &sb) == 0 && sb.st_size > 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_bin = getenv("SDNN_DARKNET_BIN");
+    if (!g_bin) g_bin = "./darknet";
+    snprintf(g_dir, sizeof g_dir, "/tmp/sdnn-forkcli-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    if (tu_run("%s scalednn gen-shapes %s/shapes -n 16 -valid 4 -seed 7 >%s/gen.log 2>&1", g_bin,
+               g_dir, g_dir) != 0)
+        return -1;
+    /* The fork's README names cars.data and cars.cfg: here shapes.data and
+     * a copy of cfg/shapes.cfg that trains 100 iterations. */
+    return tu_run("printf 'classes=4\\ntrain=%s/shapes/train.txt\\nvalid=%s/shapes/valid.txt\\n"
+                  "names=%s/shapes/shapes.names\\nbackup=%s/backup\\nresults=%s/results\\n' "
+                  "> %s/shapes.data && sed 's/^max_batches=.*/max_batches=100/' cfg/shapes.cfg "
+                  "> %s/shapes.cfg",
+                  g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_dir[0] && !getenv("SDNN_KEEP")) tu_run("rm -rf %s", g_dir);
+    return 0;
+}
+
+/* ---- the fork's README commands, verbatim ---------------------------------- */
+
+static void test_readme_commands(void **state)
+{
+    (void)state;
+    char *out;
+    /* darknet detector train -map -dont_show cars.data cars.cfg */
+    int rc = run_bin(&out, "detector train -map -dont_show %s/shapes.data %s/shapes.cfg -seed 3",
+                     g_dir, g_dir);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count_of(out, "this build never opens a window"), 1);
+    assert_has(out, "mAP@0.50 at iteration 100: all-point ");
+    assert_has(out, " for conf_thresh = 0.25, precision = ");
+    assert_has(out, "new best mAP");
+    static const char *const files[] = {"shapes_last.weights", "shapes_best.weights",
+                                        "shapes.backup", "shapes_final.weights", "shapes_100.weights"};
+    for (int i = 0; i < 5; ++i) {
+        if (!exists("%s/backup/%s", g_dir, files[i])) printf("missing %s\n", files[i]);
+        assert_true(exists("%s/backup/%s", g_dir, files[i]));
+    }
+    char png[512];
+    snprintf(png, sizeof png, "%s/backup/chart.png", g_dir);
+    assert_true(is_png(png));
+    assert_has(out, "chart written to ");
+    /* No temporary file is left beside them. */
+    assert_int_equal(tu_run("ls -a %s/backup | grep -q 'tmp\\|drawing'", g_dir), 1);
+    free(out);
+
+    /* darknet detector train -map -dont_show cars.data cars.cfg cars_last.weights -gpus 0,1
+     * (the cfg trained on to 150: the run resumes at 100 with 2 replicas). */
+    assert_int_equal(tu_run("sed -i 's/^max_batches=.*/max_batches=150/' %s/shapes.cfg", g_dir), 0);
+    rc = run_bin(&out, "detector train -map -dont_show %s/shapes.data %s/shapes.cfg "
+                 "%s/backup/shapes_last.weights -gpus 0,1", g_dir, g_dir, g_dir);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "2 replicas");
+    assert_has(out, "mAP@0.50 at iteration 150: all-point ");
+    free(out);
+    assert_int_equal(tu_run("sed -i 's/^max_batches=.*/max_batches=100/' %s/shapes.cfg", g_dir), 0);
+
+    /* darknet detector map cars.data cars.cfg cars_best.weights -points 101 */
+    rc = run_bin(&out, "detector map %s/shapes.data %s/shapes.cfg %s/backup/shapes_best.weights "
+                 "-points 101", g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    const char *line = strstr(out, "mAP@0.50: all-point ");
+    assert_non_null(line);
+    double all, m11, m101, fork = -1;
+    assert_int_equal(sscanf(line, "mAP@0.50: all-point %lf, 11-point %lf, 101-point %lf", &all,
+                            &m11, &m101), 3);
+    line = strstr(out, "mean average precision (mAP@0.50) = ");
+    assert_non_null(line);
+    assert_int_equal(sscanf(line, "mean average precision (mAP@0.50) = %lf", &fork), 1);
+    assert_true(fabs(fork - m101) < 5e-5);   /* printed to 4 and 6 decimals */
+    assert_has(out, "(-points 101: COCO 101-point)");
+    free(out);
+    rc = run_bin(&out, "detector map %s/shapes.data %s/shapes.cfg %s/backup/shapes_best.weights "
+                 "-points 11", g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    line = strstr(out, "mean average precision (mAP@0.50) = ");
+    assert_non_null(line);
+    assert_int_equal(sscanf(line, "mean average precision (mAP@0.50) = %lf", &fork), 1);
+    assert_true(fabs(fork - m11) < 5e-5);
+    free(out);
+    rc = run_bin(&out, "detector map %s/shapes.data %s/shapes.cfg %s/backup/shapes_best.weights "
+                 "-points 0", g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 0);
+    line = strstr(out, "mean average precision (mAP@0.50) = ");
+    assert_int_equal(sscanf(line, "mean average precision (mAP@0.50) = %lf", &fork), 1);
+    assert_true(fabs(fork - all) < 5e-5);
+    free(out);
+
+    /* darknet detector calc_anchors cars.data -num_of_clusters 6 -width 416 -height 416 */
+    rc = run_bin(&out, "detector calc_anchors %s/shapes.data -num_of_clusters 6 -width 416 "
+                 "-height 416", g_dir);
+    assert_int_equal(rc, 0);
+    line = strstr(out, "anchors = ");
+    assert_non_null(line);
+    int v[12];
+    assert_int_equal(sscanf(line, "anchors = %d,%d, %d,%d, %d,%d, %d,%d, %d,%d, %d,%d", &v[0],
+                            &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                            &v[11]), 12);
+    /* Ordered by area; shapes are 11-29 px of 64, so 71-189 px of 416. */
+    for (int j = 0; j < 6; ++j) {
+        assert_true(v[2 * j] >= 60 && v[2 * j] <= 200 && v[2 * j + 1] >= 60 && v[2 * j + 1] <= 200);
+        if (j) assert_true(v[2 * j] * v[2 * j + 1] >= v[2 * j - 2] * v[2 * j - 1]);
+    }
+    assert_has(out, "mean IoU = ");
+    free(out);
+}
+
+/* ---- flags: the fork's spellings, and bad usage named (exit 2) --------------- */
+
+static void expect_usage(const char *args, const char *what)
+{
+    char *out;
+    int rc = run_bin(&out, "%s", args);
+    if (rc != 2) printf("rc %d for %s:\n%s\n", rc, args, out);
+    assert_int_equal(rc, 2);
+    assert_has(out, what);
+    free(out);
+}
+
+static void test_bad_usage(void **state)
+{
+    (void)state;
+    char a[1024];
+    const char *d = g_dir;
+#define TRAIN(flags) (snprintf(a, sizeof a, "detector train %s/shapes.data %s/shapes.cfg " flags, d, d), a)
+#define MAP(flags) (snprintf(a, sizeof a, "detector map %s/shapes.data %s/shapes.cfg " \
+                             "%s/backup/shapes_best.weights " flags, d, d, d), a)
+    /* 28.4: a flag given twice, under either spelling: both named. */
+    expect_usage(TRAIN("-gpus 0 -gpus 0,1"), "-gpus is given twice (-gpus 0, then -gpus 0,1)");
+    expect_usage(TRAIN("-dontshow -map -dont_show"), "-dont_show is given twice (-dontshow, then "
+                                                    "-dont_show)");
+    expect_usage(MAP("-iou 0.5 -iou_thresh 0.6"), "-iou_thresh is given twice (-iou 0.5, then "
+                                                 "-iou_thresh 0.6)");
+    /* 28.5: -map_every without -map, as -target. */
+    expect_usage(TRAIN("-map_every 5"), "-map_every 5 needs -map");
+    /* Flags that cannot mean anything here. */
+    expect_usage(TRAIN("-map -mjpeg_port 8090"), "-mjpeg_port cannot be used here: this build "
+                                                "serves no MJPEG stream");
+    expect_usage(MAP("-http_post_host example.org"), "-http_post_host cannot be used here");
+    /* Bad values, named. */
+    expect_usage(TRAIN("-map -points 12"), "-points 12: expected 0 (all-point AP), 11");
+    expect_usage(MAP("-points 5"), "-points 5: expected 0");
+    expect_usage(MAP("-iou_thresh 1.5"), "-iou_thresh 1.5: expected a number > 0 and <= 1");
+    expect_usage(MAP("-iou 0"), "-iou 0: expected a number > 0 and <= 1");
+    expect_usage(TRAIN("-time_limit_sec abc"), "-time_limit_sec abc: expected an integer >= 1");
+    expect_usage(TRAIN("-time_limit_sec 0"), "-time_limit_sec 0: expected an integer >= 1");
+    expect_usage(TRAIN("-chart"), "-chart needs a value (FILE)");
+    expect_usage(TRAIN("-map -thresh 1"), "-thresh 1: expected a number >= 0 and < 1");
+    snprintf(a, sizeof a, "detector calc_anchors %s/shapes.data -num_of_clusters 6", d);
+    expect_usage(a, "-width and -height are required");
+    snprintf(a, sizeof a, "detector calc_anchors %s/shapes.data -width 64 -height 64 "
+             "-num_of_clusters 0", d);
+    expect_usage(a, "-num_of_clusters 0: expected an integer >= 1");
+    snprintf(a, sizeof a, "detector test %s/shapes.data %s/shapes.cfg w i -thresh 0.2 -thresh 0.3",
+             d, d);
+    expect_usage(a, "-thresh is given twice (-thresh 0.2, then -thresh 0.3)");
+    snprintf(a, sizeof a, "detector recall %s/shapes.data %s/shapes.cfg w -iou_thresh 2", d, d);
+    expect_usage(a, "-iou_thresh 2: expected a number > 0 and <= 1");
+    snprintf(a, sizeof a, "detector valid %s/shapes.data %s/shapes.cfg w -out a/b", d, d);
+    expect_usage(a, "-out a/b: expected a file name prefix without '/'");
+    /* The usage lists the fork's flags and the refused ones with why. */
+    char *out;
+    assert_int_equal(run_bin(&out, "detector train -h"), 0);
+    assert_has(out, "-dont_show");
+    assert_has(out, "(also -dontshow)");
+    assert_has(out, "-points 0|11|101");
+    assert_has(out, "refused: this build serves no MJPEG stream");
+    free(out);
+#undef TRAIN
+#undef MAP
+}
+
+/* ---- training flags ----------------------------------------------------------- */
+
+static void test_train_flags(void **state)
+{
+    (void)state;
+    char *out;
+    /* -time_limit_sec: a 100000-iteration run stops after 2 s with _final. */
+    assert_int_equal(tu_run("mkdir -p %s/tl && sed 's|^backup=.*|backup=%s/tl|' %s/shapes.data > "
+                            "%s/tl.data", g_dir, g_dir, g_dir, g_dir), 0);
+    int rc = run_bin(&out, "detector train %s/tl.data %s/shapes.cfg -max_batches 100000 "
+                     "-time_limit_sec 2 -chart %s/tl/mychart.png -benchmark_layers -letter_box",
+                     g_dir, g_dir, g_dir);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "-time_limit_sec 2 reached at iteration ");
+    assert_true(exists("%s/tl/shapes_final.weights", g_dir));
+    char png[512];
+    snprintf(png, sizeof png, "%s/tl/mychart.png", g_dir);
+    assert_true(is_png(png));
+    /* -benchmark_layers: one row per layer (20 in shapes.cfg), then the total. */
+    assert_has(out, "-benchmark_layers: median of 3 passes");
+    assert_has(out, "   19  yolo");
+    assert_has(out, "total");
+    /* -letter_box: the project's batch builder with letter_box=1. */
+    assert_has(out, "letter_box=1");
+    free(out);
+    /* -chart over a file that is not a PNG: refused, the file kept. */
+    assert_int_equal(tu_run("printf 'my notes' > %s/notes.png", g_dir), 0);
+    rc = run_bin(&out, "detector train %s/tl.data %s/shapes.cfg -max_batches 1 -chart %s/notes.png",
+                 g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "notes.png");
+    free(out);
+    snprintf(png, sizeof png, "%s/notes.png", g_dir);
+    char *kept = tu_slurp(png);
+    assert_string_equal(kept, "my notes");
+    free(kept);
+}
+
+/* ---- detector test, valid, recall ------------------------------------------- */
+
+static void test_test_valid_recall(void **state)
+{
+    (void)state;
+    char *out;
+    const char *w = "backup/shapes_best.weights";
+    char img[512];
+    snprintf(img, sizeof img, "%s/shapes/images/valid/000001.png", g_dir);
+    /* -thresh 0: every box left after NMS prints (a logistic objectness is
+     * never 0), whatever the short training learnt. */
+    int rc = run_bin(&out, "detector test %s/shapes.data %s/shapes.cfg %s/%s %s -thresh 0 "
+                     "-ext_output -save_labels -dont_show -show_imgs -out %s/pred", g_dir, g_dir,
+                     g_dir, w, img, g_dir);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count_of(out, "this build never opens a window"), 1);
+    int boxes = count_of(out, "% (x=");
+    assert_true(boxes > 0);
+    assert_int_equal(count_of(out, "(left_x: "), boxes);
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s/shapes/images/valid/000001.txt", g_dir);
+    char *labels = tu_slurp(saved);
+    assert_non_null(labels);
+    assert_int_equal(count_of(labels, "\n"), boxes);
+    int cls;
+    float x, y, bw, bh;
+    assert_int_equal(sscanf(labels, "%d %f %f %f %f", &cls, &x, &y, &bw, &bh), 5);
+    assert_true(cls >= 0 && cls < 4 && bw > 0 && bh > 0);
+    free(labels);
+    free(out);
+    /* A second -save_labels never replaces that file. */
+    rc = run_bin(&out, "detector test %s/shapes.data %s/shapes.cfg %s/%s %s -save_labels -out "
+                 "%s/pred", g_dir, g_dir, g_dir, w, img, g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "000001.txt exists: it is not replaced");
+    free(out);
+
+    /* valid: one file per class in results=, Darknet's VOC lines. */
+    rc = run_bin(&out, "detector valid %s/shapes.data %s/shapes.cfg %s/%s", g_dir, g_dir, g_dir, w);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    static const char *const names[] = {"circle", "square", "triangle", "cross"};
+    int lines = 0;
+    for (int c = 0; c < 4; ++c) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/results/comp4_det_test_%s.txt", g_dir, names[c]);
+        char *t = tu_slurp(path);
+        assert_non_null(t);
+        for (char *p = t; *p;) {
+            char id[64];
+            double pr, x0, y0, x1, y1;
+            assert_int_equal(sscanf(p, "%63s %lf %lf %lf %lf %lf", id, &pr, &x0, &y0, &x1, &y1), 6);
+            assert_true(strlen(id) == 6 && pr >= 0.005 && pr <= 1); /* printed to 6 decimals */
+            /* Darknet's clamp: corners at least 1 and at most the image's
+             * size (a box past the border may have xmin > xmax, as Darknet's). */
+            assert_true(x0 >= 1 && y0 >= 1 && x1 <= 64 && y1 <= 64);
+            ++lines;
+            p = strchr(p, '\n');
+            if (!p) break;
+            ++p;
+        }
+        free(t);
+    }
+    char summary[64];
+    snprintf(summary, sizeof summary, "detector valid: 4 images, %d boxes", lines);
+    assert_has(out, summary);
+    free(out);
+
+    /* recall: the truths counted are the valid labels' lines. */
+    rc = run_bin(&out, "detector recall %s/shapes.data %s/shapes.cfg %s/%s", g_dir, g_dir, g_dir, w);
+    assert_int_equal(rc, 0);
+    assert_int_equal(tu_run("cat %s/shapes/labels/valid/*.txt | grep -c . > %s/ntruth", g_dir,
+                            g_dir), 0);
+    char np[512];
+    snprintf(np, sizeof np, "%s/ntruth", g_dir);
+    char *nt = tu_slurp(np);
+    int truths = atoi(nt);
+    free(nt);
+    const char *line = strstr(out, "recall: ");
+    assert_non_null(line);
+    int found = -1, total = -1;
+    assert_int_equal(sscanf(line, "recall: %d of %d truths", &found, &total), 2);
+    assert_int_equal(total, truths);
+    assert_true(found >= 0 && found <= total);
+    assert_int_equal(count_of(out, "RPs/Img: "), 4);
+    free(out);
+}
+
+/* ---- 28.7: NaN / inf weights stop map and test ---------------------------------- */
+
+static void test_nonfinite_weights(void **state)
+{
+    (void)state;
+    char path[512];
+    network *net = parse_network_cfg("cfg/shapes.cfg");
+    assert_non_null(net);
+    net->layers[0].weights[3] = NAN;
+    snprintf(path, sizeof path, "%s/nan.weights", g_dir);
+    assert_int_equal(sdnn_save_weights_atomic(net, path), SDNN_OK);
+    net->layers[0].weights[3] = 0.1f;
+    net->layers[17].biases[2] = INFINITY;
+    snprintf(path, sizeof path, "%s/inf.weights", g_dir);
+    assert_int_equal(sdnn_save_weights_atomic(net, path), SDNN_OK);
+    sdnn_network_free(net);
+    char *out;
+    int rc = run_bin(&out, "detector map %s/shapes.data cfg/shapes.cfg %s/nan.weights", g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "nan.weights: layer 0 (convolutional) weights[3] is nan");
+    assert_true(strstr(out, "mAP@") == NULL);
+    free(out);
+    rc = run_bin(&out, "detector test %s/shapes.data cfg/shapes.cfg %s/inf.weights "
+                 "%s/shapes/images/valid/000002.png -out %s/p2", g_dir, g_dir, g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "inf.weights: layer 17 (convolutional) biases[2] is inf");
+    free(out);
+    rc = run_bin(&out, "detector map %s/shapes.data cfg/shapes.cfg %s/inf.weights -points 101",
+                 g_dir, g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "layer 17 (convolutional) biases[2]");
+    free(out);
+}
+
+/* ---- calc_anchors against a hand-worked k-means -------------------------------- */
+
+static void test_calc_anchors_reference(void **state)
+{
+    (void)state;
+    /* Boxes in 100 x 100 pixels: 10x10, 12x12 (one image), 50x40, 50x60
+     * (the other).  Start (area quantiles 1/4, 3/4 of 4 boxes: indices 1
+     * and 3): 12x12 and 50x60.  10x10 and 12x12 go to the first (IoU
+     * 100/144 vs 100/3000), 50x40 to the second (2000/3000 vs 144/2000):
+     * means 11x11 and 50x50, and no box moves again.  Mean IoU =
+     * (100/121 + 121/144 + 2000/2500 + 2500/3000) / 4. */
+    assert_int_equal(tu_run("mkdir -p %s/ka/images %s/ka/labels && "
+                            "cp %s/shapes/images/valid/000001.png %s/ka/images/a.png && "
+                            "cp %s/shapes/images/valid/000002.png %s/ka/images/b.png && "
+                            "printf '0 0.5 0.5 0.1 0.1\\n1 0.5 0.5 0.12 0.12\\n' > %s/ka/labels/a.txt && "
+                            "printf '2 0.5 0.5 0.5 0.4\\n\\n0 0.3 0.6 0.5 0.6\\n' > %s/ka/labels/b.txt && "
+                            "printf '%s/ka/images/a.png\\n%s/ka/images/b.png\\n' > %s/ka/train.txt && "
+                            "printf 'classes=4\\ntrain=%s/ka/train.txt\\n' > %s/ka.data",
+                            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir,
+                            g_dir, g_dir, g_dir),
+                     0);
+    char *out;
+    int rc = run_bin(&out, "detector calc_anchors %s/ka.data -num_of_clusters 2 -width 100 "
+                     "-height 100", g_dir);
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "anchors = 11,11, 50,50\n");
+    assert_has(out, "anchors (unrounded) = 11.0000,11.0000, 50.0000,50.0000\n");
+    const char *line = strstr(out, "mean IoU = ");
+    assert_non_null(line);
+    double iou = -1;
+    assert_int_equal(sscanf(line, "mean IoU = %lf", &iou), 1);
+    double want = (100.0 / 121 + 121.0 / 144 + 2000.0 / 2500 + 2500.0 / 3000) / 4;
+    /* Printed to 6 decimals (5e-7), box sizes from floats (relative 1e-7). */
+    assert_true(fabs(iou - want) < 2e-6);
+    free(out);
+    /* More clusters than boxes: named. */
+    rc = run_bin(&out, "detector calc_anchors %s/ka.data -num_of_clusters 5 -width 100 -height 100",
+                 g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "4 label boxes for -num_of_clusters 5");
+    free(out);
+    /* A bad label line is named with its file and line. */
+    assert_int_equal(tu_run("printf '0 0.5 0.5 0 0.1\\n' > %s/ka/labels/a.txt", g_dir), 0);
+    rc = run_bin(&out, "detector calc_anchors %s/ka.data -num_of_clusters 2 -width 100 -height 100",
+                 g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "ka/labels/a.txt:1: ");
+    free(out);
+}
+
+/* ---- -points 101 arithmetic by hand --------------------------------------------- */
+
+static void test_points_by_hand(void **state)
+{
+    (void)state;
+    /* T F T F with 2 truths: precision envelope 1, 2/3, 2/3, 1/2; recall
+     * 1/2 at rank 1, 1 at rank 3.  all-point: (1 + 2/3) / 2.  11-point: r
+     * = 0..0.5 (6 points) at 1, 0.6..1 (5) at 2/3.  101-point: r = 0..0.50
+     * (51 points) at 1, 0.51..1 (50) at 2/3. */
+    unsigned char tp[] = {1, 0, 1, 0};
+    double all, p11, p101;
+    assert_int_equal(sdnn_ap_ranked3(tp, 4, 2, &all, &p11, &p101), SDNN_OK);
+    assert_true(fabs(all - (1 + 2.0 / 3) / 2) < 1e-12);
+    assert_true(fabs(p11 - (6 + 5 * 2.0 / 3) / 11) < 1e-12);
+    assert_true(fabs(p101 - (51 + 50 * 2.0 / 3) / 101) < 1e-12);
+    /* One truth of 3 found at rank 2 (F T): recall 1/3 reached only at
+     * rank 2 with precision 1/2: 101-point: r = 0..0.33 (34 points) at 1/2. */
+    unsigned char tp2[] = {0, 1};
+    assert_int_equal(sdnn_ap_ranked3(tp2, 2, 3, &all, &p11, &p101), SDNN_OK);
+    assert_true(fabs(p101 - 34 * 0.5 / 101) < 1e-12);
+    assert_true(fabs(p11 - 4 * 0.5 / 11) < 1e-12);
+    assert_true(fabs(all - 0.5 / 3) < 1e-12);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_points_by_hand),
+        cmocka_unit_test(test_readme_commands),
+        cmocka_unit_test(test_bad_usage),
+        cmocka_unit_test(test_train_flags),
+        cmocka_unit_test(test_test_valid_recall),
+        cmocka_unit_test(test_nonfinite_weights),
+        cmocka_unit_test(test_calc_anchors_reference),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
