@@ -278,7 +278,7 @@ static void test_cfg_heads(void **state)
     free(s);
     /* Region: num x (classes + coords + 1) channels. */
     check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=20\nsize=1\n"
-                "[region]\nclasses=2\nnum=5\nanchors=1,1,2,2\n",
+                "[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n",
                 "x.cfg:9: [region] classes=2: 5 anchors x (2 classes + 5) = 35 channels expected",
                 "gives 20");
     check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\nsize=1\n"
@@ -288,6 +288,54 @@ static void test_cfg_heads(void **state)
     assert_int_equal(sdnn_cfg_check_text("x.cfg",
                      "[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
                      "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n"), SDNN_OK);
+    /* Too few anchors: libdarknet made the missing ones 0.5 (issue 28). */
+    check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
+                "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4\n",
+                "x.cfg:11: [region] anchors=1,1,2,2,3,3,4,4: 8 values, but num=5 anchors need 10",
+                NULL);
+    s = shapes_with("num=6", "num=7");
+    check_fails(s, "[yolo] anchors=", "but num=7 anchors need 14");
+    free(s);
+}
+
+/* The fork's keys libdarknet ignores though they change the network, and
+ * [yolo] resize= out of the range the batch builder computes in (issue 28). */
+static void test_cfg_fork_geometry(void **state)
+{
+    (void)state;
+    static const struct { const char *from, *to, *want1, *want2; } bad[] = {
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=2", "[convolutional] stride_x=2: the "
+         "fork's per-axis stride is not built here", "allowed: stride_x=1"},
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_y=2", "stride_y=2", "allowed: stride_y=1"},
+        {"size=3\nstride=1", "size=3\nstride=1\ndilation=2", "[convolutional] dilation=2: the "
+         "fork's dilated convolution", "allowed: dilation=1"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_x=1", "[maxpool] stride_x=1",
+         "allowed: stride_x=2"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_y=3", "[maxpool] stride_y=3", NULL},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e9", "[yolo] resize=1e9",
+         "expected a number >= 0.01 and <= 100"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e30", "[yolo] resize=1e30", "<= 100"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e-30", "[yolo] resize=1e-30", ">= 0.01"},
+        {"mask = 3,4,5", "mask = 3,4,5\nmax_delta=1e-30", "[yolo] max_delta=1e-30", ">= 1e-06"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char *s = shapes_with(bad[i].from, bad[i].to);
+        check_fails(s, bad[i].want1, bad[i].want2);
+        free(s);
+    }
+    /* The values libdarknet computes anyway pass. */
+    static const char *const good[][2] = {
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=1\nstride_y=1\ndilation=1"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_x=2\nstride_y=2"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1.5"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
+        char *s = shapes_with(good[i][0], good[i][1]);
+        sdnn_status st = sdnn_cfg_check_text("x.cfg", s);
+        if (st != SDNN_OK) printf("%s\n", sdnn_last_error());
+        assert_int_equal(st, SDNN_OK);
+        free(s);
+    }
 }
 
 /* Cfgs the fuzzer (make fuzz, fuzz_darknet) found crashing libdarknet's
@@ -1425,6 +1473,7 @@ int main(void)
         cmocka_unit_test(test_cfg_crlf_normalised),
         cmocka_unit_test(test_cfg_structure_errors),
         cmocka_unit_test(test_cfg_heads),
+        cmocka_unit_test(test_cfg_fork_geometry),
         cmocka_unit_test(test_cfg_fuzzer_findings),
         cmocka_unit_test(test_cfg_real_cfgs_pass),
         cmocka_unit_test(test_cfg_errors_through_binary),
