@@ -783,16 +783,12 @@ int sdnn_train(const sdnn_train_job *job)
          * trace, the CSV).  Between processes rank 0 alone writes there:
          * mpirun tells each process its rank. */
         const char *wr = getenv("OMPI_COMM_WORLD_RANK");
-        int cleaned = 0;
         if ((!wr || atoi(wr) == 0) &&
-            (sdnn_prepare_dir(R.backup, &cleaned) != SDNN_OK ||
+            (sdnn_prepare_dir(R.backup) != SDNN_OK ||
              sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK)) {
             fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
             goto out;
         }
-        if (cleaned)
-            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
-                    cleaned, cleaned == 1 ? "" : "s", R.backup);
     }
     /* Every run writes its CSV: -csv, csv=, or BACKUP/CFGBASE.csv. */
     R.base = basecfg((char *)job->cfgfile);
@@ -914,6 +910,15 @@ int sdnn_train(const sdnn_train_job *job)
                 goto out;
             }
         }
+    }
+    if (R.rank == 0) {
+        /* Past every refusal: the temp files of this cfg's saves whose
+         * process died, recognised by name and first bytes (saveio.h). */
+        int cleaned = 0;
+        sdnn_clean_temps(R.backup, R.base, &cleaned);
+        if (cleaned)
+            fprintf(stderr, "warning: removed %d stale temporary file%s of interrupted saves in %s\n",
+                    cleaned, cleaned == 1 ? "" : "s", R.backup);
     }
     if (R.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d: cannot silence stdout\n", R.rank);

@@ -278,7 +278,7 @@ static void test_cfg_heads(void **state)
     free(s);
     /* Region: num x (classes + coords + 1) channels. */
     check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=20\nsize=1\n"
-                "[region]\nclasses=2\nnum=5\nanchors=1,1,2,2\n",
+                "[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n",
                 "x.cfg:9: [region] classes=2: 5 anchors x (2 classes + 5) = 35 channels expected",
                 "gives 20");
     check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\nsize=1\n"
@@ -288,6 +288,54 @@ static void test_cfg_heads(void **state)
     assert_int_equal(sdnn_cfg_check_text("x.cfg",
                      "[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
                      "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n"), SDNN_OK);
+    /* Too few anchors: libdarknet made the missing ones 0.5 (issue 28). */
+    check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
+                "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4\n",
+                "x.cfg:11: [region] anchors=1,1,2,2,3,3,4,4: 8 values, but num=5 anchors need 10",
+                NULL);
+    s = shapes_with("num=6", "num=7");
+    check_fails(s, "[yolo] anchors=", "but num=7 anchors need 14");
+    free(s);
+}
+
+/* The fork's keys libdarknet ignores though they change the network, and
+ * [yolo] resize= out of the range the batch builder computes in (issue 28). */
+static void test_cfg_fork_geometry(void **state)
+{
+    (void)state;
+    static const struct { const char *from, *to, *want1, *want2; } bad[] = {
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=2", "[convolutional] stride_x=2: the "
+         "fork's per-axis stride is not built here", "allowed: stride_x=1"},
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_y=2", "stride_y=2", "allowed: stride_y=1"},
+        {"size=3\nstride=1", "size=3\nstride=1\ndilation=2", "[convolutional] dilation=2: the "
+         "fork's dilated convolution", "allowed: dilation=1"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_x=1", "[maxpool] stride_x=1",
+         "allowed: stride_x=2"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_y=3", "[maxpool] stride_y=3", NULL},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e9", "[yolo] resize=1e9",
+         "expected a number >= 0.01 and <= 100"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e30", "[yolo] resize=1e30", "<= 100"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1e-30", "[yolo] resize=1e-30", ">= 0.01"},
+        {"mask = 3,4,5", "mask = 3,4,5\nmax_delta=1e-30", "[yolo] max_delta=1e-30", ">= 1e-06"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char *s = shapes_with(bad[i].from, bad[i].to);
+        check_fails(s, bad[i].want1, bad[i].want2);
+        free(s);
+    }
+    /* The values libdarknet computes anyway pass. */
+    static const char *const good[][2] = {
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=1\nstride_y=1\ndilation=1"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_x=2\nstride_y=2"},
+        {"mask = 3,4,5", "mask = 3,4,5\nresize=1.5"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
+        char *s = shapes_with(good[i][0], good[i][1]);
+        sdnn_status st = sdnn_cfg_check_text("x.cfg", s);
+        if (st != SDNN_OK) printf("%s\n", sdnn_last_error());
+        assert_int_equal(st, SDNN_OK);
+        free(s);
+    }
 }
 
 /* Cfgs the fuzzer (make fuzz, fuzz_darknet) found crashing libdarknet's
@@ -512,27 +560,37 @@ static void test_label_scan(void **state)
                        "\n"                      /* 12 blank: fine */
                        "1.5 0.5 0.5 0.2 0.2\n"  /* 13 */
                        "1 0.5 0.5 1.2 0.2\n"    /* 14 */
-                       "3 0.1 0.9 0.05 0.05";   /* 15 good, no newline */
+                       "3 0.1 0.9 0.05 0.05\n" /* 15 good */
+                       "0 0 0 0.2 0.2\n"        /* 16: libdarknet's empty-slot mark */
+                       "0 -0 0 0.2 0.2\n"       /* 17: the same */
+                       "0 0 0.5 0.0009 0.2\n"   /* 18: under 0.001 inside */
+                       "0 1 0.5 0.0019 0.2\n"   /* 19: under 0.001 inside */
+                       "0 0.5 1 0.2 0.0005\n"   /* 20 */
+                       "0 1 1 0.2 0.2\n"        /* 21 good: a corner box, cut */
+                       "0 0 0.5 0.2 0.2\n"      /* 22 good: centre on the left edge */
+                       "0 0.5 0.5 1 1";         /* 23 good, no newline */
     issues is = {0};
     char *clean = malloc(strlen(text) + 2);
     int boxes = -1;
     int bad = sdnn_label_scan("l.txt", text, 4, clean, &boxes, collect, &is);
-    assert_int_equal(bad, 12);
-    assert_int_equal(is.n, 12);
-    assert_int_equal(boxes, 2);
-    static const int lines[12] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14};
-    static const char *const want[12] = {
+    assert_int_equal(bad, 17);
+    assert_int_equal(is.n, 17); /* counted; the first 16 kept */
+    assert_int_equal(boxes, 5);
+    static const int lines[16] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 16, 17, 18, 19};
+    static const char *const want[16] = {
         "x=nan is not finite", "y=inf is not finite", "x=-0.1 is outside [0, 1]",
         "y=1.5 is outside [0, 1]", "w=0: a box needs a size > 0", "h=-0.3: a box needs a size > 0",
         "class 4 is outside 0 .. 3 (classes=4)", "class -1 is outside 0 .. 3",
         "6 columns, expected 5", "4 columns, expected 5", "class 1.5 is not an integer",
-        "w=1.2 is > 1"};
-    for (int i = 0; i < 12; ++i) {
+        "w=1.2 is > 1", "x=0 and y=0 together", "x=0 and y=0 together",
+        "w=0.0009 at x=0: 0.00045 of it is inside the image", "libdarknet drops a box under 0.001"};
+    for (int i = 0; i < 16; ++i) {
         assert_int_equal(is.line[i], lines[i]);
         if (!strstr(is.why[i], want[i])) printf("line %d: %s (wanted %s)\n", lines[i], is.why[i], want[i]);
         assert_non_null(strstr(is.why[i], want[i]));
     }
-    assert_string_equal(clean, "0 0.5 0.5 0.2 0.2\n3 0.1 0.9 0.05 0.05\n");
+    assert_string_equal(clean, "0 0.5 0.5 0.2 0.2\n3 0.1 0.9 0.05 0.05\n0 1 1 0.2 0.2\n"
+                               "0 0 0.5 0.2 0.2\n0 0.5 0.5 1 1\n");
     free(clean);
     assert_int_equal(sdnn_label_scan("l.txt", "", 4, NULL, &boxes, NULL, NULL), 0);
     assert_int_equal(boxes, 0);
@@ -601,6 +659,33 @@ static void test_labels_through_binary(void **state)
     free(before);
     free(after);
     assert_int_equal(tu_run("ls -d ${TMPDIR:-/tmp}/sdnn-labels-* 2>/dev/null | grep -q ."), 1);
+}
+
+/* A box centred at (0,0) is libdarknet's empty-slot mark: it kept it and
+ * its yolo layer read far outside its buffer (SIGSEGV, also with
+ * -skip_bad_labels).  Refused by file and line; -skip_bad_labels drops it
+ * and trains.  engine=gpu reads the same checked labels (the check runs
+ * before any engine is built); it runs only in the GPU=sim build, so it is
+ * not repeated here. */
+static void test_corner_label_through_binary(void **state)
+{
+    (void)state;
+    make_label_set("l3", "0 0 0 0.2 0.2\n");
+    char extra[600], data[600];
+    snprintf(extra, sizeof extra, "train=%s/l3/train.txt", g_dir);
+    snprintf(data, sizeof data, "%s", data_file("l3b", extra));
+    char *out;
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1", data);
+    assert_int_equal(rc, 1);
+    assert_has(out, "l3/labels/2.txt:");
+    assert_has(out, "\"0 0 0 0.2 0.2\": x=0 and y=0 together");
+    free(out);
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1 -skip_bad_labels "
+                 "-gpus 0,1", data);
+    if (rc != 0) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "dropped 1 bad box in 1 of 3 label files");
+    free(out);
 }
 
 /* Classifier: the labels file against classes=, the network's outputs, and
@@ -1027,17 +1112,35 @@ static void test_stale_temp_files_cleaned(void **state)
     pid_t dead = fork();
     if (dead == 0) _exit(0);
     waitpid(dead, NULL, 0);
-    put_text(P("t6/shapes_final.weights.tmp.%ld", (long)dead), "half a save");
+    /* Half a save: the start of Darknet's header (major 0, minor 2). */
+    static const int head[2] = {0, 2};
+    put_file(P("t6/shapes_final.weights.tmp.%ld", (long)dead), (const char *)head, sizeof head);
     put_text(P("t6/shapes.backup.tmp.%ld", (long)getpid()), "a save in progress");
+    /* Not ours, though named NAME.tmp.PID with a dead pid: kept. */
+    put_text(P("t6/report.tmp.%ld", (long)dead), "a user's report");
+    put_text(P("t6/shapes_notes.tmp.%ld", (long)dead), "the cfg's name, not our output");
+    put_text(P("t6/shapes_7.weights.tmp.%ld", (long)dead), "our name, not our content");
+    struct stat sb;
     char *out;
-    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1", data);
+    /* A run refused before training removes nothing. */
+    int rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 0 -seed 1", data);
+    assert_int_not_equal(rc, 0);
+    assert_null(strstr(out, "removed"));
+    free(out);
+    assert_int_equal(stat(P("t6/shapes_final.weights.tmp.%ld", (long)dead), &sb), 0);
+    rc = run_bin(&out, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1", data);
     assert_int_equal(rc, 0);
     assert_has(out, "removed 1 stale temporary file of interrupted saves");
     free(out);
-    struct stat sb;
     assert_int_equal(stat(P("t6/shapes_final.weights.tmp.%ld", (long)dead), &sb), -1);
     assert_int_equal(stat(P("t6/shapes.backup.tmp.%ld", (long)getpid()), &sb), 0);
+    assert_int_equal(stat(P("t6/report.tmp.%ld", (long)dead), &sb), 0);
+    assert_int_equal(stat(P("t6/shapes_notes.tmp.%ld", (long)dead), &sb), 0);
+    assert_int_equal(stat(P("t6/shapes_7.weights.tmp.%ld", (long)dead), &sb), 0);
     unlink(P("t6/shapes.backup.tmp.%ld", (long)getpid()));
+    unlink(P("t6/report.tmp.%ld", (long)dead));
+    unlink(P("t6/shapes_notes.tmp.%ld", (long)dead));
+    unlink(P("t6/shapes_7.weights.tmp.%ld", (long)dead));
 }
 
 /* SIGTERM while the final save is being written: the temporary file is
@@ -1370,12 +1473,14 @@ int main(void)
         cmocka_unit_test(test_cfg_crlf_normalised),
         cmocka_unit_test(test_cfg_structure_errors),
         cmocka_unit_test(test_cfg_heads),
+        cmocka_unit_test(test_cfg_fork_geometry),
         cmocka_unit_test(test_cfg_fuzzer_findings),
         cmocka_unit_test(test_cfg_real_cfgs_pass),
         cmocka_unit_test(test_cfg_errors_through_binary),
         cmocka_unit_test(test_cfg_crlf_trains),
         cmocka_unit_test(test_label_scan),
         cmocka_unit_test(test_labels_through_binary),
+        cmocka_unit_test(test_corner_label_through_binary),
         cmocka_unit_test(test_classifier_labels_checked),
         cmocka_unit_test(test_image_check),
         cmocka_unit_test(test_images_through_binary),

@@ -767,21 +767,21 @@ static void test_loader_darknet_unchanged(void **state)
 static void test_resize_values(void **state)
 {
     (void)state;
-    static const char *const bad[] = {"0", "-1", "-0.5", "abc", "1.5x", "nan"};
+    static const char *const bad[] = {"0", "-1", "-0.5", "abc", "1.5x", "nan", "1e9", "1e30", "1e-30", "0.001", "101"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         char text[512], kv[32];
         snprintf(text, sizeof text, NET CONV YOLO "resize=%s\n", bad[i]);
         snprintf(kv, sizeof kv, "resize=%s", bad[i]);
         if (sdnn_cfg_check_text("d.cfg", text) == SDNN_OK) fail_msg("resize=%s accepted", bad[i]);
         const char *msg = sdnn_last_error();
-        const char *want[] = {"d.cfg:15:", "[yolo]", kv, "expected a number > 0"};
+        const char *want[] = {"d.cfg:15:", "[yolo]", kv, "expected a number >= 0.01 and <= 100"};
         for (int k = 0; k < 4; ++k)
             if (!strstr(msg, want[k])) fail_msg("resize=%s: message lacks \"%s\": %s", bad[i], want[k], msg);
     }
     /* No value at all: named too (cfgcheck's key=value rule). */
     if (sdnn_cfg_check_text("d.cfg", NET CONV YOLO "resize=\n") == SDNN_OK) fail_msg("resize= accepted");
     assert_non_null(strstr(sdnn_last_error(), "d.cfg:15: [yolo] resize="));
-    static const char *const good[] = {"1", "1.5", "0.75", "2"};
+    static const char *const good[] = {"1", "1.5", "0.75", "2", "0.01", "100"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
         char text[512];
         snprintf(text, sizeof text, NET CONV YOLO "resize=%s\n", good[i]);

@@ -325,7 +325,7 @@ static const yolo_key g_yolo_keys[] = {
     {"label_smooth_eps", NULL, 0, 1, 0},   {"beta_nms", NULL, 0.01, 10, 0},
     {"new_coords", NULL, 0, 1, 1},         {"objectness_smooth", NULL, 0, 1, 1},
     {"iou_loss", g_iou_losses, 0, 0, 0},   {"iou_thresh_kind", g_iou_kinds, 0, 0, 0},
-    {"nms_kind", g_nms_kinds, 0, 0, 0},    {"resize", NULL, 1e-6, 1e30, 0},
+    {"nms_kind", g_nms_kinds, 0, 0, 0},    {"resize", NULL, 0.01, 100, 0},
     {NULL, NULL, 0, 0, 0}};
 
 /* The fork's [net] augmentation keys built by plugin/data/batch.c (the
@@ -352,8 +352,6 @@ static const char *yolo_value(const yolo_key *y, const char *v, char *what, size
     if (ok) return NULL;
     if (y->integer)
         snprintf(what, cap, "expected %g or %g", y->lo, y->hi);
-    else if (y->lo == 1e-6)
-        snprintf(what, cap, "expected a number > 0");
     else
         snprintf(what, cap, "expected a number >= %g and <= %g", y->lo, y->hi);
     return what;
@@ -430,6 +428,27 @@ static sdnn_status check_dialect(const checker *c)
                 else
                     snprintf(what, sizeof what, "%s (remove the key)", dk->why);
                 return key_error(c, s, k, what);
+            }
+            /* The fork's per-axis strides and dilation: libdarknet parses
+             * none of them, so only the values it computes anyway pass. */
+            int conv = strcmp(t, "convolutional") == 0, pool = strcmp(t, "maxpool") == 0;
+            if ((conv || pool) && (!strcmp(k->key, "stride_x") || !strcmp(k->key, "stride_y"))) {
+                const kv *ks = find(c, s, "stride");
+                const char *st = ks ? ks->val : "1";
+                if (strcmp(k->val, st) != 0) {
+                    char what[300];
+                    snprintf(what, sizeof what, "the fork's per-axis stride is not built here "
+                             "(libdarknet ignores it and strides by stride=%s); allowed: "
+                             "%s=%s, or remove the key", st, k->key, st);
+                    return key_error(c, s, k, what);
+                }
+            }
+            if (conv && !strcmp(k->key, "dilation") && strcmp(k->val, "1") != 0) {
+                const kv *kz = find(c, s, "size");
+                if (!kz || strcmp(kz->val, "1") != 0)
+                    return key_error(c, s, k, "the fork's dilated convolution is not built here "
+                                     "(libdarknet ignores it); allowed: dilation=1, or remove "
+                                     "the key");
             }
             for (int d = 0; g_display_only[d]; ++d)
                 if (strcmp(k->key, g_display_only[d]) == 0)
@@ -576,6 +595,13 @@ static sdnn_status check_head(const checker *c, const sec *s, int at, long in_ch
         coords = 4;
     }
     const kv *ka = find(c, s, "anchors");
+    if (ka && count_entries(ka->val) < 2 * num) {
+        snprintf(what, sizeof what,
+                 "%d values, but num=%ld anchors need %ld (a width and a height each; "
+                 "libdarknet would make the missing ones 0.5)",
+                 count_entries(ka->val), num, 2 * num);
+        return key_error(c, s, ka, what);
+    }
     if (ka && count_entries(ka->val) > 2 * num) {
         snprintf(what, sizeof what,
                  "%d values, but num=%ld anchors hold at most %ld (a width and a height each)",

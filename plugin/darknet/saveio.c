@@ -499,8 +499,9 @@ sdnn_status sdnn_lock_dir(const char *dir, int *fd_out)
     return SDNN_OK;
 }
 
-/* NAME.tmp.PID: the pid, or -1 when the name is not one of our temp files. */
-static long temp_pid(const char *name)
+/* NAME.tmp.PID: the pid, or -1 when the name has no such tail; *stem_len
+ * gets the length of NAME. */
+static long temp_pid(const char *name, size_t *stem_len)
 {
     const char *t = strstr(name, ".tmp.");
     if (!t) return -1;
@@ -509,13 +510,59 @@ static long temp_pid(const char *name)
     char *end;
     errno = 0;
     long pid = strtol(t + 5, &end, 10);
-    if (end == t + 5 || *end != '\0' || errno || pid <= 0) return -1;
+    if (end == t + 5 || *end != '\0' || errno || pid <= 0 || t[5] < '0' || t[5] > '9') return -1;
+    *stem_len = (size_t)(t - name);
     return pid;
 }
 
-sdnn_status sdnn_prepare_dir(const char *dir, int *cleaned)
+/* NAME (stem_len bytes) is an output of a run of the cfg BASE in its backup
+ * folder; *ef says whether it is the .ef beside the weights. */
+static int our_output(const char *name, size_t stem_len, const char *base, int *ef)
 {
-    if (cleaned) *cleaned = 0;
+    size_t bl = strlen(base);
+    if (!bl || stem_len <= bl || strncmp(name, base, bl) != 0) return 0;
+    char rest[256];
+    size_t rl = stem_len - bl;
+    if (rl >= sizeof rest) return 0;
+    memcpy(rest, name + bl, rl);
+    rest[rl] = '\0';
+    *ef = rl > 3 && strcmp(rest + rl - 3, ".ef") == 0;
+    if (*ef) rest[rl - 3] = '\0';
+    if (!strcmp(rest, ".backup") || !strcmp(rest, "_final.weights") ||
+        !strcmp(rest, "_last.weights") || !strcmp(rest, "_best.weights"))
+        return 1;
+    /* _N.weights, the periodic saves */
+    const char *p = rest;
+    if (*p++ != '_' || *p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') ++p;
+    return strcmp(p, ".weights") == 0;
+}
+
+/* The file's first bytes are what a save writes first: nothing, or the
+ * beginning of Darknet's weights header (major 0, minor 2, revision 0) or
+ * of the .ef magic. */
+static int starts_like_ours(const char *path, int ef)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    struct stat sb;
+    unsigned char head[12];
+    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, head, sizeof head) : -1;
+    close(fd);
+    if (n < 0) return 0;
+    unsigned char want[12];
+    if (ef) {
+        memcpy(want, "SDNNEF01", 8);
+        if (n > 8) n = 8;
+    } else {
+        const int32_t v[3] = {0, 2, 0};
+        memcpy(want, v, sizeof v);
+    }
+    return memcmp(head, want, (size_t)n) == 0;
+}
+
+sdnn_status sdnn_prepare_dir(const char *dir)
+{
     char path[4200];
     snprintf(path, sizeof path, "%s/.scalednn-write-test.%ld", dir, (long)getpid());
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -532,13 +579,24 @@ sdnn_status sdnn_prepare_dir(const char *dir, int *cleaned)
     if (!synced)
         return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s: a 4 KiB test write failed: %s (checked "
                           "at start, before training)", dir, strerror(e));
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_clean_temps(const char *dir, const char *base, int *cleaned)
+{
+    if (cleaned) *cleaned = 0;
+    if (!dir || !base) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_clean_temps: no folder or cfg");
     DIR *d = opendir(dir);
     if (!d) return SDNN_OK;
+    char path[4200];
     for (struct dirent *ent; (ent = readdir(d));) {
-        long pid = temp_pid(ent->d_name);
-        if (pid < 0 || pid == (long)getpid()) continue;
+        size_t stem = 0;
+        int ef = 0;
+        long pid = temp_pid(ent->d_name, &stem);
+        if (pid < 0 || pid == (long)getpid() || !our_output(ent->d_name, stem, base, &ef)) continue;
         if (kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; /* its owner lives */
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        if (snprintf(path, sizeof path, "%s/%s", dir, ent->d_name) >= (int)sizeof path) continue;
+        if (!starts_like_ours(path, ef)) continue;
         if (unlink(path) == 0 && cleaned) ++*cleaned;
     }
     closedir(d);

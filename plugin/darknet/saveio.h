@@ -66,10 +66,17 @@ sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char 
 sdnn_status sdnn_lock_dir(const char *dir, int *fd);
 
 /* The backup folder is writable now (a file created, written, synced and
- * removed in it), and stale temporary files of saves by processes that no
- * longer exist (NAME.tmp.PID) are removed; *cleaned (may be NULL) gets how
- * many. */
-sdnn_status sdnn_prepare_dir(const char *dir, int *cleaned);
+ * removed in it).  Nothing in it is removed. */
+sdnn_status sdnn_prepare_dir(const char *dir);
+
+/* Remove the temporary files that saves of the cfg BASE left in DIR when
+ * their process died: only names BASE{.backup,_final.weights,_N.weights,
+ * _last.weights,_best.weights}[.ef].tmp.PID whose pid no longer runs, and
+ * only when the content is what such a save writes first (empty, or the
+ * start of a Darknet weights header, or of the .ef magic).  Any other file,
+ * a user's report.tmp.2024 included, is left alone.  Call it once the run
+ * is past its refusals.  *cleaned (may be NULL) gets how many. */
+sdnn_status sdnn_clean_temps(const char *dir, const char *base, int *cleaned);
 
 /* Async-signal-safe: remove the temporary file of the save in progress,
  * if any (a SIGINT/SIGTERM handler calls it before the process ends, so no

@@ -610,8 +610,10 @@ static void *run_job(void *arg)
 sdnn_status sdnn_batch_build(const sdnn_batch_opts *o, uint64_t index, data *out)
 {
     memset(out, 0, sizeof *out);
-    if (o->n < 1 || o->m < 1 || o->w < 1 || o->h < 1 || o->num_boxes < 1 || !(o->resize > 0))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "batch builder: n=%d m=%d %dx%d boxes=%d resize=%g",
+    if (o->n < 1 || o->m < 1 || o->w < 1 || o->h < 1 || o->num_boxes < 1 || !(o->resize >= 0.01f) ||
+        !(o->resize <= 100.0f)) /* beyond, the crop's int conversions overflow */
+        return SDNN_ERROR(SDNN_ERR_INVALID, "batch builder: n=%d m=%d %dx%d boxes=%d resize=%g "
+                          "(resize: 0.01 .. 100)",
                           o->n, o->m, o->w, o->h, o->num_boxes, (double)o->resize);
     if (o->mosaic && o->letter_box)
         return SDNN_ERROR(SDNN_ERR_INVALID, "batch builder: mosaic and letter_box cannot be "

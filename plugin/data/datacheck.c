@@ -280,6 +280,43 @@ static int number(const char *tok, double *v)
     return end != tok && *end == '\0';
 }
 
+/*
+ * What libdarknet does with a box it has read, before any augmentation
+ * (src/data.c: read_boxes, correct_boxes, fill_truth_detection), in its
+ * float arithmetic:
+ *   - x == 0 and y == 0 is its mark of an empty slot: correct_boxes sets
+ *     the box to 999999 and fill_truth_detection keeps it, so the yolo and
+ *     region layers index far outside their output (a crash);
+ *   - left/right/top/bottom = x -+ w/2, y -+ h/2 are clamped to [0, 1] and
+ *     the box is dropped when the clamped width or height is under 0.001.
+ * With jitter the crop moves the box further; that is augmentation.  A box
+ * libdarknet would crash on or drop without a word is refused here.
+ */
+static const char *darknet_box(const float f[4], char *buf, size_t len)
+{
+    if (f[0] == 0 && f[1] == 0) {
+        snprintf(buf, len, "x=0 and y=0 together: libdarknet takes a box centred at the corner "
+                 "(0,0) for an empty slot and crashes on it; allowed: x or y > 0 (a centre "
+                 "inside the image)");
+        return buf;
+    }
+    static const char *const axis[2] = {"w", "h"};
+    for (int k = 0; k < 2; ++k) {
+        float lo = f[k] - f[k + 2] / 2, hi = f[k] + f[k + 2] / 2;
+        lo = lo < 0 ? 0 : (lo > 1 ? 1 : lo);
+        hi = hi < 0 ? 0 : (hi > 1 ? 1 : hi);
+        float in = hi - lo;
+        if ((double)in < .001) {
+            snprintf(buf, len, "%s=%g at %s=%g: %g of it is inside the image, and libdarknet "
+                     "drops a box under 0.001 without a word; allowed: >= 0.001 inside the "
+                     "image", axis[k], (double)f[k + 2],
+                     k ? "y" : "x", (double)f[k], (double)in);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
 /* NULL when the box is good, else why not (in buf). */
 static const char *check_box(char *line, int classes, char *buf, size_t len)
 {
@@ -306,6 +343,7 @@ static const char *check_box(char *line, int classes, char *buf, size_t len)
         return buf;
     }
     static const char *const names[4] = {"x", "y", "w", "h"};
+    float f[4]; /* as libdarknet's fscanf("%f") reads them */
     for (int k = 0; k < 4; ++k) {
         double v;
         if (!number(tok[k + 1], &v)) {
@@ -328,8 +366,9 @@ static const char *check_box(char *line, int classes, char *buf, size_t len)
             snprintf(buf, len, "%s=%g is > 1 (sizes are relative to the image)", names[k], v);
             return buf;
         }
+        f[k] = strtof(tok[k + 1], NULL);
     }
-    return NULL;
+    return darknet_box(f, buf, len);
 }
 
 int sdnn_label_scan(const char *name, const char *text, int classes, char *clean, int *boxes,
@@ -338,7 +377,7 @@ int sdnn_label_scan(const char *name, const char *text, int classes, char *clean
     int bad = 0, good = 0, lineno = 0;
     size_t out = 0;
     const char *p = text;
-    char line[512], why[160];
+    char line[512], why[320];
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);

@@ -31,7 +31,9 @@ typedef void (*sdnn_label_issue_fn)(void *ctx, const char *name, int line, const
 /*
  * Check label text (one "class x y w h" box per line, blank lines allowed):
  * class an integer in [0, classes), x and y finite in [0, 1], w and h
- * finite in (0, 1], exactly five columns.  Each bad line goes to `issue`
+ * finite in (0, 1], exactly five columns; not x = y = 0 (libdarknet's mark
+ * of an empty slot, on which it crashes), and the part of the box inside
+ * the image at least 0.001 wide and high (libdarknet drops smaller boxes).  Each bad line goes to `issue`
  * (may be NULL).  When clean != NULL it receives the good lines (it must
  * hold strlen(text) + 2 bytes).  Returns the number of bad lines; *boxes
  * (may be NULL) gets the number of good ones.
