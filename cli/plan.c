@@ -23,6 +23,7 @@
 #include "config.h"
 #include "costmodel.h"
 #include "devmodel.h"
+#include "measure.h"
 #include "profile.h"
 #include "replicas.h"
 #include "saveio.h"

@@ -5,13 +5,18 @@
  * fixed buckets (the mean is elementwise, so boundaries change nothing),
  * compress=auto over a slow link compresses the big buckets and leaves tiny
  * ones alone, replicas stay in lockstep, error-feedback residuals survive a
- * re-plan layer by layer, and a drift re-plans.
+ * re-plan layer by layer, and a drift re-plans.  The planner never calls a
+ * comm: nothing in plugin/plan/ names one, and it plans from the link it is
+ * handed, agreeing through the callbacks it is given.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <dirent.h>
+#include <string.h>
 
 #include "autoplan.h"
 #include "config.h"
@@ -235,6 +240,107 @@ static void test_drift_replans(void **state)
     sdnn_trainer_destroy(t);
 }
 
+/* The planner never calls a comm: no file of plugin/plan/ names an
+ * sdnn_comm call or type, or includes comm.h (every call of a backend goes
+ * through an sdnn_comm_* function, comm.h). */
+static void test_plan_names_no_comm(void **state)
+{
+    (void)state;
+    static const char *const banned[] = {"sdnn_comm", "\"comm.h\"", "allreduce_mean("};
+    static const char *const must[] = {"autoplan.c", "profile.c", "plan.c", "costmodel.c"};
+    DIR *d = opendir("plugin/plan");
+    if (!d) fail_msg("cannot read plugin/plan (run from the repository root)");
+    int found[sizeof must / sizeof *must] = {0};
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 3 || de->d_name[len - 2] != '.') continue;
+        if (de->d_name[len - 1] != 'c' && de->d_name[len - 1] != 'h') continue;
+        for (size_t m = 0; m < sizeof must / sizeof *must; ++m)
+            found[m] |= strcmp(de->d_name, must[m]) == 0;
+        char path[512];
+        snprintf(path, sizeof path, "plugin/plan/%s", de->d_name);
+        char *text = tu_slurp(path);
+        if (!text) fail_msg("cannot read %s", path);
+        for (size_t b = 0; b < sizeof banned / sizeof *banned; ++b)
+            if (strstr(text, banned[b])) fail_msg("%s contains '%s'", path, banned[b]);
+        free(text);
+    }
+    closedir(d);
+    for (size_t m = 0; m < sizeof must / sizeof *must; ++m)
+        if (!found[m]) fail_msg("plugin/plan/%s is missing: the check would pass vacuously", must[m]);
+}
+
+/* An agreement that counts its calls and leaves the values (every
+ * "process" is this one). */
+typedef struct counting_agree {
+    int broadcasts;
+    int means;
+} counting_agree;
+
+static sdnn_status count_broadcast(void *ctx, float *buf, size_t n)
+{
+    (void)buf, (void)n;
+    ((counting_agree *)ctx)->broadcasts++;
+    return SDNN_OK;
+}
+
+static sdnn_status count_mean(void *ctx, float *buf, size_t n)
+{
+    (void)buf, (void)n;
+    ((counting_agree *)ctx)->means++;
+    return SDNN_OK;
+}
+
+/* The planner plans from the link the step hands it (its name in the
+ * printed plan) and agrees through the callbacks: the profile's mean and
+ * process 0's plan once each; without a link for a world of 4 it refuses. */
+static void test_plan_from_handed_link(void **state)
+{
+    (void)state;
+    network *net = tu_parse(CFG);
+    assert_non_null(net);
+    sdnn_config cfg;
+    if (sdnn_config_parse_text("test.cfg", "[scalednn]\nbucket_mb=auto\nprofile_iters=1\n", &cfg,
+                               NULL) != SDNN_OK)
+        fail_msg("%s", sdnn_last_error());
+    sdnn_plan_measured m = {0};
+    m.ncodecs = 1;
+    m.ops[0] = &sdnn_codec_none;
+    m.models[0] = sdnn_codec_model_none();
+    counting_agree ca = {0};
+    sdnn_plan_agree ag = {.procs = 2, .rank = 0, .ctx = &ca, .broadcast = count_broadcast,
+                          .mean = count_mean};
+    sdnn_autoplan *a = NULL;
+    assert_int_equal(sdnn_autoplan_create(net, 2, 4, &cfg, &m, &ag, &a), SDNN_ERR_INVALID);
+    assert_null(a);
+    m.have_link = 1;
+    assert_int_equal(sdnn_link_custom(1.0, 5.0, &m.link), SDNN_OK);
+    snprintf(m.link.name, sizeof m.link.name, "handed");
+    assert_int_equal(sdnn_autoplan_create(net, 2, 4, &cfg, &m, &ag, &a), SDNN_OK);
+    const sdnn_bucket_spec *spec = NULL;
+    int n = 0, ready = 0;
+    for (int it = 0; it < 2 && !ready; ++it) {
+        for (int r = 0; r < 2; ++r) {
+            double *p = sdnn_autoplan_prof(a, r);
+            for (int i = 0; i < 3 * net->n; ++i) p[i] = 1e-3;
+        }
+        assert_int_equal(sdnn_autoplan_after_step(a, net, 0.01, 1, &spec, &n, &ready), SDNN_OK);
+    }
+    assert_true(ready);
+    assert_true(n >= 1);
+    assert_int_equal(ca.means, 1);
+    assert_int_equal(ca.broadcasts, 1);
+    char buf[8192] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    assert_non_null(f);
+    sdnn_autoplan_print(a, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "link handed"));
+    sdnn_autoplan_destroy(a);
+    sdnn_network_free(net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +349,8 @@ int main(void)
         cmocka_unit_test(test_compress_auto_slow_link),
         cmocka_unit_test(test_carry_ef),
         cmocka_unit_test(test_drift_replans),
+        cmocka_unit_test(test_plan_names_no_comm),
+        cmocka_unit_test(test_plan_from_handed_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include "costmodel.h"
 #include "exchange.h"
 #include "plan.h"
+#include "measure.h"
 #include "profile.h"
 #include "testutil.h"
 

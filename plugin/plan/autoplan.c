@@ -6,25 +6,26 @@
  * Between processes every process must switch to the same buckets at the
  * same step, so every input of the planner is made the same everywhere
  * before it runs: the profile is averaged over the processes
- * (allreduce_mean, bit-identical on every rank), the probed link and the
- * codecs' measured rates are process 0's (broadcast, rounded to float on
- * every rank alike), and the drift check takes process 0's verdict.  The
+ * (the agreement's mean, bit-identical on every rank), the measured link and
+ * the codecs' rates are process 0's (agreed by the step before they reach
+ * here, plugin/step/measure.c), and the drift check takes process 0's
+ * verdict.  Nothing here calls a comm: the agreement is the step's
+ * callbacks (sdnn_plan_agree).  The
  * planner is deterministic, so every process computes the same plan; process
  * 0's buckets are broadcast once more and compared, and a difference is an
  * error rather than a mismatched exchange.
  */
 #include "autoplan.h"
-#include "profile.h"
 #include "replicas.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { DRIFT_WINDOW = 10, MIN_STEPS_BETWEEN_PLANS = 20, MAX_CODECS = 8 };
+enum { DRIFT_WINDOW = 10, MIN_STEPS_BETWEEN_PLANS = 20, MAX_CODECS = SDNN_PLAN_MAX_CODECS };
 
 struct sdnn_autoplan {
-    sdnn_comm *comm;                        /* procs > 1: decisions are agreed over it */
+    sdnn_plan_agree agree;                  /* procs > 1: decisions are agreed through it */
     int procs;
     int nrep;
     int nlayers;
@@ -67,40 +68,36 @@ static sdnn_status agree_rank0(sdnn_autoplan *a, double *v, size_t n)
     float *f = malloc(n * sizeof *f);
     if (!f) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner's agreement");
     for (size_t i = 0; i < n; ++i) f[i] = (float)v[i];
-    sdnn_status st = sdnn_comm_broadcast(a->comm, f, n);
+    sdnn_status st = a->agree.broadcast(a->agree.ctx, f, n);
     if (st == SDNN_OK)
         for (size_t i = 0; i < n; ++i) v[i] = (double)f[i];
     free(f);
     return st;
 }
 
-static sdnn_status add_codec(sdnn_autoplan *a, const char *name, const sdnn_config *cfg, int ef)
+int sdnn_autoplan_needs_link(const sdnn_config *cfg, int world)
 {
-    if (a->env.ncodecs >= MAX_CODECS) return SDNN_ERROR(SDNN_ERR_INVALID, "too many codecs");
-    const sdnn_codec_ops *c = sdnn_codec_find(name);
-    if (!c) return SDNN_ERROR(SDNN_ERR_INVALID, "unknown codec %s", name);
-    sdnn_codec_model m;
-    if (c == &sdnn_codec_none) {
-        m = sdnn_codec_model_none();
-    } else {
-        sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
-        p.int8_chunk = cfg->int8_chunk;
-        p.stochastic = cfg->stochastic_rounding;
-        p.topk_ratio = cfg->topk_ratio;
-        SDNN_CHECK(sdnn_probe_codec(c, &p, (size_t)1 << 18, 3, &m));
-        m.ef = ef;
-        double v[3] = {m.ratio, m.enc_Bps, m.dec_Bps};
-        SDNN_CHECK(agree_rank0(a, v, 3));
-        m.ratio = v[0];
-        m.enc_Bps = v[1];
-        m.dec_Bps = v[2];
+    return !cfg->link[0] && !(cfg->link_gbps > 0) && world >= 2;
+}
+
+sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t len,
+                                      const char **names, int *ef, int max, int *n)
+{
+    *n = 0;
+    int any = strcmp(cfg->compress, "auto") == 0;
+    snprintf(buf, len, "%s", any ? cfg->compress_allow : cfg->compress);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (*n >= max) return SDNN_ERROR(SDNN_ERR_INVALID, "too many codecs (at most %d)", max);
+        names[*n] = tok;
+        ef[*n] = any ? strcmp(tok, "topk") == 0 : cfg->error_feedback > 0;
+        ++*n;
     }
-    a->ops[a->env.ncodecs] = c;
-    a->models[a->env.ncodecs++] = m;
     return SDNN_OK;
 }
 
-static sdnn_status setup_link(sdnn_autoplan *a, sdnn_comm *comm, const sdnn_config *cfg)
+static sdnn_status setup_link(sdnn_autoplan *a, const sdnn_config *cfg,
+                              const sdnn_plan_measured *m)
 {
     if (cfg->link[0]) return sdnn_link_find(cfg->link, &a->env.link);
     if (cfg->link_gbps > 0)
@@ -109,27 +106,30 @@ static sdnn_status setup_link(sdnn_autoplan *a, sdnn_comm *comm, const sdnn_conf
         /* Nothing crosses a link: any link gives the same plan. */
         return sdnn_link_custom(1000.0, 0.0, &a->env.link);
     }
-    double rms = 0;
-    SDNN_CHECK(sdnn_probe_link(comm, a->nrep, 5, &a->env.link, &rms));
-    snprintf(a->env.link.name, sizeof a->env.link.name, "probed %s", sdnn_comm_name(comm));
-    double v[2] = {a->env.link.alpha_s, a->env.link.beta_Bps};
-    SDNN_CHECK(agree_rank0(a, v, 2));
-    a->env.link.alpha_s = v[0];
-    a->env.link.beta_Bps = v[1];
+    if (!m || !m->have_link)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "planner: a world of %d ranks and no link= in the "
+                          "cfg needs the step's measured link", a->world);
+    a->env.link = m->link;
     return SDNN_OK;
 }
 
-sdnn_status sdnn_autoplan_create(const network *net, int nrep, sdnn_comm *comm,
-                                 const sdnn_config *cfg, sdnn_autoplan **out)
+sdnn_status sdnn_autoplan_create(const network *net, int nrep, int world, const sdnn_config *cfg,
+                                 const sdnn_plan_measured *m, const sdnn_plan_agree *ag,
+                                 sdnn_autoplan **out)
 {
     *out = NULL;
+    if (!m || m->ncodecs < 1 || m->ncodecs > MAX_CODECS)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "planner: the step measured %d codecs (1 to %d)",
+                          m ? m->ncodecs : 0, MAX_CODECS);
+    if (ag && ag->procs > 1 && (!ag->broadcast || !ag->mean))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "planner: %d processes and no agreement", ag->procs);
     sdnn_autoplan *a = calloc(1, sizeof *a);
     if (!a) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the planner");
-    a->comm = comm;
-    a->procs = comm ? comm->size : 1;
+    if (ag) a->agree = *ag;
+    a->procs = ag && ag->procs > 1 ? ag->procs : 1;
     a->nrep = nrep;
     a->nlayers = net->n;
-    a->world = nrep * comm->size;
+    a->world = world;
     a->overlap = cfg->overlap;
     a->drift = cfg->replan_drift;
     a->profile_iters = cfg->profile_iters;
@@ -159,17 +159,13 @@ sdnn_status sdnn_autoplan_create(const network *net, int nrep, sdnn_comm *comm,
     a->env.world = a->world;
     a->env.overlap = cfg->overlap;
     a->env.codecs = a->models;
-    SDNN_CHECKGOTO(setup_link(a, comm, cfg), st, fail);
-    if (strcmp(cfg->compress, "auto") == 0) {
-        char list[sizeof cfg->compress_allow];
-        snprintf(list, sizeof list, "%s", cfg->compress_allow);
-        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save))
-            SDNN_CHECKGOTO(add_codec(a, tok, cfg, strcmp(tok, "topk") == 0), st, fail);
-    } else {
-        a->fixed_codec = 1;
-        SDNN_CHECKGOTO(add_codec(a, cfg->compress, cfg, cfg->error_feedback > 0), st, fail);
+    SDNN_CHECKGOTO(setup_link(a, cfg, m), st, fail);
+    a->fixed_codec = strcmp(cfg->compress, "auto") != 0;
+    for (int i = 0; i < m->ncodecs; ++i) {
+        a->ops[i] = m->ops[i];
+        a->models[i] = m->models[i];
     }
+    a->env.ncodecs = m->ncodecs;
     *out = a;
     return SDNN_OK;
 fail:
@@ -251,8 +247,7 @@ static sdnn_status make_profile(sdnn_autoplan *a, const network *net, sdnn_cost_
         v[3 * i + 1] = (float)p->layer[i].bwd_s;
         v[3 * i + 2] = (float)p->layer[i].upd_s;
     }
-    const float *in = v;
-    sdnn_status st = sdnn_comm_allreduce_mean(a->comm, &in, 1, v, n, NULL);
+    sdnn_status st = a->agree.mean(a->agree.ctx, v, n);
     for (int i = 0; st == SDNN_OK && i < a->nlayers; ++i) {
         p->layer[i].fwd_s = v[3 * i];
         p->layer[i].bwd_s = v[3 * i + 1];
@@ -287,7 +282,7 @@ static sdnn_status check_same_plan(sdnn_autoplan *a, const sdnn_plan *pl)
         st = SDNN_ERROR(SDNN_ERR_COMM,
                         "rank %d planned other buckets than rank 0 from the same profile, link "
                         "and codec rates (%d buckets, rank 0: %d); the exchange would mismatch",
-                        a->comm->rank, pl->nb, (int)v[0]);
+                        a->agree.rank, pl->nb, (int)v[0]);
     free(v);
     free(mine);
     return st;

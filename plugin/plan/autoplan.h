@@ -14,15 +14,22 @@
  * profile_iters steps and planned again (at most once every 20 steps; when a
  * re-plan gives the same buckets, the wait doubles).
  *
- * Between processes (backend=mpi) the processes plan together: the profile
- * is the mean over the processes, the link and codec rates are process 0's
- * probes, the drift verdict is process 0's (checked once per 10 steps), so
- * every process switches to the same buckets at the same step.
+ * Between processes the processes plan together: the profile is the mean
+ * over the processes, the link and codec rates are process 0's
+ * measurements, the drift verdict is process 0's (checked once per 10
+ * steps), so every process switches to the same buckets at the same step.
+ *
+ * The planner never calls a comm (nothing in plugin/plan/ does): the step
+ * measures the link and the codecs through the engine's own buffers and the
+ * exchange's comm (plugin/step/measure.h) and hands them over in
+ * sdnn_plan_measured; the agreement between processes goes through the
+ * sdnn_plan_agree callbacks the step makes over its host comm.
  */
 #ifndef SDNN_AUTOPLAN_H
 #define SDNN_AUTOPLAN_H
 
-#include "comm.h"
+#include "codec.h"
+#include "costmodel.h"
 #include "config.h"
 #include "exchange.h"
 #include "plan.h"
@@ -32,10 +39,46 @@
 
 typedef struct sdnn_autoplan sdnn_autoplan;
 
-/* For replicas shaped like `net` (nrep of them in this process, the world
- * of `comm` around them).  Probes the link and the codecs now. */
-sdnn_status sdnn_autoplan_create(const network *net, int nrep, sdnn_comm *comm,
-                                 const sdnn_config *cfg, sdnn_autoplan **out);
+enum { SDNN_PLAN_MAX_CODECS = 8 };
+
+/* What the step measured for the planner (the same on every process). */
+typedef struct sdnn_plan_measured {
+    int have_link;                /* 1: link holds the measured link */
+    sdnn_link link;
+    int ncodecs;                  /* the codecs the planner may choose, in order */
+    const sdnn_codec_ops *ops[SDNN_PLAN_MAX_CODECS];
+    sdnn_codec_model models[SDNN_PLAN_MAX_CODECS];   /* ef set as the cfg asks */
+} sdnn_plan_measured;
+
+/* How the planner's processes agree (procs < 2: no calls are made).  Both
+ * callbacks are collectives every process calls at the same point:
+ * broadcast leaves process 0's buf[0..n) on every process, mean the mean
+ * over the processes of buf[0..n) (the same bits on every process). */
+typedef struct sdnn_plan_agree {
+    int procs;
+    int rank;
+    void *ctx;
+    sdnn_status (*broadcast)(void *ctx, float *buf, size_t n);
+    sdnn_status (*mean)(void *ctx, float *buf, size_t n);
+} sdnn_plan_agree;
+
+/* 1 when sdnn_autoplan_create needs a measured link for cfg in a world of
+ * `world` ranks (no link=, no link_gbps=, world >= 2). */
+int sdnn_autoplan_needs_link(const sdnn_config *cfg, int world);
+
+/* The codec names the planner may choose for cfg (compress, or
+ * compress_allow under compress=auto), written to names[0..max) as
+ * pointers into buf (len bytes); *n = how many.  *ef[i] = whether codec i
+ * runs with error feedback.  SDNN_ERR_INVALID past `max`. */
+sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t len,
+                                      const char **names, int *ef, int max, int *n);
+
+/* For replicas shaped like `net` (nrep of them in this process, `world`
+ * ranks in all) with the step's measurements m (the link is used only when
+ * sdnn_autoplan_needs_link) and its agreement ag (NULL: one process). */
+sdnn_status sdnn_autoplan_create(const network *net, int nrep, int world, const sdnn_config *cfg,
+                                 const sdnn_plan_measured *m, const sdnn_plan_agree *ag,
+                                 sdnn_autoplan **out);
 void sdnn_autoplan_destroy(sdnn_autoplan *a);
 
 /* Replica r's accumulator for the hooks ([3 x layers] seconds). */

@@ -1,6 +1,6 @@
 /*
- * profile: layer timings, the link probe, codec rates, profile files (see
- * profile.h).
+ * profile: layer timings, codec rates, profile files (see profile.h; the
+ * link is measured by the step, plugin/step/measure.c).
  *
  * The layer loop follows what Darknet's forward_network, backward_network
  * and update_network do between layers (from their behaviour; no Darknet
@@ -175,65 +175,6 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
     free(t);
     free(col);
     return SDNN_OK;
-}
-
-/* ---- link probe ------------------------------------------------------------ */
-
-sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, double *rms)
-{
-    static const size_t sizes[] = {16u << 10, 256u << 10, 1u << 20, 4u << 20};
-    enum { NS = sizeof sizes / sizeof sizes[0] };
-    int world = nin * c->size;
-    if (nin < 1 || world < 2)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "link probe: a world of %d (%d buffers x %d "
-                          "processes) moves nothing", world, nin, c->size);
-    if (iters < 1) iters = 1;
-    size_t maxn = sizes[NS - 1] / sizeof(float);
-    float **in = calloc((size_t)nin, sizeof *in);
-    float *outbuf = malloc(maxn * sizeof(float));
-    double *tt = malloc((size_t)iters * sizeof *tt);
-    sdnn_status st = SDNN_OK;
-    if (!in || !outbuf || !tt) {
-        st = SDNN_ERROR(SDNN_ERR_NOMEM, "link probe: no memory");
-        goto done;
-    }
-    uint64_t seed = 7;
-    for (int r = 0; r < nin; ++r) {
-        if (!(in[r] = malloc(maxn * sizeof(float)))) {
-            st = SDNN_ERROR(SDNN_ERR_NOMEM, "link probe: no memory");
-            goto done;
-        }
-        fill_random(in[r], maxn, &seed);
-    }
-    double x[NS], y[NS];
-    for (int s = 0; s < NS; ++s) {
-        size_t n = sizes[s] / sizeof(float);
-        for (int it = -2; it < iters; ++it) {
-            double t0 = sdnn_now_s();
-            SDNN_CHECKGOTO(sdnn_comm_allreduce_mean(c, (const float *const *)in, nin, outbuf, n, NULL),
-                           st, done);
-            if (it >= 0) tt[it] = sdnn_now_s() - t0;
-        }
-        x[s] = (double)sizes[s];
-        y[s] = median(tt, iters);
-    }
-    SDNN_CHECKGOTO(sdnn_link_fit(x, y, NS, world, out), st, done);
-    snprintf(out->name, sizeof out->name, "%s", sdnn_comm_name(c));
-    if (rms) {
-        double e = 0;
-        for (int s = 0; s < NS; ++s) {
-            double pred = sdnn_cm_ring_allreduce_s(out, world, x[s]);
-            e += (pred - y[s]) * (pred - y[s]) / (y[s] * y[s]);
-        }
-        *rms = sqrt(e / NS);
-    }
-done:
-    if (in)
-        for (int r = 0; r < nin; ++r) free(in[r]);
-    free(in);
-    free(outbuf);
-    free(tt);
-    return st;
 }
 
 /* ---- codec rates ------------------------------------------------------------ */

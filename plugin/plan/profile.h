@@ -5,8 +5,8 @@
  *    measured by calling each layer's own forward/backward/update the way
  *    Darknet's forward_network/backward_network/update_network do, without
  *    the training hooks;
- *  - the link of a comm backend, from timed allreduces at a few sizes
- *    fitted to the ring formula (sdnn_link_fit);
+ *    (the link of a comm backend is measured by the step, which owns the
+ *    comm: plugin/step/measure.h);
  *  - a codec's encode and decode rates;
  *  - profiles saved to and loaded from a small CSV, so a profile measured
  *    on one machine (a GPU) can drive `simulate` on another.
@@ -15,7 +15,6 @@
 #define SDNN_PROFILE_H
 
 #include "codec.h"
-#include "comm.h"
 #include "costmodel.h"
 #include "scalednn.h"
 #include <darknet.h>
@@ -43,14 +42,6 @@ typedef struct sdnn_profile_opts {
  */
 sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
                                  sdnn_cost_profile *out);
-
-/*
- * The link of `c` with `nin` local buffers per process (world = nin x
- * processes, >= 2): allreduce_mean timed `iters` times (median) at 16 KiB,
- * 256 KiB, 1 MiB and 4 MiB per buffer, fitted with sdnn_link_fit.  *rms
- * (may be NULL) = root-mean-square relative error of the fit.
- */
-sdnn_status sdnn_probe_link(sdnn_comm *c, int nin, int iters, sdnn_link *out, double *rms);
 
 /* Encode and decode rates of codec c on n floats (median of iters), as a
  * cost model codec; the identity codec costs nothing. */

@@ -347,6 +347,8 @@ fail:
     return st;
 }
 
+sdnn_comm *sdnn_exchange_comm(const sdnn_exchange *ex) { return ex->comm; }
+
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
                                  const sdnn_exchange_opts *opts, sdnn_exchange **out)
 {

@@ -103,6 +103,10 @@ sdnn_status sdnn_exchange_create_on(sdnn_engine *e, sdnn_comm *comm,
 /* The same on bare host networks: the exchange makes (and owns) an engine
  * of sdnn_engine_host() on them, without hooks (tests and tools that drive
  * the protocol themselves). */
+/* The comm the exchange's collectives run on (the engine's comm_open, or
+ * the host comm given): the step measures the planner's link on it. */
+sdnn_comm *sdnn_exchange_comm(const sdnn_exchange *ex);
+
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
                                  const sdnn_exchange_opts *opts, sdnn_exchange **out);
 void sdnn_exchange_destroy(sdnn_exchange *ex);

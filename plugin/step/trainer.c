@@ -8,6 +8,7 @@
 #include "trainer.h"
 #include "agree.h"
 #include "autoplan.h"
+#include "measure.h"
 #include "clock.h"
 #include "blas.h"
 #include "comm.h"
@@ -242,6 +243,7 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
     t->n = n;
     t->cfg = *cfg;
     sdnn_status st = SDNN_OK;
+    const int plan_auto = cfg->mode == SDNN_MODE_SCALEDNN && cfg->bucket_mb <= 0;
     t->devices = malloc((size_t)n * sizeof *t->devices);
     if (!t->devices) {
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
@@ -306,7 +308,6 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
                 t->xo.codec = &sdnn_codec_none;
                 t->xo.auto_ef = 1;
             }
-            SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->comm, cfg, &t->ap), st, fail);
         }
     }
     /* scalednn mode needs the hooks; stock mode for a timeline or for the
@@ -323,7 +324,7 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
         sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
         eo.fix_bn_delta = cfg->fix_bn_delta;
-        eo.hook_forward = t->tl != NULL || t->ap != NULL;
+        eo.hook_forward = t->tl != NULL || plan_auto;
         eo.hooks = cfg->mode == SDNN_MODE_SCALEDNN || t->tl != NULL;
         eo.devices = t->devices;
         eo.preload = cfg->preload;
@@ -344,6 +345,18 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
     if (cfg->mode == SDNN_MODE_SCALEDNN) {
         SDNN_CHECKGOTO(sdnn_exchange_create_on(t->eng, t->comm, &t->xo, &t->ex), st, fail);
         sdnn_exchange_set_timeline(t->ex, t->tl);
+    }
+    if (plan_auto) {
+        /* The planner's link and codec rates, measured here once for the
+         * world through the engine's buffers and the exchange's comm
+         * (device buffers on a device engine), process 0's agreed by all;
+         * the planner itself never calls a comm (measure.h). */
+        sdnn_plan_measured pm;
+        SDNN_CHECKGOTO(sdnn_measure_for_plan(t->eng, sdnn_exchange_comm(t->ex), t->comm, n,
+                                             t->world, cfg, &pm), st, fail);
+        sdnn_plan_agree ag = sdnn_plan_agree_over(t->comm);
+        SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->world, cfg, &pm, &ag, &t->ap), st,
+                       fail);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with

@@ -10,6 +10,11 @@
 #     of one command differ by ~10% per iteration: the mean over the run is
 #     compared, which a wrong exchange (a wrong world, mean or learning
 #     rate, replicas apart) moves far more, or makes non-finite;
+#   - bucket_mb left out (auto), as users write it: backend=nccl in 1
+#     process x 4 devices and over 2 x 2, backend=auto over 2 x 2, train and
+#     plan from the link the step measured through the engine's device
+#     buffers ("link probed nccl" in the plan; issue 24: the planner probed
+#     it on host buffers, which the nccl bootstrap refuses);
 #   - a rank killed (kill -9) and a rank stopped (kill -STOP) after the
 #     save at iteration 100: the run ends non-zero within comm_timeout_s +
 #     MARGIN seconds of the signal, the silent rank is named (by the
@@ -123,6 +128,36 @@ if [ -s "$W/n2x2-nccl.csv" ]; then
     *) bad "nccl: Debian's darknet did not load $wts ($W/n2x2-nccl-reload.log)" ;;
     esac
 fi
+
+# ---- bucket_mb=auto (left out) on nccl ------------------------------------------------
+
+# auto_run TAG BACKEND NPROC: the shapes cfg without bucket_mb (auto), engine=gpu,
+# 1 process x 4 devices or 2 x 2; checks that it trains and plans on the link the
+# step measured.  An iteration is a batch per replica, so a step of a world of 4 is
+# 4 iterations: AITERS = 4 steps, the plan comes after the 2nd (warm-up + 1 profiled).
+AITERS=$((ITERS * 2))
+auto_run() {
+    sed -e "s/^backend=local/backend=$2/" -e '/^bucket_mb=/d' cfg/shapes-scalednn.cfg >"$W/$1.cfg"
+    printf 'engine=gpu\nprofile_iters=1\n' >>"$W/$1.cfg"
+    if [ "$3" = 1 ]; then
+        (cd "$W" && SDNN_SIM_DEVICES=4 timeout 300 "$BIN" detector train s.data "$1.cfg" \
+            -gpus 0,1,2,3 -max_batches "$AITERS" -seed 1 -csv "$1.csv") >"$W/$1.log" 2>&1
+    else
+        mpi_train "$1" "$AITERS"
+    fi
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        tail -5 "$W/$1.log"
+        bad "$1: bucket_mb=auto, backend=$2, $3 process(es), exited $rc ($W/$1.log)"
+    elif ! grep -q "plan 1 (bucket_mb=auto), link probed nccl" "$W/$1.log"; then
+        bad "$1: trained but no plan from the link probed on nccl ($W/$1.log)"
+    else
+        say "ok $1: bucket_mb=auto, backend=$2: trained $AITERS iterations and planned on the probed nccl link"
+    fi
+}
+auto_run a1x4-nccl nccl 1
+auto_run a2x2-nccl nccl 2
+auto_run a2x2-auto auto 2
 
 # ---- a killed and a stopped rank ------------------------------------------------------
 
