@@ -155,7 +155,7 @@ static void test_yolo_key_values(void **state)
         {"iou_normalizer", "-1", "expected a number >= 0 and <= 100"},
         {"cls_normalizer", "abc", "expected a number >= 0 and <= 100"},
         {"obj_normalizer", "101", "expected a number >= 0 and <= 100"},
-        {"max_delta", "0", "expected a number > 0"},
+        {"max_delta", "0", "expected a number >= 1e-06"},
         {"iou_thresh", "1.5", "expected a number >= 0 and <= 1"},
         {"label_smooth_eps", "2", "expected a number >= 0 and <= 1"},
         {"beta_nms", "0", "expected a number >= 0.01 and <= 10"},
