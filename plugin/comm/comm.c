@@ -209,7 +209,14 @@ sdnn_status sdnn_comm_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *w
     if (wire) *wire = 0;
     if (!c->ops->central_mean)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "backend %s has no central mean", c->ops->name);
-    return c->ops->central_mean(c, buf, n, wire);
+    size_t raw = 0;
+    SDNN_CHECK(c->ops->central_mean(c, buf, n, &raw));
+    /* Each process's mean over the processes (process 0 sends size-1 times
+     * what the others send). */
+    if (wire)
+        *wire = (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, c->size,
+                                         (double)(n * sizeof(float))) + 0.5);
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_comm_barrier(sdnn_comm *c) { return c->ops->barrier(c); }

@@ -21,7 +21,8 @@
 #     rank) summed over the 4 ranks / 4 equals the CSV's bytes summed over the
 #     steps (relative 1e-4: a counter or a report off by W, 2 or a codec's
 #     ratio is off by 25% or more); the progress line's "MB exchanged" is the
-#     CSV's figure / 1e6 (to its 2 printed decimals);
+#     CSV's figure / 1e6 (to its 2 printed decimals), and the timeline's
+#     "bytes exchanged" counter (rank 0's trace) is the CSV's, step by step;
 #   - losses: the mean loss over the first FIXED_ITERS iterations is finite
 #     and within LOSS_TOL (relative) of the MPI path's for the same codec.  Error model: two runs
 #     of one command differ by ~10% per iteration because Darknet's loader
@@ -137,6 +138,7 @@ for lay in 1x4 2x2; do
                 cell="cell $lay $c bucket_mb=$bk backend=$be"
                 cells=$((cells + 1))
                 cfg "$tag" "$be" "$c" "$bk"
+                [ "$bk" = fixed ] && [ "$be" = nccl ] && echo "timeline=$W/$tag.json" >>"$W/$tag.cfg"
                 train "$tag" "$np" "$iters"
                 rc=$?
                 if [ $rc -ne 0 ] || [ ! -s "$W/$tag.csv" ]; then
@@ -186,6 +188,13 @@ for lay in 1x4 2x2; do
                     else
                         bad "$cell: CSV bytes over the run $sum, the simulated NCCL counted $1 over 4 ranks" \
                             "($(awk -v s="$1" -v c="$sum" 'BEGIN { printf "%.4f", s / 4 / c }') x)"
+                        ok=0
+                    fi
+                    tl=$(grep -o '"bytes exchanged"[^}]*}' "$W/$tag.json" 2>/dev/null |
+                        sed -n 's/.*"bytes":\([0-9]*\).*/\1/p' | tr '\n' ' ')
+                    csvs=$(awk -F, '/^[0-9]/ { printf "%s ", $9 }' "$W/$tag.csv")
+                    if [ "$tl" != "$csvs" ]; then
+                        bad "$cell: the timeline's bytes counter says '$tl', the CSV '$csvs'"
                         ok=0
                     fi
                     prog=$(sed -n 's/.* \([0-9.]*\) MB exchanged.*/\1/p' "$W/$tag.log" | tail -n 1)
