@@ -486,6 +486,7 @@ static void check_stock(void)
                 (unsigned long long)want_sync);
     SOFT_ASSERT(stats_ok, "stock: a step's host_loss_bytes is not %d x %d x %llu or its wait "
                 "is 0", n, n0->subdivisions, (unsigned long long)(hl_d2h + hl_h2d));
+    tm_margin("gpu/hostloss:stock", worst, STOCK_TOL);
     SOFT_ASSERT(worst <= STOCK_TOL, "stock: parameters %.2e from the cpu engine's (layer %d)",
                 worst, worst_layer);
     if (measured) {

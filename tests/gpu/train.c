@@ -90,6 +90,11 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
             break;
         }
     }
+    char mname[96];
+    snprintf(mname, sizeof mname, "gpu/train:%s:loss", name);
+    tm_margin(mname, worst_loss, LOSS_TOL);
+    snprintf(mname, sizeof mname, "gpu/train:%s:params", name);
+    tm_margin(mname, worst_param, PARAM_TOL);
     SOFT_ASSERT(worst_loss < LOSS_TOL, "%s: %d steps, worst loss difference %.2e", name, steps,
              worst_loss);
     SOFT_ASSERT(worst_param < PARAM_TOL, "%s: parameters and running statistics after each of %d "
