@@ -14,7 +14,7 @@
 #   gradcheck  `scalednn gradcheck` on cfg/shapes-res.cfg and
 #              cfg/shapes-v4tiny.cfg, -engine cpu and (build-sim) -engine gpu
 #   seeds      `scalednn gradcheck` for seeds 1-10 (-engine cpu) on
-#              cfg/shapes-res.cfg
+#              $SEEDS_CFG (default cfg/shapes-res.cfg, ~70 s a run here)
 #   table      only print the table of what the log holds
 #
 # The tests report through SDNN_MARGIN_LOG (tests/margin.h): one line
@@ -34,6 +34,7 @@ BS=${BS:-build-sim}
 DK=${DK:-./darknet}
 KERNELS=${KERNELS:-"Prescott Sandybridge Haswell own"}
 SEEDS=${SEEDS:-"1 2 3 4 5 6 7 8 9 10"}
+SEEDS_CFG=${SEEDS_CFG:-cfg/shapes-res.cfg}
 LOG=${MARGINS_LOG:-bench/results/margins.log}
 mkdir -p "$(dirname "$LOG")"
 T=$(mktemp -d /tmp/sdnn-margins-XXXXXX)
@@ -101,8 +102,8 @@ for part in "$@"; do
         for k in $KERNELS; do
             for s in $SEEDS; do
                 echo "margins: $k gradcheck seed $s" >&2
-                gradcheck "$k" "gradcheck:cfg/shapes-res.cfg:seed$s" "$DK" scalednn \
-                    gradcheck cfg/shapes-res.cfg -engine cpu -samples 2 -seed "$s"
+                gradcheck "$k" "gradcheck:$SEEDS_CFG:seed$s" "$DK" scalednn \
+                    gradcheck "$SEEDS_CFG" -engine cpu -samples 2 -seed "$s"
             done
         done ;;
     table) ;;
