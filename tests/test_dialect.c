@@ -20,6 +20,7 @@
 #include "gradcheck.h"
 #include "replicas.h"
 #include "testutil.h"
+#include "margin.h"
 #include "scalednn.h"
 
 #include <math.h>
@@ -285,6 +286,9 @@ static void gradcheck_passes(const char *name, const char *text, int nlayers)
     sdnn_status st = sdnn_gradcheck_text(name, text, &o, &r);
     if (st != SDNN_OK) fail_msg("gradcheck: %s", sdnn_last_error());
     sdnn_gradcheck_print(&r, stdout);
+    char mname[160];
+    snprintf(mname, sizeof mname, "test_dialect:%s", name);
+    tm_margin_gradcheck(mname, &r);
     assert_int_equal(r.nlayers, nlayers);
     for (int k = 0; k < r.nlayers; ++k) {
         assert_true(r.layer[k].samples >= 4);

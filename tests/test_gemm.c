@@ -6,6 +6,7 @@
  * Darknet's own layers really call the gemm of this build: through the dynamic
  * linker's symbol lookup, and through the output of a conv + connected network.
  */
+#include "margin.h"
 #include "splitmix.h"
 #include <stdarg.h>
 #include <stddef.h>
@@ -126,6 +127,7 @@ static void run_case(const gemm_case *c)
                     c->TA, c->TB, c->M, c->N, c->K, (double)c->alpha,
                     (double)c->beta, lda, ldb, ldc, err, REL_TOL, pad_bad, ab_changed);
     free(A); free(A0); free(B); free(B0); free(C0); free(Cours); free(Cref);
+    tm_margin("test_gemm:cases", err, REL_TOL);
     assert_true(err < REL_TOL);
     assert_int_equal(pad_bad, 0);
     assert_int_equal(ab_changed, 0);
@@ -376,6 +378,7 @@ static void test_layers_use_this_gemm(void **state)
 
     assert_int_equal(conv_vs_ours, 0);
     assert_int_equal(fc_vs_ours, 0);
+    tm_margin("test_gemm:layers", fc_err, REL_TOL);
     assert_true(fc_err < REL_TOL);
 #ifdef SDNN_BLAS
     assert_true(ours_vs_ref > 0); /* else this test could not tell them apart */

@@ -27,6 +27,7 @@
 #include "replicas.h"
 #include "trainer.h"
 #include "testutil.h"
+#include "margin.h"
 
 #define NET(b, hw)                                                                   \
     "[net]\nbatch=" #b "\nsubdivisions=1\nwidth=" #hw "\nheight=" #hw "\nchannels=3\n"  \
@@ -66,10 +67,14 @@ static sdnn_gradcheck_report check(const char *text, int samples)
 }
 
 /* Every layer with parameters was compared on enough samples and is below
- * its threshold. */
-static void expect_pass(const char *text, int layers)
+ * its threshold (the smallest margins go to the margin log, margin.h). */
+#define expect_pass(text, layers) expect_pass_at(__func__, __LINE__, text, layers)
+static void expect_pass_at(const char *fn, int line, const char *text, int layers)
 {
     sdnn_gradcheck_report r = check(text, 12);
+    char name[160];
+    snprintf(name, sizeof name, "test_gradcheck:%s:%d", fn, line);
+    tm_margin_gradcheck(name, &r);
     if (layers >= 0) assert_int_equal(r.nlayers, layers);
     for (int k = 0; k < r.nlayers; ++k) {
         assert_true(r.layer[k].samples >= 4);
@@ -276,6 +281,29 @@ static void test_yolo_region_bodies(void **state)
     assert_int_equal(r.failed, 0);
     assert_non_null(strstr(r.notes, "1 yolo/region head checked as sse"));
     sdnn_gradcheck_report_free(&r);
+}
+
+/* A yolov3-tiny-shaped body at 64x64 (tests/cfg/gradcheck-yolo-tiny.cfg:
+ * batch norm, stride-2 and stride-1 maxpools, the 1x1 bottleneck, route,
+ * upsample, two [yolo] heads) passes with the defaults; with Darknet's
+ * batch-norm backward (N = 128 values a channel at 8x8) the layers a batch
+ * norm reaches fail: the check sees the defect on a yolo body too. */
+static void test_yolo_tiny_body(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/cfg/gradcheck-yolo-tiny.cfg", "rb");
+    assert_non_null(f);
+    static char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof text - 1);
+    text[n] = 0;
+    expect_pass(text, 10);
+    char *off = with_section(text, "[scalednn]\nfix_bn_delta=0\n");
+    sdnn_gradcheck_report r = check(off, 12);
+    assert_true(r.failed >= 5);
+    sdnn_gradcheck_report_free(&r);
+    free(off);
 }
 
 static void test_activations(void **state)
@@ -720,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_softmax_and_cost_heads),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_yolo_region_bodies),
+        cmocka_unit_test(test_yolo_tiny_body),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),

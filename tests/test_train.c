@@ -23,6 +23,7 @@
 #include "trainer.h"
 #include <sys/stat.h>
 #include "testutil.h"
+#include "margin.h"
 
 /* With batch norm; rate schedule that changes during the run (burn_in,
  * steps) so the learning rate of every update matters. */
@@ -192,6 +193,7 @@ static void n_replicas_equal_big_batch(int n, int subdiv, double bucket_mb, int 
     sdnn_network_free(init);
     printf("n=%d subdiv=%d bucket_mb=%g overlap=%d: rel err %.3g (weights moved %.3g)\n", n,
            subdiv, bucket_mb, overlap, err, moved);
+    tm_margin("test_train:n_replicas_eq_one_big_batch", err, 1e-5);
     assert_true(err < 1e-5);
     assert_true(moved > 1e-3);
     /* Counters: N batches per step, like a batch of N*b. */
@@ -250,6 +252,7 @@ static void test_rate_schedule_per_step(void **state)
     }
     double err = tu_rel_diff(ref, sdnn_trainer_net(t, 0));
     printf("schedule: rel err %.3g at iteration %zu\n", err, sdnn_trainer_iteration(t));
+    tm_margin("test_train:schedule", err, 1e-5);
     assert_true(err < 1e-5);
     sdnn_trainer_destroy(t);
     sdnn_network_free(ref);

@@ -145,6 +145,8 @@ static int layer_by_layer(void)
         GT_OK(sdnn_gpu_net_get(g, i, SDNN_GT_DELTA, h));
         double ed = gt_relerr(h, del[i], o);
         free(h);
+        tm_margin("gpu/dialect:forward", eo, TOL);
+        tm_margin("gpu/dialect:backward", ed, TOL);
         SOFT_ASSERT(eo <= TOL, "layer %d (%s): output within %g of the CPU's (%.2e)", i, names[i],
                  TOL, eo);
         SOFT_ASSERT(ed <= TOL, "layer %d (%s): delta within %g of the CPU's (%.2e)", i, names[i],
@@ -159,6 +161,7 @@ static int layer_by_layer(void)
             eb = gt_relerr(b, bu[i], nb);
             free(w);
             free(b);
+            tm_margin("gpu/dialect:gradients", fmax(ew, eb), TOL);
             SOFT_ASSERT(ew <= TOL && eb <= TOL,
                      "layer %d (%s): weight/bias updates within %g of the CPU's (%.2e, %.2e)", i,
                      names[i], TOL, ew, eb);

@@ -242,6 +242,13 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
     if (tc->stock) tol = STOCK_TOL;
     printf("    %-78s loss rel %.2e, params rel %.2e (step %d, layer %d; %.1f s)\n", label,
            worst_loss, worst_param, worst_step, worst_layer, sdnn_gpu_now() - t_start);
+    {
+        char mname[240];
+        snprintf(mname, sizeof mname, "gpu/engines:%s:loss", label);
+        tm_margin(mname, worst_loss, tc->stock ? STOCK_TOL : lossy ? LOSSY_TOL : LOSS_TOL);
+        snprintf(mname, sizeof mname, "gpu/engines:%s:params", label);
+        tm_margin(mname, worst_param, tol);
+    }
     SOFT_ASSERT(worst_loss <= (tc->stock ? STOCK_TOL : lossy ? LOSSY_TOL : LOSS_TOL),
                 "%s: loss within tolerance of the CPU's (%.2e)", label, worst_loss);
     SOFT_ASSERT(worst_param <= tol, "%s: params within %g of the CPU's (%.2e, step %d, layer %d)",

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 /* Each program uses some of these. */
+#include "../margin.h"
+
 #define GT_FN static __attribute__((unused))
 
 static int gt_failed, gt_passed;

@@ -5,7 +5,9 @@
 # the double-precision reference network (plugin/gradref; stage 1 checks the
 # reference against its own central differences, stage 2 the engine against
 # the reference), for cfg/shapes-res.cfg (residual shortcuts, the 1x1 fix)
-# and cfg/shapes-v4tiny.cfg (the fork's dialect: grouped routes).  The
+# cfg/shapes-v4tiny.cfg (the fork's dialect: grouped routes), and a yolo
+# body: tests/cfg/gradcheck-yolo-tiny.cfg (64x64, two [yolo] heads, checked
+# as sse heads: the body below them).  The
 # same cfg runs with -engine cpu too, and both engines must flag the same
 # layers.
 # Batch norm: where the tree's [scalednn] section knows fix_bn_delta (the
@@ -33,7 +35,7 @@ bnfix=1
 # test_gradcheck checks the cpu engine, and each run is ~5x slower there.
 ENGINES="gpu cpu"
 [ "${SLOW:-1}" -gt 1 ] && ENGINES=gpu
-for cfg in cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg; do
+for cfg in cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg tests/cfg/gradcheck-yolo-tiny.cfg; do
     for engine in $ENGINES; do
         out=$W/out-$engine.txt
         SDNN_SIM_DEVICES=2 "$BIN" scalednn gradcheck "$cfg" -engine "$engine" -samples 2 -seed 1 \

@@ -30,8 +30,10 @@
  *             count is twice that; every step's pinned copies are the slice
  *             (inputs and truths, once) plus the host loss of every
  *             subdivision, and the step's host_loss_bytes (the CSV column)
- *             says as much; after each sync every parameter is within
- *             STOCK_TOL of the CPU's
+ *             says as much; each step starts the gpu replicas from the
+ *             cpu replicas' state (a free-running yolo net parts at
+ *             discontinuities), and after each sync every parameter is
+ *             within STOCK_TOL of the CPU's; fix_bn_delta as the default
  *   memory    the shapes-sized cfgs in both modes, each in a child process:
  *             per device, scalednn's peak <= stock's peak + that replica's
  *             bucket buffers (the margin is printed)
@@ -377,10 +379,6 @@ static void check_stock(void)
     sdnn_config c = SDNN_CONFIG_INIT;
     c.present = 1;
     c.mode = SDNN_MODE_STOCK;
-    /* Darknet's batch-norm backward on both engines: with fix_bn_delta=1 the
-     * stock run's parameters are 1.4e-2 apart (layer 0) while the scalednn
-     * comparisons agree; an open finding (issue 25), not hidden here. */
-    c.fix_bn_delta = 0;
     snprintf(c.engine, sizeof c.engine, "cpu");
     sdnn_status s = sdnn_trainer_create(cpu, n, &c, 0, &T);
     snprintf(c.engine, sizeof c.engine, "gpu");
@@ -417,6 +415,19 @@ static void check_stock(void)
                                    300 + (uint64_t)step);
         sdnn_step_stats cs, gs;
         sdnn_dev_stats a, b;
+        /* Each step starts the gpu replicas from the cpu replicas' state, so
+         * the comparison measures one step's float reassociation (measured
+         * <= 1e-6) and not a free-running trajectory: this net's loss is
+         * discontinuous (yolo's ignore_thresh, maxpool choices), so two
+         * trajectories 1e-7 apart can part at any step (issue 25: 8 free
+         * steps gave up to 1.4e-2 with fix_bn_delta=1 on these batches and
+         * 8.3e-3 with 0 on others). Before the copy counters: not a sync. */
+        for (int r = 0; r < n; ++r) gt_copy_net(dev[r], cpu[r]);
+        s = g_recorded->ops->push(g_recorded, SDNN_ENGINE_ALL);
+        if (s != SDNN_OK) {
+            SOFT_ASSERT(0, "stock: push: %s", sdnn_last_error());
+            goto out;
+        }
         dev_sum(n, &a);
         s = sdnn_trainer_step(T, d, &cs);
         if (s == SDNN_OK) s = sdnn_trainer_step(G, d, &gs);
@@ -475,6 +486,7 @@ static void check_stock(void)
                 (unsigned long long)want_sync);
     SOFT_ASSERT(stats_ok, "stock: a step's host_loss_bytes is not %d x %d x %llu or its wait "
                 "is 0", n, n0->subdivisions, (unsigned long long)(hl_d2h + hl_h2d));
+    tm_margin("gpu/hostloss:stock", worst, STOCK_TOL);
     SOFT_ASSERT(worst <= STOCK_TOL, "stock: parameters %.2e from the cpu engine's (layer %d)",
                 worst, worst_layer);
     if (measured) {

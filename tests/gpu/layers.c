@@ -218,6 +218,7 @@ static void check_forward(ref *R, int i)
             dropped += rnd[k] < l->probability;
         }
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, want, nin);
+        tm_margin("gpu/layers:forward", e, TOL);
         double frac = (double)dropped / (double)nin;
         SOFT_ASSERT(e < TOL && fabs(frac - l->probability) < 0.05 + 3.0 / sqrt((double)nin),
                  "layer %2d %-9s forward: rel err %.2e, dropped %.3f (p = %.2f)", i, kind(l), e,
@@ -226,6 +227,7 @@ static void check_forward(ref *R, int i)
         free(want);
     } else {
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
+        tm_margin("gpu/layers:forward", e, TOL);
         SOFT_ASSERT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
     }
     if (l->type == COST && l->cost_type == MASKED && i > 0) {
@@ -236,15 +238,18 @@ static void check_forward(ref *R, int i)
     if (l->batch_normalize) {
         double em = dev_err(R->g, i, SDNN_GT_ROLLING_MEAN, l->rolling_mean, nbiases(l));
         double ev = dev_err(R->g, i, SDNN_GT_ROLLING_VARIANCE, l->rolling_variance, nbiases(l));
+        tm_margin("gpu/layers:bn_stats", fmax(em, ev), TOL);
         SOFT_ASSERT(em < TOL && ev < TOL, "layer %2d %-9s running mean %.2e, variance %.2e", i,
                  kind(l), em, ev);
     }
     if (l->cost) {
         float dc = sdnn_gpu_net_layer_cost(R->g, i);
         double ec = fabs((double)dc - l->cost[0]) / fmax(fabs(l->cost[0]), 1e-6);
+        tm_margin("gpu/layers:cost", ec, TOL);
         SOFT_ASSERT(ec < TOL, "layer %2d %-9s cost %g vs %g", i, kind(l), dc, l->cost[0]);
         if (l->type == YOLO || l->type == REGION || l->type == SOFTMAX || l->type == COST) {
             double ed = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
+            tm_margin("gpu/layers:loss_delta", ed, TOL);
             SOFT_ASSERT(ed < TOL, "layer %2d %-9s loss delta: rel err %.2e", i, kind(l), ed);
         }
     }
@@ -335,6 +340,7 @@ static void check_backward(ref *R, int i)
         double e = dev_err(R->g, i, SDNN_GT_DELTA, l->delta, outs(l));
         if (e > worst) worst = e, worst_j = i;
     }
+    tm_margin("gpu/layers:backward", worst, TOL);
     SOFT_ASSERT(worst < TOL, "layer %2d %-9s backward: deltas rel err %.2e (worst: layer %d)", i,
              kind(l), worst, worst_j);
     if (nw) {
@@ -347,6 +353,7 @@ static void check_backward(ref *R, int i)
         double es = su ? dev_err_floor(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb,
                                        channel_terms(l, l->delta, l->x_norm))
                        : 0;
+        tm_margin("gpu/layers:gradients", fmax(ew, fmax(eb, es)), TOL);
         SOFT_ASSERT(ew < TOL && eb < TOL && es < TOL,
                  "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
                  ew, eb, es);

@@ -90,6 +90,11 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
             break;
         }
     }
+    char mname[96];
+    snprintf(mname, sizeof mname, "gpu/train:%s:loss", name);
+    tm_margin(mname, worst_loss, LOSS_TOL);
+    snprintf(mname, sizeof mname, "gpu/train:%s:params", name);
+    tm_margin(mname, worst_param, PARAM_TOL);
     SOFT_ASSERT(worst_loss < LOSS_TOL, "%s: %d steps, worst loss difference %.2e", name, steps,
              worst_loss);
     SOFT_ASSERT(worst_param < PARAM_TOL, "%s: parameters and running statistics after each of %d "
@@ -117,9 +122,10 @@ static void world_of_one(sdnn_gpu_vdev *vd)
     sdnn_config c = SDNN_CONFIG_INIT;
     c.present = 1;
     c.preload = 2;
-    c.fix_bn_delta = 0;   /* the direct net below runs Darknet's batch-norm backward */
     snprintf(c.engine, sizeof c.engine, "gpu");
     sdnn_status s = sdnn_gpu_net_create(a, vd, &g);
+    /* the engine's default fix_bn_delta=1: the exact batch-norm backward */
+    if (s == SDNN_OK) sdnn_gpu_net_set_bn_exact(g, 1);
     if (s == SDNN_OK) s = sdnn_trainer_create(&b, 1, &c, 0, &T);
     if (s != SDNN_OK) {
         SOFT_ASSERT(0, "world of one: %s", sdnn_last_error());
