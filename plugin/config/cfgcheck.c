@@ -631,8 +631,8 @@ static sdnn_status check_dialect(const checker *c)
                                   i ? ", " : "", seen.where[i]->type, 64, seen.first[i]->key,
                                   seen.first[i]->line);
         fprintf(stderr, "scalednn: note: %s: keys that libdarknet ignores and that change "
-                "nothing here (the maintained fork's streams, memory, charts, tracking; old "
-                "Darknet keys): %s%s\n", c->name, line, seen.more ? ", ..." : "");
+                "nothing here (the maintained fork's streams, memory, charts, tracking, its "
+                "cls_normalizer without counters_per_class; old Darknet keys): %s%s\n", c->name, line, seen.more ? ", ..." : "");
     }
     return SDNN_OK;
 }
