@@ -801,8 +801,8 @@ static void test_labels_through_binary(void **state)
  * its yolo layer read far outside its buffer (SIGSEGV, also with
  * -skip_bad_labels).  Refused by file and line; -skip_bad_labels drops it
  * and trains.  engine=gpu reads the same checked labels (the check runs
- * before any engine is built); it runs only in the GPU=sim build, so it is
- * not repeated here. */
+ * before any engine is built); tests/gpu/cli_labels.sh runs these cases with
+ * engine=gpu in the GPU=sim build. */
 static void test_corner_label_through_binary(void **state)
 {
     (void)state;

@@ -93,16 +93,17 @@ if train limits gpu && train limits cpu && [ -s "$W/limits/backup/limits-gpu_fin
     if out=$(awk -F, -v t="$LOSS_TOL" '
         FNR == 1 { f++ } /^[0-9]/ { if (f == 1) g[$1] = $3; else c[$1] = $3 }
         END {
-            n = 0
+            n = 0; worst = 0
             for (i in g) {
                 if (!(i in c)) { print "iteration " i " only on engine=gpu"; exit 1 }
                 d = g[i] - c[i]; if (d < 0) d = -d
                 r = c[i] != 0 ? d / (c[i] < 0 ? -c[i] : c[i]) : d
+                if (r > worst) worst = r
                 if (r > t || g[i] != g[i]) { print "iteration " i ": " g[i] " vs " c[i]; exit 1 }
                 n++
             }
             if (n != 2) { print n " iterations, expected 2"; exit 1 }
-            print n " iterations"
+            printf "%d iterations, largest relative difference %.2g", n, worst
         }' "$W/limits-gpu.csv" "$W/limits-cpu.csv"); then
         say "ok limits: boxes at x=1 y=1, x=0, y=0 and w=h=1 trained on engine=gpu (2 simulated devices: host logic, not kernels), loss within $LOSS_TOL of engine=cpu's ($out)"
     else
