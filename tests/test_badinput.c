@@ -583,6 +583,9 @@ static void test_unknown_keys_through_binary(void **state)
         {"ignore_thresh", "ignore_tresh", "ignore_tresh", "[yolo] ignore_tresh=", "nearest known key: ignore_thresh"},
         {"[upsample]", "[upsampel]", "[upsampel]", "[upsampel]: unknown section type",
          "nearest known section: [upsample]"},
+        /* The [scalednn] section names its nearest key the same way. */
+        {"[upsample]", "[scalednn]\ncompres=none\n[upsample]", "compres=none",
+         "[scalednn] compres=none: unknown key", "nearest known key: compress"},
     };
     char data[512], csv[512];
     snprintf(data, sizeof data, "%s", data_file("k1", NULL));
