@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include "cfgcheck.h"
+#include "cfgkeys.h"
 #include "config.h"
 #include "datacheck.h"
 #include "saveio.h"
@@ -405,6 +406,55 @@ static void test_cfg_fuzzer_findings(void **state)
                 "x.cfg:11: [route] layers=-1,-2: layer 1 is 4x4 but layer 0 is 8x8", NULL);
 }
 
+/* Keys Darknet does not read, and unknown sections (issue 28 item 6):
+ * refused naming the nearest known name; the fork's no-op keys pass. */
+static void test_cfg_unknown_keys(void **state)
+{
+    (void)state;
+    const char *names[] = {"mosaic", "mosaic_bound", "max_batches"};
+    int d = -1;
+    assert_string_equal(sdnn_nearest_name("mosiac", names, 3, &d), "mosaic");
+    assert_int_equal(d, 1); /* a swap of neighbours is one edit */
+    assert_string_equal(sdnn_nearest_name("mosaic_bund", names, 3, &d), "mosaic_bound");
+    assert_int_equal(d, 1);
+    assert_null(sdnn_nearest_name("x", names, 0, NULL));
+#define NET8 "[net]\nwidth=8\nheight=8\nchannels=3\n"
+    check_fails(NET8 "mosiac=1\n[softmax]\n", "x.cfg:5: [net] mosiac=1: unknown key",
+                "nearest known key: mosaic");
+    check_fails(NET8 "[convolutional]\nfliters=4\n", "x.cfg:6: [convolutional] fliters=4: unknown key",
+                "nearest known key: filters");
+    /* A key of another section is unknown where it stands. */
+    check_fails(NET8 "[maxpool]\nsize=2\nfilters=4\n", "x.cfg:7: [maxpool] filters=4: unknown key",
+                "nearest known key:");
+    check_fails(NET8 "[convolutional]\nfilters=18\n[yolo]\nmask=0,1,2\nanchors=1,1,2,2,3,3\n"
+                "classes=1\nnum=3\nignore_tresh=.7\n",
+                "x.cfg:12: [yolo] ignore_tresh=.7: unknown key", "nearest known key: ignore_thresh");
+    check_fails(NET8 "[convolutionl]\nfilters=2\n", "x.cfg:5: [convolutionl]: unknown section type",
+                "nearest known section: [convolutional]");
+    check_fails(NET8 "[sam]\nfrom=-1\n", "x.cfg:5: [sam]: a layer type of the maintained Darknet fork",
+                NULL);
+    /* The fork's keys that change the network are refused by name. */
+    check_fails(NET8 "policy=sgdr\n[softmax]\n", "x.cfg:5: [net] policy=sgdr: the sgdr policy", NULL);
+    check_fails(NET8 "policy=stpes\n[softmax]\n", "x.cfg:5: [net] policy=stpes: unknown policy", NULL);
+    check_fails(NET8 "[convolutional]\nfilters=4\ncbn=1\n", "x.cfg:7: [convolutional] cbn=1",
+                "only cbn=0");
+    check_fails(NET8 "[convolutional]\nfilters=4\ntrain_only_bn=1\n",
+                "x.cfg:7: [convolutional] train_only_bn=1", "only train_only_bn=0");
+    check_fails(NET8 "[maxpool]\nmaxpool_zero_nonmax=1\n", "x.cfg:6: [maxpool] maxpool_zero_nonmax=1",
+                NULL);
+    check_fails("[net]\ninputs=8\n[rnn]\noutput=16\nhidden=32\n", "x.cfg:5: [rnn] hidden=32",
+                "allowed: hidden=16");
+    /* What libdarknet reads, the neutral values, and the no-op keys pass. */
+    sdnn_clear_error();
+    assert_int_equal(sdnn_cfg_check_text("x.cfg", NET8 "clip=0.5\nmax_chart_loss=20\npolicy=poly\n"
+                                         "[convolutional]\nfilters=4\ncbn=0\nstream=1\nstopbackward=1\n"
+                                         "[convolutional]\nfilters=4\nstream=2\n"),
+                     SDNN_OK);
+    assert_int_equal(sdnn_cfg_check_text("x.cfg", "[net]\ninputs=8\n[rnn]\noutput=16\nhidden=16\n"),
+                     SDNN_OK);
+#undef NET8
+}
+
 /* Every cfg Debian ships and every cfg of ours passes the checker. */
 static void test_cfg_real_cfgs_pass(void **state)
 {
@@ -495,6 +545,95 @@ static void test_cfg_errors_through_binary(void **state)
     assert_has(out, "bad.cfg:1: [net]: no layers follow [net]");
     free(out);
     assert_good("c1", "bad_final.weights");
+}
+
+/* `text` with `add` inserted before the first `needle` (caller frees). */
+static char *insert_before(const char *text, const char *needle, const char *add)
+{
+    const char *at = strstr(text, needle);
+    assert_non_null(at);
+    size_t n = strlen(text) + strlen(add) + 1;
+    char *s = malloc(n);
+    assert_non_null(s);
+    snprintf(s, n, "%.*s%s%s", (int)(at - text), text, add, at);
+    return s;
+}
+
+/* The line of the first occurrence of `needle` in `text` (1-based). */
+static int line_of(const char *text, const char *needle)
+{
+    const char *at = strstr(text, needle);
+    assert_non_null(at);
+    int line = 1;
+    for (const char *p = text; p < at; ++p) line += *p == '\n';
+    return line;
+}
+
+/* Through the binary (issue 28 item 6): a misspelt or unknown key, an
+ * unknown section stop training with file:line:key and the nearest name,
+ * exit 1, nothing written; the fork's no-op keys train, with one note. */
+static void test_unknown_keys_through_binary(void **state)
+{
+    (void)state;
+    static const struct { const char *from, *to, *mark, *want, *nearest; } cases[] = {
+        {"width=64", "mosiac=1\nwidth=64", "mosiac=1", "[net] mosiac=1: unknown key",
+         "nearest known key: mosaic"},
+        {"filters=8", "fliters=8", "fliters=8", "[convolutional] fliters=8: unknown key",
+         "nearest known key: filters"},
+        {"ignore_thresh", "ignore_tresh", "ignore_tresh", "[yolo] ignore_tresh=", "nearest known key: ignore_thresh"},
+        {"[upsample]", "[upsampel]", "[upsampel]", "[upsampel]: unknown section type",
+         "nearest known section: [upsample]"},
+        /* The [scalednn] section names its nearest key the same way. */
+        {"[upsample]", "[scalednn]\ncompres=none\n[upsample]", "compres=none",
+         "[scalednn] compres=none: unknown key", "nearest known key: compress"},
+    };
+    char data[512], csv[512];
+    snprintf(data, sizeof data, "%s", data_file("k1", NULL));
+    snprintf(csv, sizeof csv, "%s", P("k1/run.csv"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        char *cfg = shapes_with(cases[i].from, cases[i].to);
+        char where[600];
+        snprintf(where, sizeof where, "%s:%d: %s", P("kbad.cfg"), line_of(cfg, cases[i].mark),
+                 cases[i].want);
+        put_text(P("kbad.cfg"), cfg);
+        free(cfg);
+        tu_run("rm -rf %s", P("k1"));
+        place_good("k1", "kbad.backup");
+        char *out;
+        int rc = run_bin(&out, "detector train %s %s -max_batches 2 -csv %s", data, P("kbad.cfg"),
+                         csv);
+        assert_has(out, where);
+        assert_has(out, cases[i].nearest);
+        assert_int_equal(rc, 1);
+        free(out);
+        struct stat st;
+        assert_int_equal(stat(csv, &st), -1);
+        assert_int_equal(stat(P("k1/kbad_final.weights"), &st), -1);
+        assert_good("k1", "kbad.backup");
+    }
+    /* The fork's no-op keys: trained, one note naming each key once
+     * (stream= twice, in two convolutions). */
+    char *c1 = insert_before(g_shapes_cfg, "width=64", "max_chart_loss=20\n");
+    char *c2 = insert_before(c1, "filters=8", "stream=1\n");
+    char *twice = insert_before(c2, "filters=16", "stream=2\n");
+    free(c1);
+    free(c2);
+    put_text(P("knoop.cfg"), twice);
+    free(twice);
+    tu_run("rm -rf %s", P("k1"));
+    char *out;
+    int rc = run_bin(&out, "detector train %s %s -max_batches 1 -seed 1", data, P("knoop.cfg"));
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "knoop.cfg: keys that libdarknet ignores and that change nothing here");
+    assert_has(out, "[net] max_chart_loss (line 12)");
+    assert_has(out, "[convolutional] stream (line 33)");
+    const char *first = strstr(out, "change nothing here");
+    assert_null(strstr(first + 1, "change nothing here"));
+    assert_null(strstr(out, "stream (line 48)"));
+    free(out);
+    struct stat st;
+    assert_int_equal(stat(P("k1/knoop_final.weights"), &st), 0);
 }
 
 /* CRLF simply works: a CRLF copy of the shapes cfg trains and saves. */
@@ -665,8 +804,8 @@ static void test_labels_through_binary(void **state)
  * its yolo layer read far outside its buffer (SIGSEGV, also with
  * -skip_bad_labels).  Refused by file and line; -skip_bad_labels drops it
  * and trains.  engine=gpu reads the same checked labels (the check runs
- * before any engine is built); it runs only in the GPU=sim build, so it is
- * not repeated here. */
+ * before any engine is built); tests/gpu/cli_labels.sh runs these cases with
+ * engine=gpu in the GPU=sim build. */
 static void test_corner_label_through_binary(void **state)
 {
     (void)state;
@@ -1475,8 +1614,10 @@ int main(void)
         cmocka_unit_test(test_cfg_heads),
         cmocka_unit_test(test_cfg_fork_geometry),
         cmocka_unit_test(test_cfg_fuzzer_findings),
+        cmocka_unit_test(test_cfg_unknown_keys),
         cmocka_unit_test(test_cfg_real_cfgs_pass),
         cmocka_unit_test(test_cfg_errors_through_binary),
+        cmocka_unit_test(test_unknown_keys_through_binary),
         cmocka_unit_test(test_cfg_crlf_trains),
         cmocka_unit_test(test_label_scan),
         cmocka_unit_test(test_labels_through_binary),

@@ -7,6 +7,7 @@
  * what a [yolo]/[region] head is asserted against inside libdarknet.
  */
 #include "cfgcheck.h"
+#include "cfgkeys.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -18,19 +19,11 @@
 #define SHOWN 120 /* longest key or value quoted in a message */
 #define DIM_MAX 65536L
 
-/* The section types Debian's libdarknet parses (string_to_layer_type),
- * and ours. */
-static const char *const g_types[] = {
-    "net", "network", "convolutional", "conv", "deconvolutional", "deconv", "connected",
-    "conn", "maxpool", "max", "avgpool", "avg", "route", "shortcut", "upsample", "yolo",
-    "region", "detection", "softmax", "soft", "dropout", "cost", "crop", "reorg",
-    "local", "activation", "logistic", "l2norm", "batchnorm", "normalization", "lrn",
-    "rnn", "gru", "lstm", "crnn", "iseg", NULL};
-#define TYPE_NAMES                                                                        \
-    "net, convolutional, deconvolutional, connected, maxpool, avgpool, route, shortcut, " \
-    "upsample, yolo, region, detection, softmax, dropout, cost, crop, reorg, local, "     \
-    "activation, logistic, l2norm, batchnorm, normalization, rnn, gru, lstm, crnn, "     \
-    "iseg, scalednn"
+/* The maintained fork's layer types that Debian's libdarknet does not
+ * know (it would crash on them); none is built here. */
+static const char *const g_fork_types[] = {"scale_channels", "sam", "Gaussian_yolo",
+                                           "local_avg", "local_avgpool", "reorg3d",
+                                           "contrastive", "empty", "silence", "blank", NULL};
 
 typedef struct kv {
     char *key;
@@ -56,6 +49,7 @@ typedef struct checker {
     long *chan_out; /* NULL, or [chan_max]: each layer's output channels */
     int chan_max, nlayers_out;
     int grouped;    /* a grouped route was seen */
+    int quiet;      /* no notes on stderr (a second reading of the same text) */
 } checker;
 
 size_t sdnn_cfg_normalize_eol(char *text)
@@ -111,6 +105,19 @@ static sdnn_status key_error(const checker *c, const sec *s, const kv *k, const 
 static sdnn_status sec_error(const checker *c, const sec *s, const char *what)
 {
     return SDNN_ERROR(SDNN_ERR_INVALID, "%s:%d: [%s]: %s", c->name, s->line, s->type, what);
+}
+
+/* "net, convolutional, ..., scalednn": the section types, from cfgkeys. */
+static const char *type_names(char *buf, size_t cap)
+{
+    const char *names[64];
+    size_t n = 0, o = 0;
+    sdnn_cfg_section_names(names, 64, &n, 0);
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && o < cap; ++i)
+        o += (size_t)snprintf(buf + o, cap - o, "%s, ", names[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "scalednn");
+    return buf;
 }
 
 /* ---- the table ------------------------------------------------------------ */
@@ -204,10 +211,11 @@ static sdnn_status read_lines(checker *c)
         }
         if (p[0] == '[') {
             size_t len = strlen(p);
+            char types[600];
             if (len < 3 || p[len - 1] != ']')
                 return SDNN_ERROR(SDNN_ERR_INVALID,
                                   "%s:%d: %.*s: a section header is [name] (sections: %s)",
-                                  c->name, lineno, SHOWN, p, TYPE_NAMES);
+                                  c->name, lineno, SHOWN, p, type_names(types, sizeof types));
             p[len - 1] = '\0';
             in_ours = strcmp(p + 1, "scalednn") == 0;
             if (!in_ours) {
@@ -218,12 +226,25 @@ static sdnn_status read_lines(checker *c)
                 s->line = lineno;
                 s->kv0 = c->nkv;
                 s->nkv = 0;
-                int known = 0;
-                for (int t = 0; g_types[t]; ++t) known |= strcmp(p + 1, g_types[t]) == 0;
-                if (!known)
+                for (int t = 0; g_fork_types[t]; ++t)
+                    if (strcmp(p + 1, g_fork_types[t]) == 0)
+                        return SDNN_ERROR(SDNN_ERR_INVALID,
+                                          "%s:%d: [%s]: a layer type of the maintained Darknet "
+                                          "fork, not built here (libdarknet does not know it); "
+                                          "sections: %s",
+                                          c->name, lineno, p + 1, type_names(types, sizeof types));
+                if (!sdnn_cfg_section_canonical(p + 1)) {
+                    const char *names[64];
+                    size_t n = 0;
+                    sdnn_cfg_section_names(names, 64, &n, 1);
+                    if (n < 64) names[n++] = "scalednn";
                     return SDNN_ERROR(SDNN_ERR_INVALID,
-                                      "%s:%d: [%.*s]: unknown section type (sections: %s)",
-                                      c->name, lineno, SHOWN, p + 1, TYPE_NAMES);
+                                      "%s:%d: [%.*s]: unknown section type; nearest known "
+                                      "section: [%s] (sections: %s)",
+                                      c->name, lineno, SHOWN, p + 1,
+                                      sdnn_nearest_name(p + 1, names, n, NULL),
+                                      type_names(types, sizeof types));
+                }
             }
             p = next;
             continue;
@@ -303,6 +324,36 @@ static const dialect_key g_dialect[] = {
     {"maxpool", "antialiasing", "0", "anti-aliased pooling " NOT_YET},
     {"shortcut", "weights_type", "none", "a weighted shortcut " NOT_YET},
     {"shortcut", "weights_normalization", "none", "a weighted shortcut " NOT_YET},
+    {"net", "track", "0", "sequential batches for tracking " NOT_YET},
+    {"net", "resize_step", "32", "a random-resize step other than 32 pixels " NOT_YET},
+    {"net", "badlabels_rejection_percentage", "0", "the rejection of bad labels " NOT_YET},
+    {"net", "num_sigmas_reject_badlabels", "0", "the rejection of bad labels " NOT_YET},
+    {"convolutional", "cbn", "0", "cross-iteration batch normalisation " NOT_YET},
+    {"convolutional", "bin_output", "0", "binary outputs " NOT_YET},
+    {"convolutional", "sway", "0", "rotated weight sharing " NOT_YET},
+    {"convolutional", "rotate", "0", "rotated weight sharing " NOT_YET},
+    {"convolutional", "stretch", "0", "stretched weight sharing " NOT_YET},
+    {"convolutional", "stretch_sway", "0", "stretched weight sharing " NOT_YET},
+    {"convolutional", "grad_centr", "0", "gradient centralisation " NOT_YET},
+    {"convolutional", "reverse", "0", "reversed weight sharing " NOT_YET},
+    {"maxpool", "maxpool_zero_nonmax", "0", "zeroed non-maxima " NOT_YET},
+    {"region", "focal_loss", "0", "the focal class loss " NOT_YET},
+    {"region", "resize", "1", "the box resize of random resizing " NOT_YET},
+    {"rnn", "logistic", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "output", NULL, "the fork's recurrent layer (libdarknet reads output_filters) " NOT_YET},
+    {"crnn", "hidden", NULL, "the fork's recurrent layer (libdarknet reads hidden_filters) " NOT_YET},
+    {"crnn", "size", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "stride", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "dilation", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "pad", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "padding", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "groups", NULL, "the fork's recurrent layer " NOT_YET},
+    {"crnn", "xnor", NULL, "the fork's recurrent layer " NOT_YET},
+    /* Any layer (NULL), except where libdarknet reads the key ([net] clip=). */
+    {NULL, "clip", "0", "clipping " NOT_YET},
+    {NULL, "dont_update", "0", "frozen layers " NOT_YET},
+    {NULL, "burnin_update", "0", "layers updated only during burn-in " NOT_YET},
+    {NULL, "train_only_bn", "0", "training only the batch-norm layers " NOT_YET},
     {NULL, NULL, NULL, NULL}};
 
 /* The fork's [yolo] keys built here (plugin/darknet/yolo_dialect.c): their
@@ -357,20 +408,108 @@ static const char *yolo_value(const yolo_key *y, const char *v, char *what, size
     return what;
 }
 
-/* Keys of the fork that only change what is shown or logged: accepted,
- * with a note on stderr saying they do nothing here. */
-static const char *const g_display_only[] = {"max_chart_loss", "show_receptive_field", NULL};
-
 static const char *canonical(const char *t)
 {
-    if (strcmp(t, "network") == 0) return "net";
-    if (strcmp(t, "conv") == 0) return "convolutional";
-    if (strcmp(t, "max") == 0) return "maxpool";
-    return t;
+    const char *c = sdnn_cfg_section_canonical(t);
+    return c ? c : t;
+}
+
+/* A g_dialect entry for `key` in a section of type t (canonical). */
+static const dialect_key *dialect_entry(const char *t, const char *key)
+{
+    for (int d = 0; g_dialect[d].key; ++d) {
+        const dialect_key *dk = &g_dialect[d];
+        if (strcmp(key, dk->key) != 0) continue;
+        if (dk->section ? strcmp(t, dk->section) != 0 : sdnn_cfg_key_read(t, key)) continue;
+        return dk;
+    }
+    return NULL;
+}
+
+/* The fork's keys built here for a section of type t (canonical): the
+ * [yolo] head keys, the batch builder's [net] switches, the grouped route,
+ * the per-axis strides and dilation (their values are checked above). */
+static void built_keys(const char *t, const char **names, size_t max, size_t *n)
+{
+    if (strcmp(t, "yolo") == 0)
+        for (int y = 0; g_yolo_keys[y].key && *n < max; ++y) names[(*n)++] = g_yolo_keys[y].key;
+    if (strcmp(t, "net") == 0)
+        for (int a = 0; g_net_aug_keys[a] && *n < max; ++a) names[(*n)++] = g_net_aug_keys[a];
+    static const char *const route[] = {"groups", "group_id", NULL};
+    static const char *const conv[] = {"stride_x", "stride_y", "dilation", NULL};
+    static const char *const pool[] = {"stride_x", "stride_y", NULL};
+    static const char *const rnn[] = {"hidden", NULL};
+    const char *const *extra = strcmp(t, "route") == 0           ? route
+                               : strcmp(t, "convolutional") == 0 ? conv
+                               : strcmp(t, "maxpool") == 0       ? pool
+                               : strcmp(t, "rnn") == 0           ? rnn
+                                                                 : NULL;
+    for (; extra && *extra && *n < max; ++extra) names[(*n)++] = *extra;
+}
+
+/* Every key that means something in a section of type t: read by
+ * libdarknet, built here, or the fork's (refused or not). */
+static size_t known_keys(const char *t, const char **names, size_t max)
+{
+    size_t n = 0;
+    sdnn_cfg_key_names(t, names, max, &n);
+    built_keys(t, names, max, &n);
+    for (int d = 0; g_dialect[d].key && n < max; ++d)
+        if (dialect_entry(t, g_dialect[d].key) == &g_dialect[d]) names[n++] = g_dialect[d].key;
+    return n;
+}
+
+/* The fork's keys seen that change nothing here: each named once. */
+typedef struct noop_seen {
+    const kv *first[32];
+    const sec *where[32];
+    int n, more;
+} noop_seen;
+
+static void note_noop(noop_seen *seen, const sec *s, const kv *k)
+{
+    int dup = 0;
+    for (int i = 0; i < seen->n && !dup; ++i) dup = strcmp(seen->first[i]->key, k->key) == 0;
+    if (!dup && seen->n < 32) {
+        seen->first[seen->n] = k;
+        seen->where[seen->n++] = s;
+    } else if (!dup) {
+        seen->more = 1;
+    }
+}
+
+/* Darknet reads only the keys it knows and ignores the rest without a
+ * word: a key nobody reads (a misspelling, a key of another section) is
+ * refused with the nearest known key; the fork's keys that change nothing
+ * here are gathered in `seen` (one note per cfg, written by the caller). */
+static sdnn_status check_key_known(const checker *c, const sec *s, const kv *k, const char *t,
+                                   noop_seen *seen)
+{
+    const char *names[256];
+    size_t n = 0;
+    built_keys(t, names, 256, &n);
+    for (size_t i = 0; i < n; ++i)
+        if (strcmp(names[i], k->key) == 0) return SDNN_OK;
+    if (sdnn_cfg_key_read(t, k->key) || dialect_entry(t, k->key)) return SDNN_OK;
+    if (sdnn_cfg_key_fork_noop(t, k->key)) {
+        note_noop(seen, s, k);
+        return SDNN_OK;
+    }
+    n = known_keys(t, names, 256);
+    char what[400];
+    if (n == 0)
+        snprintf(what, sizeof what, "unknown key: libdarknet reads no key in [%s] and would "
+                 "ignore it; remove it", s->type);
+    else
+        snprintf(what, sizeof what, "unknown key: neither libdarknet nor this project reads it "
+                 "in [%s] (Darknet would ignore it); nearest known key: %s", s->type,
+                 sdnn_nearest_name(k->key, names, n, NULL));
+    return key_error(c, s, k, what);
 }
 
 static sdnn_status check_dialect(const checker *c)
 {
+    noop_seen seen = {.n = 0};
     for (int si = 0; si < c->nsec; ++si) {
         const sec *s = &c->secs[si];
         const char *t = canonical(s->type);
@@ -404,10 +543,8 @@ static sdnn_status check_dialect(const checker *c)
                     char what[200];
                     if (yolo_value(&g_yolo_keys[y], k->val, what, sizeof what))
                         return key_error(c, s, k, what);
-                    if (strcmp(k->key, "cls_normalizer") == 0)
-                        fprintf(stderr, "scalednn: note: %s:%d: [yolo] cls_normalizer: the fork "
-                                "applies it only with counters_per_class (not built here), so it "
-                                "changes nothing, there as here\n", c->name, k->line);
+                    /* The fork applies it only with counters_per_class (refused). */
+                    if (strcmp(k->key, "cls_normalizer") == 0) note_noop(&seen, s, k);
                 }
             if (strcmp(t, "net") == 0)
                 for (int a = 0; g_net_aug_keys[a]; ++a) {
@@ -416,11 +553,8 @@ static sdnn_status check_dialect(const checker *c)
                         return key_error(c, s, k, "expected 0 or 1 (the fork's augmentation "
                                          "switch, built by the project's batch builder)");
                 }
-            for (int d = 0; g_dialect[d].key; ++d) {
-                const dialect_key *dk = &g_dialect[d];
-                if (strcmp(k->key, dk->key) != 0) continue;
-                if (dk->section && strcmp(t, dk->section) != 0) continue;
-                if (dk->neutral && strcmp(k->val, dk->neutral) == 0) continue;
+            const dialect_key *dk = dialect_entry(t, k->key);
+            if (dk && !(dk->neutral && strcmp(k->val, dk->neutral) == 0)) {
                 char what[400];
                 if (dk->neutral)
                     snprintf(what, sizeof what, "%s (only %s=%s, what libdarknet does, is "
@@ -428,6 +562,20 @@ static sdnn_status check_dialect(const checker *c)
                 else
                     snprintf(what, sizeof what, "%s (remove the key)", dk->why);
                 return key_error(c, s, k, what);
+            }
+            if (strcmp(t, "net") == 0 && strcmp(k->key, "policy") == 0) {
+                /* libdarknet's get_policy: any other name trains policy=constant. */
+                static const char *const pol[] = {"constant", "step", "steps", "exp", "poly",
+                                                  "sigmoid", "random", NULL};
+                int ok = 0;
+                for (int p = 0; pol[p]; ++p) ok |= strcmp(k->val, pol[p]) == 0;
+                if (!ok)
+                    return key_error(c, s, k, strcmp(k->val, "sgdr") == 0
+                                     ? "the sgdr policy is the maintained Darknet fork's and not "
+                                       "built here (libdarknet would train policy=constant); "
+                                       "allowed: constant, step, steps, exp, poly, sigmoid, random"
+                                     : "unknown policy (libdarknet would train policy=constant); "
+                                       "allowed: constant, step, steps, exp, poly, sigmoid, random");
             }
             /* The fork's per-axis strides and dilation: libdarknet parses
              * none of them, so only the values it computes anyway pass. */
@@ -443,6 +591,19 @@ static sdnn_status check_dialect(const checker *c)
                     return key_error(c, s, k, what);
                 }
             }
+            /* Debian's rnn.cfg writes hidden= equal to output=, which is
+             * what libdarknet's hidden state is; the fork reads it. */
+            if (strcmp(t, "rnn") == 0 && !strcmp(k->key, "hidden")) {
+                const kv *ko = find(c, s, "output");
+                long h = 0, o = 1;
+                if (!parse_long(k->val, &h) || !ko || !parse_long(ko->val, &o) || h != o) {
+                    char what[300];
+                    snprintf(what, sizeof what, "the fork's separate hidden size is not built "
+                             "here (libdarknet's hidden state is output=%s); allowed: hidden=%s, "
+                             "or remove the key", ko ? ko->val : "1", ko ? ko->val : "1");
+                    return key_error(c, s, k, what);
+                }
+            }
             if (conv && !strcmp(k->key, "dilation") && strcmp(k->val, "1") != 0) {
                 const kv *kz = find(c, s, "size");
                 if (!kz || strcmp(kz->val, "1") != 0)
@@ -450,11 +611,7 @@ static sdnn_status check_dialect(const checker *c)
                                      "(libdarknet ignores it); allowed: dilation=1, or remove "
                                      "the key");
             }
-            for (int d = 0; g_display_only[d]; ++d)
-                if (strcmp(k->key, g_display_only[d]) == 0)
-                    fprintf(stderr, "scalednn: note: %s:%d: [%s] %s: only changes what the "
-                            "maintained fork displays; it does nothing here\n", c->name,
-                            k->line, s->type, k->key);
+            SDNN_CHECK(check_key_known(c, s, k, t, &seen));
         }
         if (strcmp(t, "net") == 0) {
             const kv *mo = find(c, s, "mosaic"), *lb = find(c, s, "letter_box");
@@ -465,6 +622,17 @@ static sdnn_status check_dialect(const checker *c)
                 return key_error(c, s, lb, what);
             }
         }
+    }
+    if (seen.n && !c->quiet) {
+        char line[2048];
+        size_t o = 0;
+        for (int i = 0; i < seen.n && o < sizeof line; ++i)
+            o += (size_t)snprintf(line + o, sizeof line - o, "%s[%s] %.*s (line %d)",
+                                  i ? ", " : "", seen.where[i]->type, 64, seen.first[i]->key,
+                                  seen.first[i]->line);
+        fprintf(stderr, "scalednn: note: %s: keys that libdarknet ignores and that change "
+                "nothing here (the maintained fork's streams, memory, charts, tracking, its "
+                "cls_normalizer without counters_per_class; old Darknet keys): %s%s\n", c->name, line, seen.more ? ", ..." : "");
     }
     return SDNN_OK;
 }
@@ -958,7 +1126,7 @@ sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, in
 {
     if (!name || !text) return SDNN_ERROR(SDNN_ERR_INVALID, "sdnn_cfg_channels: no text");
     checker c = {.name = name, .max_floats = (double)INT_MAX, .batch = 1, .chan_out = chan,
-                 .chan_max = max};
+                 .chan_max = max, .quiet = 1};
     sdnn_status st = run_checker(&c, text);
     *n = c.nlayers_out;
     return st;

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "costmodel.h"
 #include "cfgcheck.h"
+#include "cfgkeys.h"
 
 #include "engine.h"
 #include "codec.h"
@@ -602,7 +603,7 @@ static sdnn_status on_header(parse_state *ps, int lineno)
 static sdnn_status on_key_value(parse_state *ps, int lineno)
 {
     line_ref lr = { ps->name, lineno, ps->line, NULL };
-    char keys[512], what[600];
+    char keys[512], what[800];
     key_names(keys, sizeof keys);
     char *eq = strchr(ps->line, '=');
     if (eq == NULL) {
@@ -628,7 +629,12 @@ static sdnn_status on_key_value(parse_state *ps, int lineno)
         }
         return parse_value(&g_keys[k], &lr, ps->cfg);
     }
-    snprintf(what, sizeof what, "unknown key (%s)", keys);
+    const char *names[N_KEYS];
+    for (size_t k = 0; k < N_KEYS; k++) names[k] = g_keys[k].key;
+    char near[160];
+    snprintf(near, sizeof near, "%s", lr.key[0] ? sdnn_nearest_name(lr.key, names, N_KEYS, NULL) : "");
+    snprintf(what, sizeof what, "unknown key (%s)%s%s", keys, near[0] ? "; nearest known key: " : "",
+             near);
     return line_error(&lr, SDNN_ERR_INVALID, what);
 }
 

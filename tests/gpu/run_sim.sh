@@ -146,5 +146,8 @@ run_script cli_engine
 run_script cli_devices
 # scalednn gradcheck -engine gpu (the device's gradient vs central differences).
 run_script gradcheck_sim
+# Label files libdarknet would mark or misread, with engine=gpu: refused as
+# on engine=cpu, or trained as there (issue 28).
+run_script cli_labels
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering, not kernels)" | tee -a "$LOG"
 exit $failed
