@@ -1,10 +1,15 @@
 /*
  * ./darknet scalednn gen-shapes OUTDIR [-n N] [-valid N] [-seed S] [-size PX]
+ *                                  [-style textured|plain]
  *
  * Writes a small synthetic detection dataset in Darknet's YOLO layout:
  * coloured circles, squares, triangles and crosses (1-4 per image, varied
  * size, position and colour, a few overlapping slightly) on textured
  * backgrounds (gradients, stripes, blotches, checks, all with pixel noise).
+ * -style plain (the main job's set) is the easy variant: 1-2 larger objects
+ * (a quarter to nearly half the side) in strongly contrasting colours on a
+ * flat background with light pixel noise, so that a tiny net learns a
+ * detector that finds the objects at Darknet's threshold in a few minutes.
  *
  *   OUTDIR/images/{train,valid}/000001.png   images (PNG via libdarknet)
  *   OUTDIR/labels/{train,valid}/000001.txt   "class cx cy w h", normalised
@@ -120,12 +125,24 @@ static void gs_bg_color(gs_rng *r, float rgb[3])
 
 /* ---- backgrounds ------------------------------------------------------ */
 
-static void gs_background(gs_rng *r, image im)
+/* The image styles (-style): the textured set (the default, the tests' set)
+ * and the plain one. */
+typedef enum { GS_TEXTURED = 0, GS_PLAIN = 1 } gs_style;
+
+static void gs_background(gs_rng *r, image im, gs_style style)
 {
     const int w = im.w, h = im.h, plane = w * h;
     float a[3], b[3];
     gs_bg_color(r, a);
     gs_bg_color(r, b);
+    if (style == GS_PLAIN) {
+        /* Flat colour plus light noise. */
+        float amp = gs_range(r, 0.01f, 0.04f);
+        for (int c = 0; c < 3; ++c)
+            for (int i = 0; i < plane; ++i)
+                im.data[c * plane + i] = a[c] + amp * (gs_unif(r) + gs_unif(r) - 1.0f);
+        return;
+    }
     int kind = gs_int(r, 4);
     float ang = gs_unif(r) * 6.2831853f;
     float dx = cosf(ang), dy = sinf(ang);
@@ -259,18 +276,19 @@ static void gs_mean(image im, const gs_obj *o, float out[3])
 }
 
 /* Draws one image; returns the number of objects written to objs. */
-static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
+static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ], gs_style style)
 {
     const float S = (float)im.w;
-    gs_background(r, im);
-    int want = 1 + gs_int(r, GS_MAX_OBJ);
+    const int plain = style == GS_PLAIN;
+    gs_background(r, im, style);
+    int want = 1 + gs_int(r, plain ? 2 : GS_MAX_OBJ);
     int n = 0;
     for (int k = 0; k < want; ++k) {
         gs_obj o;
         int placed = 0;
         for (int tries = 0; tries < 30 && !placed; ++tries) {
             o.cls = gs_int(r, GS_NCLASS);
-            float side = gs_range(r, 0.17f, 0.45f) * S;
+            float side = gs_range(r, plain ? 0.25f : 0.17f, 0.45f) * S;
             float ar = gs_range(r, 0.8f, 1.25f);
             if (o.cls == 0 || o.cls == 3)   /* circles and crosses stay round-ish */
                 ar = gs_range(r, 0.9f, 1.1f);
@@ -283,7 +301,7 @@ static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
             o.y0 = gs_range(r, 0.5f, S - o.bh - 0.5f);
             placed = 1;
             for (int j = 0; j < n; ++j)
-                if (gs_iou(&o, &objs[j]) > 0.05f) {
+                if (gs_iou(&o, &objs[j]) > (plain ? 0.0f : 0.05f)) {
                     placed = 0;
                     break;
                 }
@@ -294,7 +312,7 @@ static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
         float under[3], rgb[3];
         float best = -1, best_rgb[3] = { 1, 1, 1 };
         gs_mean(im, &o, under);
-        for (int tries = 0; tries < 8; ++tries) {
+        for (int tries = 0; tries < (plain ? 16 : 8); ++tries) {
             gs_color(r, rgb);
             float d = fabsf(rgb[0] - under[0]) + fabsf(rgb[1] - under[1])
                     + fabsf(rgb[2] - under[2]);
@@ -302,7 +320,7 @@ static int gs_make(gs_rng *r, image im, gs_obj objs[GS_MAX_OBJ])
                 best = d;
                 memcpy(best_rgb, rgb, sizeof rgb);
             }
-            if (d > 0.9f)
+            if (d > (plain ? 1.2f : 0.9f))
                 break;
         }
         gs_draw(im, &o, best_rgb);
@@ -331,7 +349,7 @@ static int gs_parse_seed(const char *flag, const char *v, void *dst)
 
 /* Writes one split; returns the number of objects, or -1 on error. */
 static long gs_split(const char *out, const char *split, int split_id, int count,
-                     int size, uint64_t seed)
+                     int size, uint64_t seed, gs_style style)
 {
     char img_dir[PATH_MAX], lab_dir[PATH_MAX], list_path[PATH_MAX];
     char base[PATH_MAX + 32], path[PATH_MAX + 48];
@@ -355,7 +373,7 @@ static long gs_split(const char *out, const char *split, int split_id, int count
     for (int i = 0; i < count; ++i) {
         gs_rng r = gs_stream(seed, split_id, i);
         gs_obj objs[GS_MAX_OBJ];
-        int n = gs_make(&r, im, objs);
+        int n = gs_make(&r, im, objs, style);
         objects += n;
 
         snprintf(base, sizeof base, "%s/%06d", img_dir, i + 1);
@@ -400,6 +418,7 @@ int sdnn_cmd_gen_shapes(int argc, char **argv)
 {
     long n_train = 512, n_valid = 64, size = 64;
     uint64_t seed = 1;
+    const char *style_name = "textured";
     const sdnn_flag flags[] = {
         {.name = "-n", .kind = SDNN_FLAG_LONG, .dst = &n_train, .lo = 1, .hi = GS_MAX_COUNT,
          .meta = "N", .help = "training images (512)"},
@@ -409,6 +428,9 @@ int sdnn_cmd_gen_shapes(int argc, char **argv)
          .meta = "S", .help = "PRNG seed, unsigned integer (1)"},
         {.name = "-size", .kind = SDNN_FLAG_LONG, .dst = &size, .lo = GS_MIN_SIZE,
          .hi = GS_MAX_SIZE, .meta = "PX", .help = "image width and height (64)"},
+        {.name = "-style", .kind = SDNN_FLAG_STR, .dst = &style_name, .meta = "textured|plain",
+         .help = "textured backgrounds, 1-4 objects (textured); flat backgrounds, 1-2 larger "
+                 "high-contrast objects (plain)"},
     };
     const sdnn_command cmd = {
         .name = "scalednn gen-shapes", .args = "OUTDIR", .min_pos = 1, .max_pos = 1,
@@ -420,6 +442,13 @@ int sdnn_cmd_gen_shapes(int argc, char **argv)
     if (parsed != SDNN_ARGS_OK) return parsed == SDNN_ARGS_HELP ? 0 : 2;
     const char *outdir = pos[0];
     if (!outdir[0]) return sdnn_args_bad(&cmd, "OUTDIR", "", "a directory");
+    gs_style style;
+    if (strcmp(style_name, "textured") == 0)
+        style = GS_TEXTURED;
+    else if (strcmp(style_name, "plain") == 0)
+        style = GS_PLAIN;
+    else
+        return sdnn_args_bad(&cmd, "-style", style_name, "textured or plain");
 
     /* OUTDIR as given, less trailing slashes ("/" stays "/"). */
     char out[PATH_MAX];
@@ -464,15 +493,16 @@ int sdnn_cmd_gen_shapes(int argc, char **argv)
         return 1;
     }
 
-    long obj_train = gs_split(out, "train", 0, (int)n_train, (int)size, seed);
+    long obj_train = gs_split(out, "train", 0, (int)n_train, (int)size, seed, style);
     if (obj_train < 0)
         return 1;
-    long obj_valid = gs_split(out, "valid", 1, (int)n_valid, (int)size, seed);
+    long obj_valid = gs_split(out, "valid", 1, (int)n_valid, (int)size, seed, style);
     if (obj_valid < 0)
         return 1;
 
     printf("gen-shapes: %ld train + %ld valid images (%ldx%ld, %d classes, %ld objects, "
-           "seed %" PRIu64 ") in %s\n",
-           n_train, n_valid, size, size, GS_NCLASS, obj_train + obj_valid, seed, outdir);
+           "seed %" PRIu64 ", %s) in %s\n",
+           n_train, n_valid, size, size, GS_NCLASS, obj_train + obj_valid, seed, style_name,
+           outdir);
     return 0;
 }
