@@ -11,8 +11,9 @@
 #   cpu        build/tests: test_gemm, test_train, test_dialect, test_gradcheck
 #   gpu        build-sim/tests/gpu (simulated devices): hostloss, dialect,
 #              train, layers, engines (SDNN_SIM_DEVICES=4)
-#   gradcheck  `scalednn gradcheck` on cfg/shapes-res.cfg and
-#              cfg/shapes-v4tiny.cfg, -engine cpu and (build-sim) -engine gpu
+#   gradcheck  `scalednn gradcheck` on $GC_CFGS (default cfg/shapes-res.cfg,
+#              cfg/shapes-v4tiny.cfg, tests/cfg/gradcheck-yolo-tiny.cfg),
+#              -engine cpu and (build-sim) -engine gpu
 #   seeds      `scalednn gradcheck` for seeds 1-10 (-engine cpu) on
 #              $SEEDS_CFG (default cfg/shapes-res.cfg, ~70 s a run here)
 #   table      only print the table of what the log holds
@@ -35,6 +36,7 @@ DK=${DK:-./darknet}
 KERNELS=${KERNELS:-"Prescott Sandybridge Haswell own"}
 SEEDS=${SEEDS:-"1 2 3 4 5 6 7 8 9 10"}
 SEEDS_CFG=${SEEDS_CFG:-cfg/shapes-res.cfg}
+GC_CFGS=${GC_CFGS:-"cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg tests/cfg/gradcheck-yolo-tiny.cfg"}
 LOG=${MARGINS_LOG:-bench/results/margins.log}
 mkdir -p "$(dirname "$LOG")"
 T=$(mktemp -d /tmp/sdnn-margins-XXXXXX)
@@ -90,7 +92,7 @@ for part in "$@"; do
         done ;;
     gradcheck)
         for k in $KERNELS; do
-            for cfg in cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg; do
+            for cfg in $GC_CFGS; do
                 echo "margins: $k gradcheck $cfg" >&2
                 gradcheck "$k" "gradcheck:$cfg:cpu" "$DK" scalednn gradcheck "$cfg" \
                     -engine cpu -samples 2 -seed 1

@@ -33,9 +33,9 @@
     "[net]\nbatch=" #b "\nsubdivisions=1\nwidth=" #hw "\nheight=" #hw "\nchannels=3\n"  \
     "momentum=0.9\ndecay=0.0005\nlearning_rate=0.01\n"
 #define CONV(f, s, act) \
-    "[convolutional]\nfilters=" #f "\nsize=" #s "\nstride=1\npad=" #s "\nactivation=" #act "\n"
+    "[convolutional]\nfilters=" #f "\nsize=" #s "\nstride=1\npad=1\nactivation=" #act "\n"
 #define CONV_BN(f, s, act)                                                         \
-    "[convolutional]\nbatch_normalize=1\nfilters=" #f "\nsize=" #s "\nstride=1\npad=" #s \
+    "[convolutional]\nbatch_normalize=1\nfilters=" #f "\nsize=" #s "\nstride=1\npad=1" \
     "\nactivation=" #act "\n"
 #define SSE "[cost]\ntype=sse\n"
 
@@ -690,6 +690,13 @@ static void test_gpu_engine_refused(void **state)
     o.engine = "cpu";
     o.samples = 0;
     assert_int_equal(sdnn_gradcheck_text("x.cfg", RESIDUAL, &o, &r), SDNN_ERR_INVALID);
+    /* A cfg Debian's read_cfg would abort on is refused first, by file and
+     * line (an empty file, a key before the first section). */
+    o.samples = 2;
+    assert_int_not_equal(sdnn_gradcheck_text("empty.cfg", "", &o, &r), SDNN_OK);
+    assert_non_null(strstr(sdnn_last_error(), "empty.cfg"));
+    assert_int_not_equal(sdnn_gradcheck_text("key.cfg", "foo=1\n[net]\n", &o, &r), SDNN_OK);
+    assert_non_null(strstr(sdnn_last_error(), "key.cfg:1"));
 }
 
 static void test_command(void **state)

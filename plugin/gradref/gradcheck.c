@@ -3,6 +3,7 @@
  */
 #include "gradcheck.h"
 #include "gradref.h"
+#include "cfgcheck.h"
 #include "config.h"
 #include "engine.h"
 #include "hooks.h"
@@ -384,6 +385,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         return SDNN_ERROR(SDNN_ERR_INVALID, "gradcheck: -eps %g: expected a step > 0 and < 1",
                           o->eps);
 
+    /* The structure first, as training checks it: Debian's read_cfg aborts
+     * on an empty file, a key before the first section, CRLF, ... */
+    SDNN_CHECK(sdnn_cfg_check_text(name, text));
     sdnn_config cfg;
     char *stripped = NULL, *body = NULL;
     SDNN_CHECK(sdnn_config_parse_text(name, text, &cfg, &stripped));
