@@ -172,9 +172,7 @@ static int test_detector(int argc, char **argv)
         {.name = "-save_labels", .kind = SDNN_FLAG_SWITCH, .dst = &save_labels,
          .help = "write the boxes as a label file beside IMAGE (IMAGE with .txt; never over an "
                  "existing file)"},
-        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &letter_box,
-         .help = "letterbox the image (aspect kept, as Debian's darknet); stretched without it, "
-                 "as the fork"},
+        SDNN_DETECTOR_FLAG_LETTER_BOX(&letter_box),
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
         SDNN_DETECTOR_FLAGS_TAIL(&dont_show, &show_imgs),

@@ -13,6 +13,16 @@
 #define SDNN_DETECTOR_FLAGS_TAIL(dont_show, show_imgs)                                             \
     SDNN_FLAGS_NO_WINDOW(dont_show, show_imgs), SDNN_FLAGS_FORK_REFUSED
 
+/* The prediction flags of map, valid and test: -nms (map and valid) and
+ * -letter_box (sdnn_detector_input: letterboxed, or stretched without it). */
+#define SDNN_DETECTOR_FLAG_NMS(var)                                                                \
+    {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = (var), .lo = 0, .lo_open = 1, .hi = 1,      \
+     .meta = "X", .help = "non-maximum suppression threshold (0.45)"}
+#define SDNN_DETECTOR_FLAG_LETTER_BOX(var)                                                         \
+    {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = (var),                              \
+     .help = "letterbox each image (aspect kept, as Debian's darknet); stretched without it, "   \
+             "as the fork"}
+
 /* .flags and .nflags of an sdnn_command from a flag array. */
 #define SDNN_CMD_FLAGS(table) .flags = (table), .nflags = (int)(sizeof(table) / sizeof((table)[0]))
 
