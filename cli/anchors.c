@@ -12,6 +12,7 @@
  */
 #include "commands.h"
 #include "evaluate.h"
+#include "detector_cmd.h"
 #include "flags.h"
 #include "options.h"
 #include "saveio.h"
@@ -121,26 +122,24 @@ int sdnn_cmd_detector_calc_anchors(int argc, char **argv)
          .help = "the network's width (required)"},
         {.name = "-height", .kind = SDNN_FLAG_INT, .dst = &H, .lo = 1, .hi = 65536, .meta = "H",
          .help = "the network's height (required)"},
-        SDNN_FLAGS_NO_WINDOW(&dont_show, &show_imgs),
-        SDNN_FLAGS_FORK_REFUSED,
+        SDNN_DETECTOR_FLAGS_TAIL(&dont_show, &show_imgs),
     };
     const sdnn_command cmd = {
         .name = "detector calc_anchors", .args = "DATA", .min_pos = 1, .max_pos = 1,
-        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        SDNN_CMD_FLAGS(flags),
         .notes = "k-means with 1 - IoU as the distance on the train= list's label boxes,\n"
                  "started at area quantiles (deterministic); prints anchors = w,h, ... and the\n"
                  "mean IoU of each box with its nearest anchor.\n",
     };
     const char *pos[1] = {0};
     int np;
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    int st = sdnn_detector_args(&cmd, argc, argv, pos, &np, &dont_show, &show_imgs);
+    if (st >= 0) return st;
     if (!W || !H) {
         fprintf(stderr, "error: darknet detector calc_anchors: -width and -height are required "
                 "(the network's input size, e.g. -width 416 -height 416)\n");
         return 2;
     }
-    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
     if (sdnn_check_readable(pos[0]) != SDNN_OK) {
         fprintf(stderr, "error: data file: %s\n", sdnn_last_error());
         return 1;

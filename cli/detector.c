@@ -11,6 +11,7 @@
 #include "saveio.h"
 #include "options.h"
 #include "train.h"
+#include "detector_cmd.h"
 #include "flags.h"
 
 #include <darknet.h>
@@ -85,14 +86,13 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     };
     const char *pos[3] = {0};
     int np;
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    int st = sdnn_detector_args(&cmd, argc, argv, pos, &np, &dont_show, &show_imgs);
+    if (st >= 0) return st;
     if (every_seen && !map) {
         fprintf(stderr, "error: darknet %s: -map_every %ld needs -map (nothing is evaluated "
                 "without it)\n", cmd.name, every);
         return 2;
     }
-    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
@@ -126,6 +126,35 @@ static int saved_labels_path(const char *img, char *out, size_t len)
     return 0;
 }
 
+/* The boxes above thresh drawn on im, each in its best class's colour, as
+ * Darknet's draw_detections does but at least a pixel wide: Darknet's width
+ * is im.h * 0.006 rounded down, nothing at all below 167 pixels (the shapes
+ * set's 64x64 images); the fork also keeps a pixel.  No text (Darknet's
+ * label alphabet is not installed). */
+static void draw_boxes(image im, const detection *dets, int n, float thresh, int classes)
+{
+    static const float colors[6][3] = {{1, 0, 1}, {0, 0, 1}, {0, 1, 1},
+                                       {0, 1, 0}, {1, 1, 0}, {1, 0, 0}};
+    int width = (int)(im.h * .006f);
+    if (width < 1) width = 1;
+    for (int i = 0; i < n; ++i) {
+        int best = -1;
+        for (int j = 0; j < classes; ++j)
+            if (dets[i].prob[j] > thresh && (best < 0 || dets[i].prob[j] > dets[i].prob[best]))
+                best = j;
+        if (best < 0) continue;
+        const float *c = colors[best % 6];
+        box b = dets[i].bbox;
+        int left = (int)((b.x - b.w / 2) * im.w), right = (int)((b.x + b.w / 2) * im.w);
+        int top = (int)((b.y - b.h / 2) * im.h), bot = (int)((b.y + b.h / 2) * im.h);
+        if (left < 0) left = 0;
+        if (top < 0) top = 0;
+        if (right > im.w - 1) right = im.w - 1;
+        if (bot > im.h - 1) bot = im.h - 1;
+        draw_box_width(im, left, top, right, bot, width, c[0], c[1], c[2]);
+    }
+}
+
 static int test_detector(int argc, char **argv)
 {
     double thresh_d = .5, hier_d = .5;
@@ -143,22 +172,19 @@ static int test_detector(int argc, char **argv)
         {.name = "-save_labels", .kind = SDNN_FLAG_SWITCH, .dst = &save_labels,
          .help = "write the boxes as a label file beside IMAGE (IMAGE with .txt; never over an "
                  "existing file)"},
-        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &letter_box,
-         .help = "accepted: the image is always letterboxed here (as Debian's darknet does)"},
+        SDNN_DETECTOR_FLAG_LETTER_BOX(&letter_box),
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
-        SDNN_FLAGS_NO_WINDOW(&dont_show, &show_imgs),
-        SDNN_FLAGS_FORK_REFUSED,
+        SDNN_DETECTOR_FLAGS_TAIL(&dont_show, &show_imgs),
     };
     const sdnn_command cmd = {
         .name = "detector test", .args = "DATA CFG WEIGHTS IMAGE", .min_pos = 4, .max_pos = 4,
-        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        SDNN_CMD_FLAGS(flags),
     };
     const char *pos[4] = {0};
     int np;
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, pos, &np);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
-    sdnn_note_no_window(cmd.name, dont_show, show_imgs);
+    int st = sdnn_detector_args(&cmd, argc, argv, pos, &np, &dont_show, &show_imgs);
+    if (st >= 0) return st;
     const char *datacfg = pos[0], *cfgfile = pos[1], *weights = pos[2], *imgpath = pos[3];
     char label_out[4096] = "";
     if (save_labels && saved_labels_path(imgpath, label_out, sizeof label_out) != 0) return 1;
@@ -218,13 +244,13 @@ static int test_detector(int argc, char **argv)
     char **names = (char **)list_to_array(nlist);
     set_batch_network(net, 1);
     image im = load_image_color((char *)imgpath, 0, 0);
-    image sized = letterbox_image(im, net->w, net->h);
+    image sized = sdnn_detector_input(net, im, letter_box);
     double t0 = what_time_is_it_now();
     network_predict(net, sized.data);
     printf("%s: Predicted in %f seconds.\n", imgpath, what_time_is_it_now() - t0);
     int nboxes = 0;
     layer l = net->layers[net->n - 1];
-    detection *dets = get_network_boxes(net, im.w, im.h, thresh, hier, 0, 1, &nboxes);
+    detection *dets = sdnn_detector_boxes(net, im, letter_box, thresh, hier, &nboxes);
     sdnn_dialect_nms(net, dets, nboxes, l.classes, .45f);
     char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)l.classes * 64 + 1) : NULL;
     size_t labels_len = 0;
@@ -257,7 +283,7 @@ static int test_detector(int argc, char **argv)
         if (labels_ok) printf("wrote %s\n", label_out);
         free(labels_text);
     }
-    draw_detections(im, dets, nboxes, thresh, names, NULL, l.classes);
+    draw_boxes(im, dets, nboxes, thresh, l.classes);
     save_image(im, outname);
     char written[300];
     snprintf(written, sizeof written, "%s.jpg", outname);

@@ -5,6 +5,7 @@
  * it, because Darknet's readers end the process on a file they cannot open
  * or decode.
  */
+#include "detector_cmd.h"
 #include "dialect.h"
 #include "evaluate.h"
 #include "flags.h"
@@ -181,16 +182,31 @@ static sdnn_status pr_of(const sdnn_map *m, int classes, sdnn_map_pr *pr)
     return st;
 }
 
+image sdnn_detector_input(const network *net, image im, int letter_box)
+{
+    return letter_box ? letterbox_image(im, net->w, net->h) : resize_image(im, net->w, net->h);
+}
+
+detection *sdnn_detector_boxes(network *net, image im, int letter_box, float thresh, float hier,
+                               int *nboxes)
+{
+    /* Darknet's correct_*_boxes undo a letterbox of a w x h image; given the
+     * network's own size they leave the boxes as they are, relative to the
+     * stretched input and so to the image. */
+    int w = letter_box ? im.w : net->w, h = letter_box ? im.h : net->h;
+    return get_network_boxes(net, w, h, thresh, hier, 0, 1, nboxes);
+}
+
 /* Detections of one image: every class with probability > thresh of every
  * box left after NMS. */
 static sdnn_status detect(network *net, const char *path, const sdnn_map_eval_opts *o,
                           int classes, sdnn_map_det **dets, int *ndets, int *cap)
 {
     image im = load_image((char *)path, 0, 0, net->c);
-    image sized = letterbox_image(im, net->w, net->h);
+    image sized = sdnn_detector_input(net, im, o->letter_box);
     network_predict(net, sized.data);
     int nboxes = 0;
-    detection *d = get_network_boxes(net, im.w, im.h, o->thresh, .5f, 0, 1, &nboxes);
+    detection *d = sdnn_detector_boxes(net, im, o->letter_box, o->thresh, .5f, &nboxes);
     sdnn_dialect_nms(net, d, nboxes, classes, o->nms);
     sdnn_status st = SDNN_OK;
     *ndets = 0;
@@ -502,6 +518,16 @@ static char **read_names(const char *datacfg, const char *key, const char *file,
     return names;
 }
 
+int sdnn_detector_args(const sdnn_command *cmd, int argc, char **argv, const char **pos, int *npos,
+                       const int *dont_show, const int *show_imgs)
+{
+    int st = sdnn_args_parse(cmd, argc, argv, 1, pos, npos);
+    if (st != SDNN_ARGS_OK)
+        return st == SDNN_ARGS_HELP ? 0 : 2;
+    sdnn_note_no_window(cmd->name, *dont_show, *show_imgs);
+    return -1;
+}
+
 int sdnn_cmd_detector_map(int argc, char **argv)
 {
     eval_args a = {.iou = .5f, .thresh = .005f, .nms = .45f, .conf = .25f, .gpus = "0"};
@@ -514,22 +540,18 @@ int sdnn_cmd_detector_map(int argc, char **argv)
         {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.conf, .lo = 0, .hi = 1,
          .hi_open = 1, .meta = "T",
          .help = "precision/recall/F1 of the boxes above T (0.25); AP ranks every box > 0.005"},
-        {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
-         .meta = "X", .help = "non-maximum suppression threshold (0.45)"},
-        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &a.letter_box,
-         .help = "accepted: images are always letterboxed here (as Debian's darknet does)"},
+        SDNN_DETECTOR_FLAG_NMS(&a.nms),
+        SDNN_DETECTOR_FLAG_LETTER_BOX(&a.letter_box),
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the evaluation runs on one CPU replica"},
-        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
-        SDNN_FLAGS_FORK_REFUSED,
+        SDNN_DETECTOR_FLAGS_TAIL(&a.dont_show, &a.show_imgs),
     };
     const sdnn_command cmd = {
         .name = "detector map", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
-        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        SDNN_CMD_FLAGS(flags),
     };
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
-    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
+    int st = sdnn_detector_args(&cmd, argc, argv, a.pos, &a.npos, &a.dont_show, &a.show_imgs);
+    if (st >= 0) return st;
     loaded L;
     if (load_all(&a, &L) != 0) return 1;
     const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
@@ -564,7 +586,7 @@ int sdnn_cmd_detector_map(int argc, char **argv)
         fprintf(stderr, "error: detector map: out of memory\n");
         goto out;
     }
-    sdnn_map_eval_opts o = {a.iou, a.thresh, a.nms};
+    sdnn_map_eval_opts o = {a.iou, a.thresh, a.nms, a.letter_box};
     sdnn_map_result res;
     sdnn_map_pr pr = {.conf = a.conf};
     double t0 = what_time_is_it_now();
@@ -707,15 +729,15 @@ out:
 /* ---- detector valid and recall (Darknet's commands) ----------------------- */
 
 /* The boxes of one image after NMS (caller frees with free_detections). */
-static detection *predict(network *net, const char *path, float thresh, float nms, int classes,
-                          int *nboxes, int *w, int *h)
+static detection *predict(network *net, const char *path, int letter_box, float thresh, float nms,
+                          int classes, int *nboxes, int *w, int *h)
 {
     image im = load_image((char *)path, 0, 0, net->c);
-    image sized = letterbox_image(im, net->w, net->h);
+    image sized = sdnn_detector_input(net, im, letter_box);
     network_predict(net, sized.data);
     *w = im.w;
     *h = im.h;
-    detection *d = get_network_boxes(net, im.w, im.h, thresh, .5f, 0, 1, nboxes);
+    detection *d = sdnn_detector_boxes(net, im, letter_box, thresh, .5f, nboxes);
     if (nms > 0) sdnn_dialect_nms(net, d, *nboxes, classes, nms);
     free_image(sized);
     free_image(im);
@@ -771,27 +793,23 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
          .help = "the files are RESULTS/PREFIXCLASS.txt (comp4_det_test_)"},
         {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
          .hi_open = 1, .meta = "T", .help = "boxes with probability above T (0.005)"},
-        {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
-         .meta = "X", .help = "non-maximum suppression threshold (0.45)"},
-        {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &a.letter_box,
-         .help = "accepted: images are always letterboxed here"},
+        SDNN_DETECTOR_FLAG_NMS(&a.nms),
+        SDNN_DETECTOR_FLAG_LETTER_BOX(&a.letter_box),
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
-        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
-        SDNN_FLAGS_FORK_REFUSED,
+        SDNN_DETECTOR_FLAGS_TAIL(&a.dont_show, &a.show_imgs),
     };
     const sdnn_command cmd = {
         .name = "detector valid", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
-        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        SDNN_CMD_FLAGS(flags),
         .notes = "Writes one file per class in the data file's results= folder (results), a line\n"
                  "per box: IMAGE_ID PROB XMIN YMIN XMAX YMAX in pixels, 1-based, as Darknet's\n"
                  "VOC output (eval=coco and eval=imagenet are not written here).\n",
     };
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
+    int st = sdnn_detector_args(&cmd, argc, argv, a.pos, &a.npos, &a.dont_show, &a.show_imgs);
+    if (st >= 0) return st;
     if (strchr(prefix, '/') || !*prefix)
         return sdnn_args_bad(&cmd, "-out", prefix, "a file name prefix without '/'") == 0 ? 0 : 2;
-    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
     loaded L;
     if (load_all(&a, &L) != 0) return 1;
     const char *datacfg = a.pos[0], *cfgfile = a.pos[1];
@@ -832,7 +850,8 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
     long written = 0;
     for (int i = 0; i < L.plist->size; ++i) {
         int nboxes = 0, w, h;
-        detection *d = predict(L.net, L.paths[i], a.thresh, a.nms, classes, &nboxes, &w, &h);
+        detection *d = predict(L.net, L.paths[i], a.letter_box, a.thresh, a.nms, classes, &nboxes,
+                               &w, &h);
         char *id = basecfg(L.paths[i]);
         for (int b = 0; b < nboxes; ++b) {
             box bb = d[b].bbox;
@@ -900,18 +919,16 @@ int sdnn_cmd_detector_recall(int argc, char **argv)
          .help = "a truth is found when a proposal overlaps it at IoU > X (0.5)"},
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
-        SDNN_FLAGS_NO_WINDOW(&a.dont_show, &a.show_imgs),
-        SDNN_FLAGS_FORK_REFUSED,
+        SDNN_DETECTOR_FLAGS_TAIL(&a.dont_show, &a.show_imgs),
     };
     const sdnn_command cmd = {
         .name = "detector recall", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
-        .flags = flags, .nflags = (int)(sizeof flags / sizeof flags[0]),
+        SDNN_CMD_FLAGS(flags),
         .notes = "As Darknet's validate_detector_recall: per image, the truths found by any\n"
                  "proposal (class not compared), proposals per image, mean best IoU, recall.\n",
     };
-    int st = sdnn_args_parse(&cmd, argc, argv, 1, a.pos, &a.npos);
-    if (st != SDNN_ARGS_OK) return st == SDNN_ARGS_HELP ? 0 : 2;
-    sdnn_note_no_window(cmd.name, a.dont_show, a.show_imgs);
+    int st = sdnn_detector_args(&cmd, argc, argv, a.pos, &a.npos, &a.dont_show, &a.show_imgs);
+    if (st >= 0) return st;
     loaded L;
     if (load_all(&a, &L) != 0) return 1;
     int rc = 1, classes = sdnn_detector_classes(L.net);
@@ -935,7 +952,7 @@ int sdnn_cmd_detector_recall(int argc, char **argv)
             goto out;
         }
         int nboxes = 0, w, h;
-        detection *d = predict(L.net, L.paths[i], a.thresh, a.nms, classes, &nboxes, &w, &h);
+        detection *d = predict(L.net, L.paths[i], 0, a.thresh, a.nms, classes, &nboxes, &w, &h);
         for (int b = 0; b < nboxes; ++b) proposals += d[b].objectness > a.thresh;
         for (int t = 0; t < truths.n; ++t) {
             ++total;

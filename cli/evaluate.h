@@ -23,9 +23,24 @@ typedef struct sdnn_map_eval_opts {
     float iou;    /* a detection matches a truth at IoU >= iou, (0, 1] */
     float thresh; /* a (box, class) with probability > thresh is a detection, [0, 1) */
     float nms;    /* do_nms_sort threshold, (0, 1] */
+    int letter_box; /* 1: letterboxed input (aspect kept), 0: stretched (sdnn_detector_input) */
 } sdnn_map_eval_opts;
 
-#define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f }
+/* Training's -map letterboxes, as Debian's darknet always does. */
+#define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f, .letter_box = 1 }
+
+/* The network's input made of an image: letter_box 0 stretches it to the
+ * network's size (resize_image, the fork's default), 1 letterboxes it
+ * (the aspect ratio kept, the rest grey: the fork's -letter_box, Debian
+ * darknet's only way).  The caller frees it. */
+image sdnn_detector_input(const network *net, image im, int letter_box);
+
+/* get_network_boxes after network_predict on sdnn_detector_input(net, im,
+ * letter_box): boxes relative to im (0..1) either way (a letterboxed box
+ * is mapped back out of the bars, a stretched one is already relative to
+ * the image).  Caller frees with free_detections. */
+detection *sdnn_detector_boxes(network *net, image im, int letter_box, float thresh, float hier,
+                               int *nboxes);
 
 /* The fork's line beside the mAP: the detections with probability > conf
  * (its -thresh, 0.25) matched to the truths as for AP (same IoU, one

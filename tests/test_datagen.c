@@ -443,6 +443,66 @@ static void test_shapes_labels_lists_images(void **state)
         assert_true(per_class[c] > 0);
 }
 
+/* -style plain (the main job's set): 1-2 objects of 0.22-0.48 of the side
+ * that never overlap, on a flat background (the pixels outside every box
+ * within the noise amplitude, 0.04 each way, plus PNG's 1/255 rounding), and
+ * other images than the textured style from the same seed. */
+static void test_shapes_plain_style(void **state)
+{
+    (void)state;
+    char out[PATH_MAX], tex[PATH_MAX];
+    path_of(out, sizeof out, "plain");
+    path_of(tex, sizeof tex, "plain_tex");
+    assert_int_equal(call(sdnn_cmd_gen_shapes, "gen-shapes", out, "-n", "30", "-valid", "2",
+                          "-seed", "5", "-style", "plain", NULL), 0);
+    assert_int_equal(call(sdnn_cmd_gen_shapes, "gen-shapes", tex, "-n", "30", "-valid", "2",
+                          "-seed", "5", NULL), 0);
+    int total = 0, two = 0, differ = 0;
+    for (int i = 1; i <= 30; ++i) {
+        char img[PATH_MAX + 64], timg[PATH_MAX + 64], lab[PATH_MAX + 64];
+        snprintf(img, sizeof img, "%s/images/train/%06d.png", out, i);
+        snprintf(timg, sizeof timg, "%s/images/train/%06d.png", tex, i);
+        differ += !same_file(img, timg);
+        label_path_of(img, lab, sizeof lab);
+        lbox boxes[8];
+        int nb = read_label_file(lab, boxes, 8);
+        assert_in_range(nb, 1, 2);
+        two += nb == 2;
+        total += nb;
+        for (int k = 0; k < nb; ++k) {
+            assert_true(boxes[k].w >= 0.22f && boxes[k].w <= 0.48f + 1e-5f);
+            assert_true(boxes[k].h >= 0.22f && boxes[k].h <= 0.48f + 1e-5f);
+            for (int j = 0; j < k; ++j)
+                assert_true(iou(&boxes[k], &boxes[j]) <= 1e-4f);
+        }
+        image im = load_image_color(img, 0, 0);
+        assert_int_equal(im.w, 64);
+        for (int c = 0; c < 3; ++c) {
+            float lo = 1, hi = 0;
+            for (int y = 0; y < im.h; ++y)
+                for (int x = 0; x < im.w; ++x) {
+                    float u = ((float)x + 0.5f) / (float)im.w, v = ((float)y + 0.5f) / (float)im.h;
+                    int inside = 0;
+                    for (int k = 0; k < nb; ++k)   /* a pixel's margin around each box */
+                        inside |= fabsf(u - boxes[k].x) <= boxes[k].w / 2 + 1.5f / im.w
+                               && fabsf(v - boxes[k].y) <= boxes[k].h / 2 + 1.5f / im.h;
+                    if (inside) continue;
+                    float p = im.data[c * im.w * im.h + y * im.w + x];
+                    lo = fminf(lo, p);
+                    hi = fmaxf(hi, p);
+                }
+            if (hi - lo > 0.08f + 2.0f / 255.0f)
+                fail_msg("%s: channel %d outside the boxes spans %.3f: not flat", img, c,
+                         (double)(hi - lo));
+        }
+        free_image(im);
+    }
+    assert_int_equal(differ, 30);
+    assert_true(two > 0 && two < 30);   /* both counts occur */
+    assert_true(total >= 31);
+    assert_int_equal(call(sdnn_cmd_gen_shapes, "gen-shapes", out, "-style", "flat", NULL), 2);
+}
+
 /* Darknet's own detection loader (DETECTION_DATA) builds a batch. */
 static void test_shapes_darknet_detection_loader(void **state)
 {
@@ -827,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_shapes_labels_lists_images),
         cmocka_unit_test(test_shapes_darknet_detection_loader),
         cmocka_unit_test(test_shapes_relative_outdir),
+        cmocka_unit_test(test_shapes_plain_style),
         cmocka_unit_test(test_fmnist_convert),
         cmocka_unit_test(test_fmnist_synthetic_and_broken_src),
         cmocka_unit_test(test_bad_arguments),

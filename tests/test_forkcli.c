@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "evaluate.h"
 #include "evalmap.h"
 #include "replicas.h"
 #include "saveio.h"
@@ -308,6 +309,22 @@ static void test_train_flags(void **state)
 
 /* ---- detector test, valid, recall ------------------------------------------- */
 
+/* The lines of detector test's output that print a box (class, percent, the
+ * coordinates), in order, as one string (caller frees). */
+static char *box_lines(const char *out)
+{
+    char *res = calloc(strlen(out) + 1, 1);
+    assert_non_null(res);
+    for (const char *p = out; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+        if (memmem(p, n, "% (", 3) || memmem(p, n, "(left_x: ", 9))
+            strncat(res, p, n);
+        p += n;
+    }
+    return res;
+}
+
 static void test_test_valid_recall(void **state)
 {
     (void)state;
@@ -336,6 +353,18 @@ static void test_test_valid_recall(void **state)
     assert_int_equal(sscanf(labels, "%d %f %f %f %f", &cls, &x, &y, &bw, &bh), 5);
     assert_true(cls >= 0 && cls < 4 && bw > 0 && bh > 0);
     free(labels);
+    /* On a square image of the network's size letterboxing and stretching
+     * feed the same pixels: -letter_box gives the same boxes. */
+    char *plain = box_lines(out);
+    free(out);
+    rc = run_bin(&out, "detector test %s/shapes.data %s/shapes.cfg %s/%s %s -thresh 0 "
+                 "-ext_output -letter_box -out %s/pred_lb", g_dir, g_dir, g_dir, w, img, g_dir);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count_of(out, "% (x="), boxes);
+    char *lb = box_lines(out);
+    assert_string_equal(lb, plain);
+    free(lb);
+    free(plain);
     free(out);
     /* A second -save_labels never replaces that file. */
     rc = run_bin(&out, "detector test %s/shapes.data %s/shapes.cfg %s/%s %s -save_labels -out "
@@ -393,6 +422,94 @@ static void test_test_valid_recall(void **state)
     assert_true(found >= 0 && found <= total);
     assert_int_equal(count_of(out, "RPs/Img: "), 4);
     free(out);
+}
+
+/* ---- -letter_box on map, test and valid ------------------------------------------- */
+
+/* sdnn_detector_input/boxes against the geometry worked by hand: a 128x64
+ * image letterboxed into the 64x64 input fills rows 16..47 at scale 1/2 (the
+ * rest grey 0.5), so a box the network finds at (x, y, w, h) relative to its
+ * input is (x, (y - 0.25) * 2, w, h * 2) relative to the image; stretched
+ * (the fork's default) the input is resize_image's and the boxes stay
+ * relative to it, so to the image.  Random weights, every box (thresh 0):
+ * float rounding of the mapping only, 1e-5. */
+static void test_letter_box_geometry(void **state)
+{
+    (void)state;
+    network *net = parse_network_cfg("cfg/shapes.cfg");
+    assert_non_null(net);
+    set_batch_network(net, 1);
+    /* Darknet starts the running variances at 0: inference would divide by
+     * sqrt(1e-6) layer after layer into inf and NaN boxes.  1 keeps the
+     * random net's outputs finite. */
+    for (int i = 0; i < net->n; ++i)
+        if (net->layers[i].batch_normalize)
+            for (int k = 0; k < net->layers[i].out_c; ++k)
+                net->layers[i].rolling_variance[k] = 1;
+    image im = make_image(128, 64, 3);
+    for (int i = 0; i < im.w * im.h * im.c; ++i)
+        im.data[i] = (float)((i * 37) % 101) / 100.0f;
+
+    image L = sdnn_detector_input(net, im, 1);
+    image S = sdnn_detector_input(net, im, 0);
+    image R = resize_image(im, 64, 64);
+    assert_int_equal(L.w, 64);
+    assert_int_equal(L.h, 64);
+    assert_int_equal(S.w, 64);
+    assert_int_equal(S.h, 64);
+    int bars = 0, differ = 0;
+    for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 64; ++y)
+            for (int x = 0; x < 64; ++x) {
+                int k = c * 64 * 64 + y * 64 + x;
+                assert_true(S.data[k] == R.data[k]);
+                if (y < 16 || y >= 48) {
+                    assert_true(L.data[k] == 0.5f);
+                    ++bars;
+                }
+                differ += L.data[k] != S.data[k];
+            }
+    assert_int_equal(bars, 3 * 64 * 32);
+    assert_true(differ > 3 * 64 * 32);
+
+    network_predict(net, L.data);
+    int nraw = 0, nmap = 0;
+    detection *raw = get_network_boxes(net, 64, 64, 0, .5f, 0, 1, &nraw);
+    detection *map = sdnn_detector_boxes(net, im, 1, 0, .5f, &nmap);
+    assert_int_equal(nraw, nmap);
+    assert_true(nraw > 0);
+    for (int i = 0; i < nraw; ++i) {
+        box r = raw[i].bbox, m = map[i].bbox;
+        assert_true(isfinite(r.x) && isfinite(r.y) && isfinite(r.w) && isfinite(r.h));
+        assert_true(fabsf(m.x - r.x) < 1e-5f);
+        assert_true(fabsf(m.w - r.w) < 1e-5f);
+        assert_true(fabsf(m.y - (r.y - 0.25f) * 2) < 1e-5f);
+        assert_true(fabsf(m.h - r.h * 2) < 1e-5f);
+    }
+    network_predict(net, S.data);
+    int nst = 0, nsraw = 0;
+    detection *st = sdnn_detector_boxes(net, im, 0, 0, .5f, &nst);
+    detection *sraw = get_network_boxes(net, 64, 64, 0, .5f, 0, 1, &nsraw);
+    assert_int_equal(nst, nmap);
+    assert_int_equal(nsraw, nst);
+    for (int i = 0; i < nst; ++i) {   /* stretched: the network's boxes as they are */
+        box r = sraw[i].bbox, m = st[i].bbox;
+        assert_true(fabsf(m.x - r.x) < 1e-5f && fabsf(m.y - r.y) < 1e-5f);
+        assert_true(fabsf(m.w - r.w) < 1e-5f && fabsf(m.h - r.h) < 1e-5f);
+    }
+    free_detections(sraw, nsraw);
+    int moved = 0;
+    for (int i = 0; i < nst; ++i)
+        moved += fabsf(st[i].bbox.y - map[i].bbox.y) > 1e-3f;
+    assert_true(moved > 0);   /* the flag changes what the network sees */
+    free_detections(raw, nraw);
+    free_detections(map, nmap);
+    free_detections(st, nst);
+    free_image(L);
+    free_image(S);
+    free_image(R);
+    free_image(im);
+    sdnn_network_free(net);
 }
 
 /* ---- 28.7: NaN / inf weights stop map and test ---------------------------------- */
@@ -513,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_train_flags),
         cmocka_unit_test(test_test_valid_recall),
         cmocka_unit_test(test_nonfinite_weights),
+        cmocka_unit_test(test_letter_box_geometry),
         cmocka_unit_test(test_calc_anchors_reference),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
