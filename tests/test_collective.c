@@ -150,6 +150,46 @@ static void run_dense(const char *name, int stochastic)
     sdnn_comm_close(comm);
 }
 
+/* sdnn_wire_bytes is the per-replica mean of what the ring really sends:
+ * W of it is the total the local ring's transport counted, for the dense
+ * ring (codec none: chunks tile the buffer, no headers) and the sparse
+ * all-gather; a formula off by W, 2 or a codec ratio fails here. */
+static void test_wire_bytes_definition(void **state)
+{
+    (void)state;
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, 1, 1e6) == 0);
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, 4, 400) == 600);
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_REDUCE_SCATTER, 4, 400) == 300);
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_ALLGATHER, 4, 400) == 1200);
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_BROADCAST, 4, 400) == 300);
+    assert_true(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, 4, 400) == 600);
+    sdnn_comm *comm = NULL;
+    assert_int_equal(sdnn_comm_open("local", &comm), SDNN_OK);
+    const char *names[] = {"none", "topk"};
+    for (int W = 2; W <= 5; ++W)
+        for (int ci = 0; ci < 2; ++ci) {
+            const sdnn_codec_ops *c = sdnn_codec_find(names[ci]);
+            assert_non_null(c);
+            const size_t n = 1000;
+            world w = make_world(W, n, (uint64_t)(W * 7 + ci));
+            sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+            size_t wire = 0;
+            assert_int_equal(comm->ops->allreduce_mean_coded(comm, c, &p, 5,
+                                                             (const float *const *)w.in, W,
+                                                             w.out, n, &wire),
+                             SDNN_OK);
+            double per = c->dense
+                             ? sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, W, (double)(n * sizeof(float)))
+                             : sdnn_wire_bytes(SDNN_WIRE_ALLGATHER, W,
+                                               (double)c->encoded_size(&p, n));
+            if (fabs(per * W - (double)wire) > 0.5)
+                fail_msg("%s W=%d: the ring sent %zu bytes in all, W x sdnn_wire_bytes = %.1f",
+                         names[ci], W, wire, per * W);
+            free_world(&w);
+        }
+    sdnn_comm_close(comm);
+}
+
 static void test_ring_none(void **state) { (void)state; run_dense("none", 0); }
 static void test_ring_fp16(void **state) { (void)state; run_dense("fp16", 0); }
 static void test_ring_bf16(void **state) { (void)state; run_dense("bf16", 0); }
@@ -290,6 +330,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_chunks_tile),
+        cmocka_unit_test(test_wire_bytes_definition),
         cmocka_unit_test(test_ring_none),
         cmocka_unit_test(test_ring_fp16),
         cmocka_unit_test(test_ring_bf16),

@@ -51,6 +51,20 @@ size_t sdnn_coded_wire_bytes(const sdnn_codec_ops *c, const sdnn_codec_params *p
     return 2 * (size_t)(size - 1) * total;
 }
 
+double sdnn_wire_bytes(sdnn_wire_kind kind, int W, double S)
+{
+    if (W <= 1 || S <= 0) return 0;
+    const double w = (double)W;
+    switch (kind) {
+    case SDNN_WIRE_ALLREDUCE: return 2.0 * (w - 1) / w * S;
+    case SDNN_WIRE_REDUCE_SCATTER: return (w - 1) / w * S;
+    case SDNN_WIRE_ALLGATHER: return (w - 1) * S;
+    case SDNN_WIRE_BROADCAST: return (w - 1) / w * S;
+    case SDNN_WIRE_CENTRAL: return 2.0 * (w - 1) / w * S;
+    }
+    return 0;
+}
+
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
 static sdnn_status shift(sdnn_transport *t, const void *send, size_t slen, void *recv, size_t rlen)

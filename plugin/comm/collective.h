@@ -69,6 +69,40 @@ void sdnn_ring_chunk(size_t n, size_t align, int size, int chunk, size_t *lo, si
 size_t sdnn_coded_wire_bytes(const sdnn_codec_ops *c, const sdnn_codec_params *p,
                              size_t n, int size);
 
+/*
+ * The one definition of bytes on the wire: what EACH replica sends, on
+ * average over the W replicas of the world (all replicas across all
+ * processes: 1 process x 4 devices and 2 x 2 are both W = 4), for one
+ * collective whose per-replica payload is S bytes.  Every figure the
+ * product reports (CSV bytes_exchanged, progress line, timeline, main job,
+ * `scalednn simulate`, the cost model) is a sum of these.
+ *
+ *   ALLREDUCE       ring all-reduce of S bytes: reduce-scatter then
+ *                   all-gather, each chunk of S/W travels W-1 hops twice:
+ *                   2(W-1)/W * S
+ *   REDUCE_SCATTER  (W-1)/W * S
+ *   ALLGATHER       every replica contributes S and receives all others':
+ *                   (W-1) * S
+ *   BROADCAST       S from one root along a ring (or tree): W-1 sends of S
+ *                   in all, (W-1)/W * S each
+ *   CENTRAL         gather S from every replica to a root, root sends the
+ *                   result back (stock averaging): the root sends (W-1)*S,
+ *                   every other replica S, 2(W-1)/W * S each
+ *
+ * A world of one sends nothing.  S is a double so a codec's fractional
+ * ratio and a mean over replicas stay exact enough to compare with a
+ * counter (see sdnn_coded_wire_bytes for the byte-exact coded ring).
+ */
+typedef enum sdnn_wire_kind {
+    SDNN_WIRE_ALLREDUCE = 0,
+    SDNN_WIRE_REDUCE_SCATTER,
+    SDNN_WIRE_ALLGATHER,
+    SDNN_WIRE_BROADCAST,
+    SDNN_WIRE_CENTRAL
+} sdnn_wire_kind;
+
+double sdnn_wire_bytes(sdnn_wire_kind kind, int W, double S);
+
 /* A 64-bit mix of a stream and two counters (for derived streams). */
 uint64_t sdnn_stream_mix(uint64_t stream, uint64_t a, uint64_t b);
 
