@@ -29,6 +29,7 @@
  * links is slower.
  */
 #include "costmodel.h"
+#include "collective.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -171,23 +172,7 @@ sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_p
 sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                        double bytes)
 {
-    sdnn_cm_exchange x = {0, 0, 0, 0};
-    int w = env->world;
-    if (w <= 1 || !(bytes > 0)) return x;
-    double enc = m->enc_Bps > 0 ? bytes / m->enc_Bps : 0;
-    double dec = m->dec_Bps > 0 ? bytes / m->dec_Bps : 0;
-    double coded = bytes * m->ratio;
-    if (m->dense) {
-        x.wire_s = sdnn_cm_ring_allreduce_s(&env->link, w, coded);
-        x.wire_bytes = 2.0 * (w - 1) / w * coded;
-        x.codec_s = enc + (2.0 * w - 1.0) / w * dec;
-    } else {
-        x.wire_s = sdnn_cm_allgather_s(&env->link, w, coded);
-        x.wire_bytes = (double)(w - 1) * coded;
-        x.codec_s = enc + (double)w * dec;
-    }
-    x.total_s = x.codec_s + x.wire_s;
-    return x;
+    return sdnn_cm_exchange_via(env, m, bytes, sdnn_cm_coll_default(m));
 }
 
 /* ---- which collective ----------------------------------------------------- */
@@ -246,11 +231,11 @@ sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_m
     double coded = bytes * m->ratio;
     if (c == SDNN_CM_ALLGATHER) {
         x.wire_s = sdnn_cm_allgather_s(&env->link, w, coded);
-        x.wire_bytes = (double)(w - 1) * coded;
+        x.wire_bytes = sdnn_wire_bytes(SDNN_WIRE_ALLGATHER, w, coded);
         x.codec_s = enc + (double)w * dec;
     } else {
         x.wire_s = sdnn_cm_ring_allreduce_s(&env->link, w, coded);
-        x.wire_bytes = 2.0 * (w - 1) / w * coded;
+        x.wire_bytes = sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, w, coded);
         x.codec_s = c == SDNN_CM_NATIVE ? enc + dec : enc + (2.0 * w - 1.0) / w * dec;
     }
     x.total_s = x.codec_s + x.wire_s;
