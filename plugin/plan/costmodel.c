@@ -143,7 +143,7 @@ double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank)
 
 sdnn_codec_model sdnn_codec_model_none(void)
 {
-    sdnn_codec_model m = {"none", 1.0, 0, 0, 1, 0, 0};
+    sdnn_codec_model m = {"none", 1.0, 0, 0, 1, 0, 0, 0};
     return m;
 }
 
@@ -172,7 +172,7 @@ sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_p
 sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                        double bytes)
 {
-    return sdnn_cm_exchange_via(env, m, bytes, sdnn_cm_coll_default(m));
+    return sdnn_cm_exchange_via(env, m, bytes, sdnn_cm_choose(env, m, bytes, m->colls));
 }
 
 /* ---- which collective ----------------------------------------------------- */
@@ -246,6 +246,7 @@ sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, d
                             unsigned offers)
 {
     sdnn_cm_coll best = sdnn_cm_coll_default(m);
+    if (!m->lossy) return best;
     double t = sdnn_cm_exchange_via(env, m, bytes, best).total_s;
     for (int c = 0; c < SDNN_CM_NCOLL; ++c) {
         if (!(offers & SDNN_CM_OFFERS(c)) || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)c)) continue;

@@ -95,6 +95,11 @@ typedef struct sdnn_codec_model {
      * when the part is complete (exchange.c, sdnn_codec_ef_step), which
      * delays the bucket and the backward of every layer below it. */
     int ef;
+    /* The collectives the backend offers this codec besides collective.c's
+     * way (SDNN_CM_OFFERS bits of sdnn_cm_coll, below; 0: only that way):
+     * SDNN_CM_OFFERS_ALL on the gpu engine's NCCL ring.  The exchange is
+     * priced by the cheapest (sdnn_cm_choose). */
+    unsigned colls;
 } sdnn_codec_model;
 
 /* The identity codec: ratio 1, free, dense, lossless, no error feedback. */
@@ -163,7 +168,8 @@ typedef struct sdnn_cm_exchange {
     double wire_bytes; /* bytes one rank sends */
 } sdnn_cm_exchange;
 
-/* Cost of exchanging `bytes` fp32 bytes with codec model m. */
+/* Cost of exchanging `bytes` fp32 bytes with codec model m, by the cheapest
+ * of the collectives m->colls offers (sdnn_cm_choose). */
 sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                        double bytes);
 /* ---- which collective carries a coded bucket ----------------------------- */
@@ -222,7 +228,8 @@ sdnn_cm_coll sdnn_cm_coll_default(const sdnn_codec_model *m);
 sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                       double bytes, sdnn_cm_coll c);
 /* The cheapest collective among `offers` (SDNN_CM_OFFERS bits) that fits
- * m; the default one wins ties and is always among the candidates. */
+ * m; the default one wins ties and is always among the candidates.  A
+ * lossless codec (none) keeps the default: its mean is exact. */
 sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                             unsigned offers);
 /* One banner line for a bucket: "bucket K (X MB): CODEC via LABEL: T ms
