@@ -1,6 +1,7 @@
 /*
  * nccl_half: the device ring's other collectives (sdnn_dring_exchange)
- * over NCCL at W = 2, 3, 4 and 8 ranks, against an fp64 reference.
+ * over NCCL at W = 1 (a real GPU machine of one device: the calls themselves),
+ * 2, 3, 4 and 8 ranks, against an fp64 reference.
  *
  *   native fp16 / bf16   encode, NCCL's half / bfloat16 allreduce (sum),
  *                        decode, x 1/W: every element within half_ref.h's
@@ -230,7 +231,7 @@ int main(void)
         got[r] = malloc(n * 4);
         input(r, x[r], n);
     }
-    static const int sizes[] = {2, 3, 4, 8};
+    static const int sizes[] = {1, 2, 3, 4, 8};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
         const int W = sizes[k];
         if (W > ndev) {
