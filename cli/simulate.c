@@ -294,10 +294,11 @@ int sdnn_cmd_simulate(int argc, char **argv)
         {.name = "-codec_GBps", .kind = SDNN_FLAG_DOUBLE, .dst = &codec_rate, .lo = 1e-6,
          .hi = 1e6, .meta = "X",
          .help = "encode and decode rate of every lossy codec, GB/s of fp32 input"},
-        {.name = "-nccl", .kind = SDNN_FLAG_INT, .dst = &nccl, .lo = 0, .hi = 1, .meta = "0|1",
+        {.name = "-nccl", .kind = SDNN_FLAG_INT, .dst = &nccl, .lo = 0, .hi = 2, .meta = "0|1|2",
          .help = "1: lossy codecs travel as the gpu engine's NCCL ring moves them, by the "
-                 "cheapest of the coded ring, NCCL's native half/bf16 allreduce and the "
-                 "all-gather, and the collective of each bucket is listed (0)"},
+                 "cheaper of the coded ring and NCCL's native half/bf16 allreduce; 2: the "
+                 "all-gather of dense codecs too (implemented, not yet offered); the collective "
+                 "of each bucket is listed (0)"},
     };
     /* --flag: the syntax of earlier versions, still in older scripts. */
     const sdnn_command usage = {
@@ -402,10 +403,11 @@ int sdnn_cmd_simulate(int argc, char **argv)
     }
 
     if (nccl) {
+        const unsigned colls = nccl == 2 ? SDNN_CM_OFFERS_ALL : SDNN_CM_OFFERS_GPU_ENGINE;
         for (int k = 0; k < nfixed; ++k)
-            if (fixed[k].lossy) fixed[k].colls = SDNN_CM_OFFERS_ALL;
+            if (fixed[k].lossy) fixed[k].colls = colls;
         for (int k = 0; k < nallowed; ++k)
-            if (allowed[k].lossy) allowed[k].colls = SDNN_CM_OFFERS_ALL;
+            if (allowed[k].lossy) allowed[k].colls = colls;
     }
 
     int sw[32], nsw = sweep(multi ? nodes : gpus, sw);
@@ -466,7 +468,7 @@ int sdnn_cmd_simulate(int argc, char **argv)
     }
     printf("(eff = single-GPU step / step: scaling efficiency at a fixed per-GPU batch)\n");
     if (nccl) {
-        printf("\ncollective per bucket (-nccl 1; modelled, not measured):\n");
+        printf("\ncollective per bucket (-nccl %d; modelled, not measured):\n", nccl);
         for (int i = 0; i < nsw; ++i)
             if (rows[i].world > 1)
                 printf("%5d  overlap+%s: %s | planned: %s\n", rows[i].world, codec,

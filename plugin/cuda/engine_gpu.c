@@ -1167,18 +1167,24 @@ static sdnn_status gc_mean(sdnn_comm *c, const float *const *in, int nin, float 
     return sdnn_dring_sync(g->ring);
 }
 
-/* The collectives the ring offers for a lossy codec (sdnn_dring_offers):
- * over NCCL all three, over device copies (virtual devices) the coded
- * ring and the all-gather, chosen by the same model, so that virtual
- * replicas stay bit for bit an NCCL world of the same size wherever NCCL's
- * native allreduce is not the choice.  The identity codec keeps its way. */
+/* The collectives the ring offers for a lossy codec (sdnn_dring_offers)
+ * among those the engine takes (costmodel.h's SDNN_CM_OFFERS_GPU_ENGINE):
+ * over NCCL the native half / bf16 allreduce besides collective.c's ways;
+ * over device copies (virtual devices) only those, bit for bit the host
+ * ring.  The identity codec keeps its way. */
 static unsigned gc_offers(const eg_comm *g, const sdnn_codec_ops *codec)
 {
     if (!g->ring || !codec->lossy) return 0;
     unsigned m = 0;
     for (int k = 0; k < SDNN_CM_NCOLL; ++k)
         if (sdnn_dring_offers(g->ring, codec, (sdnn_cm_coll)k)) m |= SDNN_CM_OFFERS(k);
-    return m;
+    return m & SDNN_CM_OFFERS_GPU_ENGINE;
+}
+
+/* The ring is NCCL's (not device copies): the banner's collectives apply. */
+static int gc_over_nccl(const eg_comm *g)
+{
+    return g->ring && sdnn_dring_offers(g->ring, &sdnn_codec_fp16, SDNN_CM_NATIVE);
 }
 
 static int gc_world(const eg_comm *g)
@@ -1198,8 +1204,10 @@ static void gc_env(const eg_comm *g, const sdnn_codec_ops *codec, const sdnn_cod
     env->ncodecs = 1;
 }
 
-/* The banner's line for a bucket the first time it travels (process 0):
- * what was chosen and why, in the model's terms. */
+/* The banner's line for a bucket the first time one of its codec and size
+ * travels (process 0; buckets of equal size share a line, and a re-plan's
+ * new sizes are listed when they first travel): what was chosen and why,
+ * in the model's terms. */
 static void gc_say(eg_comm *g, const sdnn_codec_ops *codec, const sdnn_codec_params *p, size_t n,
                    unsigned offers)
 {
@@ -1220,8 +1228,9 @@ static void gc_say(eg_comm *g, const sdnn_codec_ops *codec, const sdnn_codec_par
         if (strstr(desc, "simulated"))
             snprintf(dev, sizeof dev, "; simulated devices: the choice and the arithmetic, never "
                      "NCCL's timing");
-        printf("scalednn: collective per bucket over NCCL (cost model: link %s %.1f us %.0f GB/s, "
-               "device codecs %.0f GB/s, world %d%s):\n", env.link.name, env.link.alpha_s * 1e6,
+        printf("scalednn: collective per bucket over NCCL, in the order buckets of a new size "
+               "first travel (cost model: link %s %.1f us %.0f GB/s, device codecs %.0f GB/s, "
+               "world %d%s):\n", env.link.name, env.link.alpha_s * 1e6,
                env.link.beta_Bps / 1e9, g->codec_Bps / 1e9, env.world, dev);
     }
     char line[256];
@@ -1257,7 +1266,7 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
         sdnn_codec_model m;
         gc_env(g, codec, p, &env, &m);
         const sdnn_cm_coll path = sdnn_cm_choose(&env, &m, (double)n * sizeof(float), offers);
-        gc_say(g, codec, p, n, offers);
+        if (gc_over_nccl(g)) gc_say(g, codec, p, n, offers);
         SDNN_CHECK(sdnn_dring_exchange(g->ring, path, codec, p, stream, in, out, n, &sent));
     } else {
         SDNN_CHECK(sdnn_dring_coded(g->ring, codec, p, stream, in, out, n, &sent));

@@ -548,9 +548,13 @@ static sdnn_status native_allreduce(sdnn_dring *R, int codec, const sdnn_codec_p
         sdnn_status e2 = sdnn_dnccl_group_end();
         if (st == SDNN_OK) st = e2;
         if (st != SDNN_OK) {
-            ring_abort(R);
-            return SDNN_ERROR(SDNN_ERR_COMM, "ncclAllReduce (%s) failed (communicators "
-                              "aborted): %s", hc->name, sdnn_last_error());
+            /* The reason rides on the abort into the operations it cancels
+             * (a rank whose part was queued reports it from its stream). */
+            char why[512];
+            snprintf(why, sizeof why, "ncclAllReduce (%s) failed: %s", hc->name,
+                     sdnn_last_error());
+            ring_abort_because(R, why);
+            return SDNN_ERROR(SDNN_ERR_COMM, "%s (communicators aborted)", why);
         }
         *wire += (size_t)R->nlocal * 2 * (size_t)(W - 1) * enc / (size_t)W;
     }

@@ -281,11 +281,20 @@ void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, doub
     int o = snprintf(buf, len, "bucket %d (%s): %s via %s: %.3f ms predicted", bucket, size,
                      m->name, sdnn_cm_coll_label(c, m), t * 1e3);
     if (o < 0 || (size_t)o >= len) return;
-    if (alt >= 0)
-        snprintf(buf + o, len - (size_t)o, " vs %s %.3f ms", sdnn_cm_coll_label((sdnn_cm_coll)alt, m),
-                 ta * 1e3);
-    else
-        snprintf(buf + o, len - (size_t)o, " (the only way)");
+    int o2 = alt >= 0 ? snprintf(buf + o, len - (size_t)o, " vs %s %.3f ms",
+                                 sdnn_cm_coll_label((sdnn_cm_coll)alt, m), ta * 1e3)
+                      : snprintf(buf + o, len - (size_t)o, " (the only way)");
+    if (o2 < 0 || (size_t)(o + o2) >= len) return;
+    o += o2;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
+        if (k == (int)c || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k) || (offers & SDNN_CM_OFFERS(k)) ||
+            k == (int)sdnn_cm_coll_default(m))
+            continue;
+        double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
+        if (tk < t && (size_t)o < len)
+            o += snprintf(buf + o, len - (size_t)o, "; %s %.3f ms not offered",
+                          sdnn_cm_coll_label((sdnn_cm_coll)k, m), tk * 1e3);
+    }
 }
 
 double sdnn_cm_ef_s(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes)

@@ -211,6 +211,16 @@ typedef enum sdnn_cm_coll {
 #define SDNN_CM_OFFERS_ALL (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE) | \
                             SDNN_CM_OFFERS(SDNN_CM_ALLGATHER))
 
+/* What the gpu engine's NCCL ring offers a lossy codec today: NCCL's native
+ * half / bf16 allreduce besides collective.c's ways.  The dense all-gather
+ * (ring.c) is implemented, tested and priced, but not offered: the host
+ * backends carry dense codecs by the coded ring, and where the all-gather
+ * wins (small buckets, W = 2) the gpu engine's int8 results would part from
+ * the cpu engine's and the host backends' (tests/gpu/engine_ops and engines
+ * compare them); offering it is one bit here once those agree. */
+#define SDNN_CM_OFFERS_GPU_ENGINE \
+    (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE))
+
 /* "coded ring", "nccl half all-reduce" ... ("native" names the type for
  * the codec: sdnn_cm_coll_label). */
 const char *sdnn_cm_coll_name(sdnn_cm_coll c);
@@ -234,7 +244,8 @@ sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, d
                             unsigned offers);
 /* One banner line for a bucket: "bucket K (X MB): CODEC via LABEL: T ms
  * predicted vs ALT T2 ms" (ALT the cheapest other offered collective that
- * fits, or "(the only way)"), without a newline, into buf. */
+ * fits, or "(the only way)"), then "; LABEL T3 ms not offered" for a
+ * cheaper collective that fits but is not offered; no newline. */
 void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                          unsigned offers, int bucket, char *buf, size_t len);
 

@@ -135,9 +135,9 @@ fi
 # ---- the collective per bucket (issue 24 step 3) ----------------------------------------
 # 1 process x 4 devices with compress=fp16 and int8: the banner lists each bucket's
 # collective as the cost model chose it ("scalednn:   bucket K (SIZE): CODEC via
-# PATH: T ms predicted vs ALT T2 ms"); the chosen one is never the dearer, fp16 never
-# takes the coded ring (NCCL's half allreduce sends its bytes with less codec work),
-# and the run trains.
+# PATH: T ms predicted vs ALT T2 ms"); the chosen one is never the dearer of those
+# offered, fp16 never takes the coded ring (NCCL's half allreduce sends its bytes with
+# less codec work), and the run trains.
 for codec in fp16 int8; do
     tag=c1x4-$codec
     sed -e "s/^compress=none/compress=$codec/" cfg/shapes-scalednn.cfg >"$W/$tag.cfg"
@@ -147,12 +147,13 @@ for codec in fp16 int8; do
     rc=$?
     lines=$(grep -c "^scalednn:   bucket [0-9]* (.*): $codec via " "$W/$tag.log")
     dear=$(awk '/^scalednn:   bucket [0-9]* \(/ && / ms predicted vs / {
-                 for (i = 1; i <= NF; ++i) { if ($i == "predicted") t = $(i - 2); if ($i == "vs") a = $(NF - 1) }
+                 a = ""; for (i = 1; i <= NF; ++i) { if ($i == "predicted") t = $(i - 2)
+                     if ($i == "vs" && a == "") for (j = i + 1; j <= NF; ++j) if ($j ~ /^ms;?$/) { a = $(j - 1); break } }
                  if (t + 0 > a + 0) n++ } END { print n + 0 }' "$W/$tag.log")
     if [ $rc -ne 0 ]; then
         tail -5 "$W/$tag.log"
         bad "$tag: compress=$codec, 1 process x 4 devices, exited $rc ($W/$tag.log)"
-    elif ! grep -q "^scalednn: collective per bucket over NCCL (cost model: link .*, world 4; simulated devices" "$W/$tag.log"; then
+    elif ! grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: link .*, world 4; simulated devices" "$W/$tag.log"; then
         bad "$tag: no banner header for the collective per bucket ($W/$tag.log)"
     elif [ "$lines" -lt 1 ] || [ "$dear" -ne 0 ]; then
         bad "$tag: $lines bucket lines for $codec, $dear choosing the dearer collective ($W/$tag.log)"
