@@ -97,7 +97,7 @@ typedef struct sdnn_codec_model {
     int ef;
     /* The collectives the backend offers this codec besides collective.c's
      * way (SDNN_CM_OFFERS bits of sdnn_cm_coll, below; 0: only that way):
-     * SDNN_CM_OFFERS_ALL on the gpu engine's NCCL ring.  The exchange is
+     * SDNN_CM_OFFERS_GPU_ENGINE on the gpu engine's NCCL ring.  The exchange is
      * priced by the cheapest (sdnn_cm_choose). */
     unsigned colls;
 } sdnn_codec_model;
@@ -177,8 +177,9 @@ sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_
 /*
  * The ways a backend can move a coded bucket; sdnn_cm_exchange_cost prices
  * collective.c's default (the coded ring for a dense codec, the all-gather
- * for a sparse one); the gpu engine's NCCL ring offers all three
- * (plugin/cuda/ring.c) and takes the cheapest (sdnn_cm_choose).  Per rank,
+ * for a sparse one); the device ring runs all three (plugin/cuda/ring.c),
+ * the gpu engine offers SDNN_CM_OFFERS_GPU_ENGINE of them and takes the
+ * cheapest (sdnn_cm_choose).  Per rank,
  * S fp32 bytes, S_c = ratio x S coded, enc = S/enc_Bps, dec = S/dec_Bps:
  *
  *   coded ring  2(W-1)(a + S_c/(W b)) + enc + (2W-1)/W dec   (dense codecs:
