@@ -106,6 +106,7 @@ typedef struct sim_row {
     sdnn_cm_result r[NVARIANTS];
     int nb[NVARIANTS];
     char coll[NVARIANTS][192];   /* -nccl 1: the collective of each bucket (issue 24) */
+    double wire[NVARIANTS];   /* bytes each replica sends per step (collective.h) */
 } sim_row;
 
 /* "fp16: 3 nccl half all-reduce, 2 all-gather; none: 4" for plan pl. */
@@ -143,6 +144,17 @@ typedef struct sim_setup {
     int nallowed;
 } sim_setup;
 
+/* Bytes each replica sends in a step of plan pl: the cost model's figure
+ * per bucket, collective.h's one definition (what the trainer's CSV,
+ * progress line and timeline report for the same buckets and codecs). */
+static double plan_wire(const sdnn_cm_env *e, const sdnn_plan *pl)
+{
+    double sum = 0;
+    for (int k = 0; k < pl->nb; ++k)
+        sum += sdnn_cm_exchange_cost(e, &e->codecs[pl->b[k].codec], pl->b[k].bytes).wire_bytes;
+    return sum;
+}
+
 static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int per_node,
                           sim_row *row)
 {
@@ -179,6 +191,7 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
         row->r[v] = pl.pred;
         row->nb[v] = pl.nb;
         describe_colls(&pl, &e, row->coll[v], sizeof row->coll[v]);
+        row->wire[v] = plan_wire(&e, &pl);
         sdnn_plan_free(&pl);
     }
     sdnn_cm_env e = {ring, row->world, 1, s->allowed, s->nallowed};
@@ -188,6 +201,7 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
     row->r[V_PLANNED] = pl.pred;
     row->nb[V_PLANNED] = pl.nb;
     describe_colls(&pl, &e, row->coll[V_PLANNED], sizeof row->coll[V_PLANNED]);
+    row->wire[V_PLANNED] = plan_wire(&e, &pl);
     sdnn_plan_free(&pl);
     return 0;
 }
@@ -215,7 +229,7 @@ static int write_csv(const char *cmd, const char *path, const sim_row *rows, int
         return 1;
     }
     fprintf(f, "topology,link,variant,nodes,gpus_per_node,world,step_s,compute_s,exposed_s,"
-               "comm_s,efficiency,images_per_s,buckets\n");
+               "comm_s,efficiency,images_per_s,buckets,wire_bytes_per_replica\n");
     double one = rows[0].r[V_OVERLAP].compute_s;
     double images = (double)prof->batch * prof->subdivisions;
     for (int i = 0; i < nrows; ++i) {
@@ -223,10 +237,11 @@ static int write_csv(const char *cmd, const char *path, const sim_row *rows, int
         const sdnn_link *l = row->nodes > 1 ? &t->inter : &t->intra;
         for (int v = 0; v < NVARIANTS; ++v) {
             const sdnn_cm_result *r = &row->r[v];
-            fprintf(f, "%s,%s,%s,%d,%d,%d,%.9g,%.9g,%.9g,%.9g,%.6f,%.3f,%d\n", t->name, l->name,
-                    variant_name(v, codec), row->nodes, row->per_node, row->world, r->step_s,
-                    r->compute_s, r->exposed_s, r->comm_s, one / r->step_s,
-                    row->world * images / r->step_s, v == V_STOCK ? 0 : row->nb[v]);
+            fprintf(f, "%s,%s,%s,%d,%d,%d,%.9g,%.9g,%.9g,%.9g,%.6f,%.3f,%d,%.0f\n", t->name,
+                    l->name, variant_name(v, codec), row->nodes, row->per_node, row->world,
+                    r->step_s, r->compute_s, r->exposed_s, r->comm_s, one / r->step_s,
+                    row->world * images / r->step_s, v == V_STOCK ? 0 : row->nb[v],
+                    v == V_STOCK ? 0 : row->wire[v]);
         }
     }
     if (fclose(f) != 0) {
@@ -459,12 +474,13 @@ int sdnn_cmd_simulate(int argc, char **argv)
     for (int v = 0; v < NVARIANTS; ++v) printf(" | %-17s", variant_name(v, codec));
     printf("\n%11s", "");
     for (int v = 0; v < NVARIANTS; ++v) printf(" | %9s %7s", "step_ms", "eff");
-    printf("\n");
+    printf(" | MB each replica sends a step: none, %s, planned\n", codec);
     for (int i = 0; i < nsw; ++i) {
         printf("%5d %5d", rows[i].world, rows[i].nodes);
         for (int v = 0; v < NVARIANTS; ++v)
             printf(" | %9.3f %7.3f", rows[i].r[v].step_s * 1e3, one / rows[i].r[v].step_s);
-        printf("\n");
+        printf(" | %.3f, %.3f, %.3f\n", rows[i].wire[V_OVERLAP] / 1e6, rows[i].wire[V_CODEC] / 1e6,
+               rows[i].wire[V_PLANNED] / 1e6);
     }
     printf("(eff = single-GPU step / step: scaling efficiency at a fixed per-GPU batch)\n");
     if (nccl) {

@@ -40,7 +40,9 @@ echo
 echo "== time to mAP@0.5 >= $TARGET on 2 CPU replicas (logs and CSVs in runs/, weights in backup/)"
 sh scripts/compare.sh -target "$TARGET" stock=runs/stock.csv scalednn=runs/scalednn.csv \
     scalednn-fp16=runs/scalednn-fp16.csv
-echo "(time: training only, evaluations excluded; saving: against stock's time to the target)"
+echo "(time: training only, evaluations excluded; saving: against stock's time to the target;"
+echo " MB/step: what each replica sends a step, collective.h's definition: stock's central"
+echo " average 2(W-1)/W of the weights every interval, scalednn's ring 2(W-1)/W of the coded gradient)"
 echo
 echo "== throughput of the same runs"
 sh scripts/compare.sh stock=runs/stock.csv scalednn=runs/scalednn.csv \

@@ -3,6 +3,7 @@
  * adds its ops table to `registry`; callers only ever see sdnn_comm_ops.
  */
 #include "comm.h"
+#include "collective.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -148,15 +149,28 @@ int sdnn_comm_hierarchical(const sdnn_comm *c) { return c->ops->hierarchical; }
 
 int sdnn_comm_has_coded(const sdnn_comm *c) { return c->ops->allreduce_mean_coded != NULL; }
 
+/* The world's replicas: every process holds nin (the layout agrees). */
+static int world_replicas(const sdnn_comm *c, int nin)
+{
+    return (c->size > 0 ? c->size : 1) * (nin > 0 ? nin : 1);
+}
+
+/* Bytes each replica sends (collective.h's one definition), rounded to a
+ * byte: the mean over this process's nin replicas of what they sent. */
+static size_t per_replica(size_t raw, int nin)
+{
+    const size_t k = (size_t)(nin > 0 ? nin : 1);
+    return (raw + k / 2) / k;
+}
+
 sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
                                      float *out, size_t n, size_t *wire)
 {
     if (wire) *wire = 0;
     SDNN_CHECK(c->ops->allreduce_mean(c, in, nin, out, n));
-    if (wire) {
-        size_t P = (size_t)c->size, bytes = n * sizeof(float);
-        *wire = P > 1 ? 2u * (P - 1) * bytes / P : 2u * (size_t)(nin > 0 ? nin - 1 : 0) * bytes;
-    }
+    if (wire)
+        *wire = (size_t)(sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, world_replicas(c, nin),
+                                         (double)(n * sizeof(float))) + 0.5);
     return SDNN_OK;
 }
 
@@ -169,7 +183,20 @@ sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *c
     if (!c->ops->allreduce_mean_coded)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "backend %s has no compressed allreduce",
                           c->ops->name);
-    return c->ops->allreduce_mean_coded(c, codec, p, stream, in, nin, out, n, wire);
+    size_t raw = 0;
+    SDNN_CHECK(c->ops->allreduce_mean_coded(c, codec, p, stream, in, nin, out, n, &raw));
+    if (!wire) return SDNN_OK;
+    const int W = world_replicas(c, nin);
+    if (c->ops->hierarchical && nin > 1) {
+        /* The local stage is a memory mean: count the flat world's coded
+         * collective so that every layout of W replicas reports one figure
+         * (the processes themselves sent `raw`, 2(P-1)/P of the coded mean). */
+        size_t all = sdnn_coded_wire_bytes(codec, p, n, W);
+        *wire = per_replica(all, W);
+    } else {
+        *wire = per_replica(raw, nin);
+    }
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_comm_broadcast(sdnn_comm *c, float *buf, size_t n)
@@ -182,7 +209,14 @@ sdnn_status sdnn_comm_central_mean(sdnn_comm *c, float *buf, size_t n, size_t *w
     if (wire) *wire = 0;
     if (!c->ops->central_mean)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "backend %s has no central mean", c->ops->name);
-    return c->ops->central_mean(c, buf, n, wire);
+    size_t raw = 0;
+    SDNN_CHECK(c->ops->central_mean(c, buf, n, &raw));
+    /* Each process's mean over the processes (process 0 sends size-1 times
+     * what the others send). */
+    if (wire)
+        *wire = (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, c->size,
+                                         (double)(n * sizeof(float))) + 0.5);
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_comm_barrier(sdnn_comm *c) { return c->ops->barrier(c); }

@@ -55,7 +55,8 @@ typedef struct sdnn_comm_ops {
      * every buffer of every process.  Each local buffer is a rank of the
      * ring, or, for a hierarchical backend, each process with the fp32 mean
      * of its local buffers (see `hierarchical`).  *wire (may be NULL) =
-     * encoded bytes this process sent.  out[r] may alias in[r]. */
+     * encoded bytes this process's nin buffers sent in all (a hierarchical
+     * backend: this process's own sends).  out[r] may alias in[r]. */
     sdnn_status (*allreduce_mean_coded)(sdnn_comm *c, const sdnn_codec_ops *codec,
                                         const sdnn_codec_params *p, uint64_t stream,
                                         const float *const *in, int nin,
@@ -104,10 +105,13 @@ void sdnn_comm_close(sdnn_comm *c);
 
 /* The calls of an open handle: callers use these, never c->ops->.  Each
  * forwards to the backend (comments on sdnn_comm_ops above).  *wire (may
- * be NULL) = bytes this process sent, reported the same way by both
- * allreduces: the coded one counts what the backend sent; the plain one
- * counts what a ring sends, one rank per process across processes
- * (2 (P-1) B / P) and one per buffer inside one process (2 (nin-1) B). */
+ * be NULL) = the bytes EACH replica sends, collective.h's one definition
+ * (sdnn_wire_bytes) over the world's W = size x nin replicas, the same for
+ * 1 process x 4 buffers and 2 x 2: the coded one is the mean over this
+ * process's buffers of what the backend counted (a hierarchical backend
+ * with several buffers: the flat world's sdnn_coded_wire_bytes / W, its
+ * local stage being a memory mean); the plain one is a ring all-reduce's
+ * 2(W-1)/W x 4n. */
 const char *sdnn_comm_name(const sdnn_comm *c);
 int sdnn_comm_hierarchical(const sdnn_comm *c);
 int sdnn_comm_has_coded(const sdnn_comm *c);

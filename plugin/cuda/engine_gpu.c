@@ -1255,6 +1255,9 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
         for (int r = 0; r < nin; ++r) hin[r] = hout[r] = g->h + (size_t)r * n;
         SDNN_CHECK(sdnn_comm_allreduce_mean_coded(g->host, codec, p, stream, hin, nin, hout, n,
                                                   wire));
+        /* The host comm said what each replica sends; this table reports
+         * its nin buffers' sum, as the device ring does (comm.h). */
+        if (wire) *wire *= (size_t)nin;
         for (int r = 0; r < nin; ++r) SDNN_CHECK(from_host(g, hout[r], out[r], n));
         return tl_exchange_end(E);
     }

@@ -5,6 +5,7 @@
  * every replica.
  */
 #include "stock.h"
+#include "collective.h"
 #include "replicas.h"
 
 #include <math.h>
@@ -77,7 +78,10 @@ sdnn_status sdnn_stock_sync(network **nets, int n, int interval, size_t *bytes)
                 sdnn_layer_params(&nets[r]->layers[i], pr);
                 memcpy(pr[j].val, host, len * sizeof *host);
             }
-            *bytes += 2u * (size_t)n * len * sizeof(float);
+            /* collective.h's definition: what each of the n replicas sends
+             * for a central average (the host's sends included). */
+            *bytes += (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, n,
+                                               (double)(len * sizeof(float))) + 0.5);
         }
     }
     free(host);
@@ -122,7 +126,10 @@ sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int in
         free(all);
         return st;
     }
-    *bytes += wire;
+    /* One central average over every replica of every process. */
+    (void)wire;
+    *bytes = (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, n * comm->size,
+                                      (double)(total * sizeof(float))) + 0.5);
     off = 0;
     for (int i = 0; i < base->n; ++i) {
         if (!averaged_type(base->layers[i].type)) continue;

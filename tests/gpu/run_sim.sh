@@ -134,6 +134,9 @@ run_script cli_sim
 # backend=nccl under mpirun: 2 processes x 2 devices on one NCCL communicator
 # against 1 x 4 and backend=mpi, a killed and a stopped rank.
 run_script cli_nccl
+# Bytes each replica sends against the simulated NCCL's counter, and the
+# matrix {1x4, 2x2} x codecs x {bucket_mb fixed, auto} x {nccl, auto} (issue 24).
+run_script cli_bytes
 # The loader -> preload ring path end to end: engine=gpu against engine=cpu
 # per iteration (preload 1-3, split=device0, subdivisions, stock, -map,
 # resume, random=1).

@@ -56,6 +56,7 @@
  */
 #include "sim.h"
 #include "codec.h"
+#include "collective.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,6 +141,11 @@ struct clique {
     long fault_after, calls;
 };
 
+/* The bytes a rank sent through the simulated NCCL, by operation. */
+typedef struct sim_bytes {
+    double send, allreduce, broadcast;
+} sim_bytes;
+
 struct sdnn_dnccl {
     clique *q;
     int rank, device;
@@ -151,6 +157,7 @@ struct sdnn_dnccl {
     uint64_t coll_seq;
     long units;                     /* units queued so far (fault injection) */
     int inflight;                   /* units queued that name it */
+    sim_bytes counted;              /* what passed through it (count_op) */
 };
 
 /* One message of an operation between processes: its header and payload
@@ -283,6 +290,60 @@ static void clique_free(clique *q)
     free(q);
 }
 
+/* ---- the byte counter (tests read it; the real nccl.cu cannot count) -------- *
+ * A send counts its bytes.  A collective counts what NCCL's ring sends per
+ * rank for it (collective.h's sdnn_wire_bytes: all-reduce 2(W-1)/W x S,
+ * broadcast (W-1)/W x S): this stand-in moves a collective's data by other
+ * messages, which are not what a rank of a ring would send.  An operation
+ * counts when it is queued.  With SDNN_SIM_NCCL_BYTES=FILE every rank
+ * appends one line to FILE when its communicator is freed:
+ *   sim-nccl-bytes rank R of W: T sent (send S, allreduce A, broadcast B)
+ * (one write per line, O_APPEND, so the ranks of several processes share
+ * a file). */
+static void count_op(sdnn_dnccl *c, const dop *o)
+{
+    const int W = c->q->nranks;
+    switch (o->kind) {
+    case NOP_SEND: c->counted.send += (double)o->bytes; break;
+    case NOP_ALLREDUCE:
+        /* the element type's size (half / bfloat16: 2 bytes, issue 24) */
+        c->counted.allreduce += sdnn_wire_bytes(
+            SDNN_WIRE_ALLREDUCE, W,
+            (double)(o->n * sdnn_dnccl_type_bytes((sdnn_dnccl_type)o->dtype)));
+        break;
+    case NOP_BCAST:
+        c->counted.broadcast += sdnn_wire_bytes(SDNN_WIRE_BROADCAST, W,
+                                                (double)(o->n * sizeof(float)));
+        break;
+    default: break;
+    }
+}
+
+double sdnn_dnccl_sim_sent(const sdnn_dnccl *c)
+{
+    return c ? c->counted.send + c->counted.allreduce + c->counted.broadcast : 0;
+}
+
+static void dump_counted(const sdnn_dnccl *c)
+{
+    const char *path = getenv("SDNN_SIM_NCCL_BYTES");
+    if (!path || !*path) return;
+    char line[256];
+    int len = snprintf(line, sizeof line,
+                       "sim-nccl-bytes rank %d of %d: %.0f sent (send %.0f, allreduce %.0f, "
+                       "broadcast %.0f)\n",
+                       c->rank, c->q->nranks, sdnn_dnccl_sim_sent(c), c->counted.send,
+                       c->counted.allreduce, c->counted.broadcast);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "simulated NCCL: SDNN_SIM_NCCL_BYTES=%s: cannot open it\n", path);
+        return;
+    }
+    if (len > 0 && write(fd, line, (size_t)len) != len)
+        fprintf(stderr, "simulated NCCL: SDNN_SIM_NCCL_BYTES=%s: short write\n", path);
+    close(fd);
+}
+
 static sdnn_status comm_new(clique *q, int rank, sdnn_dctx *ctx, sdnn_dnccl **out)
 {
     sdnn_dnccl *c = calloc(1, sizeof *c);
@@ -311,6 +372,7 @@ static sdnn_status comm_new(clique *q, int rank, sdnn_dctx *ctx, sdnn_dnccl **ou
 static void comm_free_locked(sdnn_dnccl *c)
 {
     clique *q = c->q;
+    dump_counted(c);
     if (q->rank[c->rank] == c) q->rank[c->rank] = NULL;
     free(c->send_seq);
     free(c->recv_seq);
@@ -1193,6 +1255,7 @@ static sdnn_status add_op(dop *o)
         if (o->kind == NOP_SEND) o->seq = c->send_seq[o->peer]++;
         else if (o->kind == NOP_RECV) o->seq = c->recv_seq[o->peer]++;
         else o->seq = c->coll_seq++;
+        count_op(c, o);
     }
     pthread_mutex_unlock(&g_mu);
     if (st != SDNN_OK) return st;

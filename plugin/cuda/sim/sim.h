@@ -59,4 +59,10 @@ sdnn_status sdnn_sim_stream_sync(sdnn_dctx *c, int stream, const char *call);
 #ifdef __cplusplus
 }
 #endif
+/* Bytes rank c sent through the simulated NCCL so far (sim/nccl.c's
+ * counter: sends as sent, collectives as NCCL's ring sends them).  Only
+ * simulated builds have it: on GPU=1 the figures are collective.h's
+ * formula, real NCCL does not count. */
+double sdnn_dnccl_sim_sent(const sdnn_dnccl *c);
+
 #endif
