@@ -105,8 +105,34 @@ typedef struct sim_row {
     int nodes, per_node, world;
     sdnn_cm_result r[NVARIANTS];
     int nb[NVARIANTS];
+    char coll[NVARIANTS][192];   /* -nccl 1: the collective of each bucket (issue 24) */
     double wire[NVARIANTS];   /* bytes each replica sends per step (collective.h) */
 } sim_row;
+
+/* "fp16: 3 nccl half all-reduce, 2 all-gather; none: 4" for plan pl. */
+static void describe_colls(const sdnn_plan *pl, const sdnn_cm_env *e, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int c = 0; c < e->ncodecs; ++c) {
+        const sdnn_codec_model *m = &e->codecs[c];
+        int cnt[SDNN_CM_NCOLL] = {0}, any = 0;
+        for (int k = 0; k < pl->nb; ++k)
+            if (pl->b[k].codec == c) {
+                ++cnt[sdnn_cm_choose(e, m, pl->b[k].bytes, m->colls)];
+                ++any;
+            }
+        if (!any || o >= len) continue;
+        o += (size_t)snprintf(buf + o, len - o, "%s%s:", o ? "; " : "", m->name);
+        const char *sep = " ";
+        for (int k = 0; k < SDNN_CM_NCOLL && o < len; ++k) {
+            if (!cnt[k]) continue;
+            o += (size_t)snprintf(buf + o, len - o, "%s%d %s", sep, cnt[k],
+                                  m->lossy ? sdnn_cm_coll_label((sdnn_cm_coll)k, m) : "plain");
+            sep = ", ";
+        }
+    }
+}
 
 typedef struct sim_setup {
     const sdnn_cost_profile *prof;
@@ -164,6 +190,7 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
             return sdnn_cli_fail(cmd);
         row->r[v] = pl.pred;
         row->nb[v] = pl.nb;
+        describe_colls(&pl, &e, row->coll[v], sizeof row->coll[v]);
         row->wire[v] = plan_wire(&e, &pl);
         sdnn_plan_free(&pl);
     }
@@ -173,6 +200,7 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
     if (sdnn_plan_auto(s->prof, &e, &po, &pl) != SDNN_OK) return sdnn_cli_fail(cmd);
     row->r[V_PLANNED] = pl.pred;
     row->nb[V_PLANNED] = pl.nb;
+    describe_colls(&pl, &e, row->coll[V_PLANNED], sizeof row->coll[V_PLANNED]);
     row->wire[V_PLANNED] = plan_wire(&e, &pl);
     sdnn_plan_free(&pl);
     return 0;
@@ -240,7 +268,7 @@ int sdnn_cmd_simulate(int argc, char **argv)
     const char *cmd = "simulate";
     const char *topo_s = NULL, *profile_in = NULL, *csv = NULL, *linkname = NULL;
     const char *codec = "fp16", *allow = NULL, *device_s = NULL, *pos[1] = {0};
-    int gpus = 0, nodes = 0, iters = 10, interval = 0, nodes_s = 0;
+    int gpus = 0, nodes = 0, iters = 10, interval = 0, nodes_s = 0, nccl = 0;
     double speed = 1, bucket_mb = 0, codec_rate = 0;
     char device_help[256], link_help[256], codec_help[160];
     snprintf(device_help, sizeof device_help, "the modelled GPU: %s, or cpu (this machine's "
@@ -281,6 +309,11 @@ int sdnn_cmd_simulate(int argc, char **argv)
         {.name = "-codec_GBps", .kind = SDNN_FLAG_DOUBLE, .dst = &codec_rate, .lo = 1e-6,
          .hi = 1e6, .meta = "X",
          .help = "encode and decode rate of every lossy codec, GB/s of fp32 input"},
+        {.name = "-nccl", .kind = SDNN_FLAG_INT, .dst = &nccl, .lo = 0, .hi = 2, .meta = "0|1|2",
+         .help = "1: lossy codecs travel as the gpu engine's NCCL ring moves them, by the "
+                 "cheaper of the coded ring and NCCL's native half/bf16 allreduce; 2: the "
+                 "all-gather of dense codecs too (implemented, not yet offered); the collective "
+                 "of each bucket is listed (0)"},
     };
     /* --flag: the syntax of earlier versions, still in older scripts. */
     const sdnn_command usage = {
@@ -384,6 +417,14 @@ int sdnn_cmd_simulate(int argc, char **argv)
             if (allowed[k].lossy) allowed[k].enc_Bps = allowed[k].dec_Bps = codec_rate * 1e9;
     }
 
+    if (nccl) {
+        const unsigned colls = nccl == 2 ? SDNN_CM_OFFERS_ALL : SDNN_CM_OFFERS_GPU_ENGINE;
+        for (int k = 0; k < nfixed; ++k)
+            if (fixed[k].lossy) fixed[k].colls = colls;
+        for (int k = 0; k < nallowed; ++k)
+            if (allowed[k].lossy) allowed[k].colls = colls;
+    }
+
     int sw[32], nsw = sweep(multi ? nodes : gpus, sw);
     rows = calloc((size_t)nsw, sizeof *rows);
     if (!rows) {
@@ -442,6 +483,13 @@ int sdnn_cmd_simulate(int argc, char **argv)
                rows[i].wire[V_PLANNED] / 1e6);
     }
     printf("(eff = single-GPU step / step: scaling efficiency at a fixed per-GPU batch)\n");
+    if (nccl) {
+        printf("\ncollective per bucket (-nccl %d; modelled, not measured):\n", nccl);
+        for (int i = 0; i < nsw; ++i)
+            if (rows[i].world > 1)
+                printf("%5d  overlap+%s: %s | planned: %s\n", rows[i].world, codec,
+                       rows[i].coll[V_CODEC], rows[i].coll[V_PLANNED]);
+    }
     if (csv) {
         if (write_csv(cmd, csv, rows, nsw, &topo, &prof, codec)) goto done;
         printf("CSV: %s\n", csv);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "collective.h"
 #include "costmodel.h"
 #include "exchange.h"
 #include "plan.h"
@@ -57,7 +58,7 @@ static sdnn_link link_of(double alpha, double beta)
     return l;
 }
 
-static const sdnn_codec_model NONE_ONLY[] = {{"none", 1.0, 0, 0, 1, 0, 0}};
+static const sdnn_codec_model NONE_ONLY[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0}};
 
 static sdnn_cm_env env_of(sdnn_link l, int world, int overlap, const sdnn_codec_model *c,
                           int nc)
@@ -104,7 +105,7 @@ static void test_collective_formulas(void **state)
 static void test_codec_costs(void **state)
 {
     (void)state;
-    sdnn_codec_model m[] = {{"fp16", 0.5, 1e9, 2e9, 1, 1, 0}, {"topk", 0.02, 1e9, 1e10, 0, 1, 1}};
+    sdnn_codec_model m[] = {{"fp16", 0.5, 1e9, 2e9, 1, 1, 0, 0}, {"topk", 0.02, 1e9, 1e10, 0, 1, 1, 0}};
     sdnn_cm_env e = env_of(link_of(0, 1e9), 2, 1, m, 2);
     /* fp16, W=2, B=4e6: wire 2*1*(2e6/2e9) = 2e-3; codec: encode 4e6/1e9
      * = 4e-3, decode (2W-1)/W = 1.5 buckets at 2e9: 3e-3. */
@@ -205,7 +206,7 @@ static void test_error_feedback(void **state)
 {
     (void)state;
     sdnn_cost_profile p = hand_profile();
-    sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0}, {"lossy", 0.5, 100, 100, 1, 1, 1}};
+    sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"lossy", 0.5, 100, 100, 1, 1, 1, 0}};
     sdnn_cm_env e = env_of(link_of(0.5, 100), 2, 1, m, 2);
     sdnn_cm_bucket b[2] = {{.lo = 2, .hi = 2, .codec = 1}, {.lo = 0, .hi = 1, .codec = 0}};
     sdnn_cm_bucket_bytes(&p, b, 2);
@@ -573,11 +574,11 @@ static void check_against_brute_force(int n, int m, const sdnn_cm_env *e,
 }
 
 static const sdnn_codec_model CODECS3[2][3] = {
-    {{"none", 1.0, 0, 0, 1, 0, 0}, {"fp16", 0.5, 4e9, 8e9, 1, 1, 0},
-     {"int8", 0.2578125, 2e9, 4e9, 1, 1, 0}},
+    {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"fp16", 0.5, 4e9, 8e9, 1, 1, 0, 0},
+     {"int8", 0.2578125, 2e9, 4e9, 1, 1, 0, 0}},
     /* with error feedback */
-    {{"none", 1.0, 0, 0, 1, 0, 0}, {"fp16", 0.5, 4e9, 8e9, 1, 1, 1},
-     {"topk", 0.02, 1e9, 2e10, 0, 1, 1}},
+    {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"fp16", 0.5, 4e9, 8e9, 1, 1, 1, 0},
+     {"topk", 0.02, 1e9, 2e10, 0, 1, 1, 0}},
 };
 
 static void test_plan_matches_brute_force(void **state)
@@ -697,7 +698,7 @@ static void test_codec_choice(void **state)
     /* alpha 1 ms dominates a 1 KiB bucket: fp16 saves 2 x 512/2e9 s of
      * wire, less than 0.1% of its 2 ms; a 64 MiB bucket halves its ~69 ms
      * of wire for ~3 ms of codec work. */
-    sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0}, {"fp16", 0.5, 50e9, 50e9, 1, 1, 0}};
+    sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"fp16", 0.5, 50e9, 50e9, 1, 1, 0, 0}};
     sdnn_cm_env e = env_of(link_of(1e-3, 1e9), 2, 1, m, 2);
     sdnn_plan_opts o = SDNN_PLAN_OPTS_INIT;
     const double small = 1024, big = 64.0 * 1024 * 1024;
@@ -710,7 +711,7 @@ static void test_codec_choice(void **state)
     sdnn_plan_opts minkb = {0, 2 * big, 0.05};
     assert_int_equal(sdnn_plan_best_codec(&e, &minkb, big), 0);
     /* A codec that costs more than it saves is never chosen. */
-    sdnn_codec_model slow[] = {{"none", 1.0, 0, 0, 1, 0, 0}, {"fp16", 0.5, 1e8, 1e8, 1, 1, 0}};
+    sdnn_codec_model slow[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"fp16", 0.5, 1e8, 1e8, 1, 1, 0, 0}};
     sdnn_cm_env es = env_of(link_of(1e-3, 1e9), 2, 1, slow, 2);
     assert_int_equal(sdnn_plan_best_codec(&es, &greedy, big), 0);
     /* Only lossy codecs allowed: the fastest of them; a plan then cannot
@@ -962,10 +963,108 @@ static void test_probe_codec(void **state)
     assert_int_equal(m.dense, 0);
 }
 
+/* ---- which collective carries a bucket (issue 24) -------------------------------- */
+
+/* The three collectives by hand: W = 4, a = 10 us, b = 1e9 B/s, S = 4 MB of
+ * fp32 (ratio 0.5: S_c = 2 MB), enc = dec = 1e9 B/s (4 ms each):
+ *   coded ring  6 (1e-5 + 2e6 / 4e9) + 4e-3 + 7/4 4e-3  = 3.06e-3 + 11e-3
+ *   native      6 (1e-5 + 2e6 / 4e9) + 4e-3 + 4e-3      = 3.06e-3 + 8e-3
+ *   all-gather  3 (1e-5 + 2e6 / 1e9) + 4e-3 + 4 4e-3    = 6.03e-3 + 20e-3 */
+static void test_collective_costs(void **state)
+{
+    (void)state;
+    const sdnn_codec_model m = {"fp16", 0.5, 1e9, 1e9, 1, 1, 0, 0};
+    sdnn_cm_env e = env_of(link_of(1e-5, 1e9), 4, 1, &m, 1);
+    const double S = 4e6;
+    sdnn_cm_exchange r = sdnn_cm_exchange_via(&e, &m, S, SDNN_CM_CODED_RING);
+    sdnn_cm_exchange n = sdnn_cm_exchange_via(&e, &m, S, SDNN_CM_NATIVE);
+    sdnn_cm_exchange g = sdnn_cm_exchange_via(&e, &m, S, SDNN_CM_ALLGATHER);
+    NEAR(r.wire_s, 3.06e-3);
+    NEAR(r.codec_s, 11e-3);
+    NEAR(n.wire_s, 3.06e-3);
+    NEAR(n.codec_s, 8e-3);
+    NEAR(g.wire_s, 6.03e-3);
+    NEAR(g.codec_s, 20e-3);
+    /* the wire bytes are collective.c's one definition */
+    NEAR(r.wire_bytes, sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, 4, 2e6));
+    NEAR(n.wire_bytes, 3e6);
+    NEAR(g.wire_bytes, sdnn_wire_bytes(SDNN_WIRE_ALLGATHER, 4, 2e6));
+    NEAR(g.wire_bytes, 6e6);
+    /* the default is the coded ring: exchange_cost unchanged */
+    sdnn_cm_exchange d = sdnn_cm_exchange_cost(&e, &m, S);
+    NEAR(d.total_s, r.total_s);
+    /* native only for fp16 / bf16; the ring only for dense codecs */
+    const sdnn_codec_model i8 = {"int8", 0.254, 1e9, 1e9, 1, 1, 0, 0};
+    const sdnn_codec_model tk = {"topk", 0.02, 1e9, 1e9, 0, 1, 1, 0};
+    const sdnn_codec_model b16 = {"bf16", 0.5, 1e9, 1e9, 1, 1, 0, 0};
+    assert_true(sdnn_cm_coll_fits(&b16, SDNN_CM_NATIVE));
+    assert_false(sdnn_cm_coll_fits(&i8, SDNN_CM_NATIVE));
+    assert_false(sdnn_cm_coll_fits(&tk, SDNN_CM_CODED_RING));
+    assert_true(isinf(sdnn_cm_exchange_via(&e, &tk, S, SDNN_CM_CODED_RING).total_s));
+    assert_string_equal(sdnn_cm_coll_label(SDNN_CM_NATIVE, &m), "nccl half all-reduce");
+    assert_string_equal(sdnn_cm_coll_label(SDNN_CM_NATIVE, &b16), "nccl bf16 all-reduce");
+}
+
+/* The choice as the model predicts it. */
+static void test_collective_choice(void **state)
+{
+    (void)state;
+    const sdnn_codec_model h = {"fp16", 0.5, 50e9, 50e9, 1, 1, 0, 0};
+    const sdnn_codec_model b16 = {"bf16", 0.5, 50e9, 50e9, 1, 1, 0, 0};
+    const sdnn_codec_model tk = {"topk", 0.01, 5e9, 50e9, 0, 1, 1, 0};
+    const unsigned ring_only = SDNN_CM_OFFERS(SDNN_CM_CODED_RING);
+    /* Large buckets at every world: fp16 and bf16 by NCCL's native
+     * allreduce (the coded ring's bytes, less codec work); nothing offered:
+     * the default.  top-k has only the all-gather. */
+    for (int W = 2; W <= 64; W *= 2) {
+        sdnn_cm_env e = env_of(link_of(5e-6, 24e9), W, 1, &h, 1);
+        assert_int_equal(sdnn_cm_choose(&e, &h, 64e6, SDNN_CM_OFFERS_ALL), SDNN_CM_NATIVE);
+        assert_int_equal(sdnn_cm_choose(&e, &b16, 64e6, SDNN_CM_OFFERS_ALL), SDNN_CM_NATIVE);
+        assert_int_equal(sdnn_cm_choose(&e, &h, 64e6, ring_only), SDNN_CM_CODED_RING);
+        assert_int_equal(sdnn_cm_choose(&e, &h, 64e6, 0), SDNN_CM_CODED_RING);
+        assert_int_equal(sdnn_cm_choose(&e, &tk, 64e6, SDNN_CM_OFFERS_ALL), SDNN_CM_ALLGATHER);
+        assert_int_equal(sdnn_cm_choose(&e, &tk, 64e6, ring_only), SDNN_CM_ALLGATHER);
+        /* native saves exactly (W-1)/W of a decode over the coded ring */
+        double d = sdnn_cm_exchange_via(&e, &h, 64e6, SDNN_CM_CODED_RING).total_s -
+                   sdnn_cm_exchange_via(&e, &h, 64e6, SDNN_CM_NATIVE).total_s;
+        NEAR(d, (W - 1.0) / W * 64e6 / 50e9);
+    }
+    /* int8: the all-gather below S* = a W / ((W-2) r / b + (W-1) / d), the
+     * coded ring above (costmodel.h), at W = 4, 8, 16, 64. */
+    const double a = 20e-6, b = 12e9, r = 0.254, dr = 100e9;
+    const sdnn_codec_model i8 = {"int8", r, 20e9, dr, 1, 1, 0, 0};
+    for (int W = 4; W <= 64; W *= 2) {
+        sdnn_cm_env e = env_of(link_of(a, b), W, 1, &i8, 1);
+        const double Sx = a * W / ((W - 2) * r / b + (W - 1) / dr);
+        assert_int_equal(sdnn_cm_choose(&e, &i8, 0.95 * Sx, SDNN_CM_OFFERS_ALL),
+                         SDNN_CM_ALLGATHER);
+        assert_int_equal(sdnn_cm_choose(&e, &i8, 1.05 * Sx, SDNN_CM_OFFERS_ALL),
+                         SDNN_CM_CODED_RING);
+        NEAR(sdnn_cm_exchange_via(&e, &i8, Sx, SDNN_CM_ALLGATHER).total_s,
+             sdnn_cm_exchange_via(&e, &i8, Sx, SDNN_CM_CODED_RING).total_s);
+    }
+    /* W = 2 with free codecs: the same bytes, half the latencies: always
+     * the all-gather. */
+    const sdnn_codec_model free8 = {"int8", r, 0, 0, 1, 1, 0, 0};
+    sdnn_cm_env e2 = env_of(link_of(a, b), 2, 1, &free8, 1);
+    assert_int_equal(sdnn_cm_choose(&e2, &free8, 1e9, SDNN_CM_OFFERS_ALL), SDNN_CM_ALLGATHER);
+    /* the banner's line */
+    sdnn_cm_env e4 = env_of(link_of(5e-6, 24e9), 4, 1, &h, 1);
+    char line[256];
+    sdnn_cm_choice_line(&e4, &h, 1.2e6, SDNN_CM_OFFERS_ALL, 3, line, sizeof line);
+    assert_non_null(strstr(line, "bucket 3 (1.20 MB): fp16 via nccl half all-reduce: "));
+    assert_non_null(strstr(line, " ms predicted vs "));
+    sdnn_cm_choice_line(&e4, &tk, 1.2e6, SDNN_CM_OFFERS_ALL, 0, line, sizeof line);
+    assert_non_null(strstr(line, "topk via all-gather: "));
+    assert_non_null(strstr(line, "(the only way)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_collective_formulas),
+        cmocka_unit_test(test_collective_costs),
+        cmocka_unit_test(test_collective_choice),
         cmocka_unit_test(test_codec_costs),
         cmocka_unit_test(test_codec_model_ratios),
         cmocka_unit_test(test_one_bucket),

@@ -23,6 +23,7 @@
 extern "C" {
 #endif
 #include "codec.h"
+#include "costmodel.h"
 
 /* ---- devices and contexts -------------------------------------------------- */
 
@@ -325,6 +326,22 @@ sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, 
                                      float *out, size_t n);
 sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf, size_t n,
                                  int root);
+/* The element types of sdnn_dnccl_allreduce_sum_typed: NCCL's ncclFloat,
+ * ncclHalf (IEEE binary16) and ncclBfloat16, each element 4, 2, 2 bytes in
+ * the fp16 / bf16 codecs' encoding. */
+typedef enum sdnn_dnccl_type {
+    SDNN_DNCCL_FLOAT = 0,
+    SDNN_DNCCL_HALF = 1,
+    SDNN_DNCCL_BF16 = 2,
+} sdnn_dnccl_type;
+/* Bytes of one element of type t. */
+size_t sdnn_dnccl_type_bytes(sdnn_dnccl_type t);
+/* ncclAllReduce(ncclSum) of n elements of type t, summed in that type: the
+ * partial sums of NCCL's ring are rounded to t at every step (the
+ * simulated NCCL does exactly that: sim/nccl.c states its order). */
+sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int stream,
+                                           const void *in, void *out, size_t n,
+                                           sdnn_dnccl_type t);
 
 /* ---- collectives on devices ------------------------------------------------------ */
 
@@ -358,6 +375,20 @@ void sdnn_dring_destroy(sdnn_dring *r);
 sdnn_status sdnn_dring_coded(sdnn_dring *r, const sdnn_codec_ops *codec,
                              const sdnn_codec_params *p, uint64_t stream, const float *const *in,
                              float *const *out, size_t n, size_t *wire);
+/* The same mean by another collective (costmodel.h's sdnn_cm_coll):
+ *   SDNN_CM_CODED_RING  sdnn_dring_coded's ring (dense codecs);
+ *   SDNN_CM_NATIVE      fp16 / bf16 over NCCL only: encode once, NCCL's
+ *                       half / bfloat16 allreduce (sum), decode, x 1/W;
+ *   SDNN_CM_ALLGATHER   every rank's encoded bucket to every rank, the W
+ *                       lists accumulated in rank order, x 1/W (the only
+ *                       way of a sparse codec; int8 too).
+ * SDNN_ERR_UNSUPPORTED where sdnn_dring_offers says 0.  Every rank gets
+ * the same bits. */
+sdnn_status sdnn_dring_exchange(sdnn_dring *r, sdnn_cm_coll path, const sdnn_codec_ops *codec,
+                                const sdnn_codec_params *p, uint64_t stream,
+                                const float *const *in, float *const *out, size_t n,
+                                size_t *wire);
+int sdnn_dring_offers(const sdnn_dring *r, const sdnn_codec_ops *codec, sdnn_cm_coll path);
 /* out[r] = mean of in[] (device transport: sdnn_mean_buffers' order, bit
  * for bit; NCCL: ncclAllReduce sum, then x 1/world). */
 sdnn_status sdnn_dring_mean(sdnn_dring *r, const float *const *in, float *const *out, size_t n,

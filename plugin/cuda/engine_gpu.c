@@ -1047,6 +1047,8 @@ static void eg_set_timeline(sdnn_engine *e, struct sdnn_timeline *tl)
  *         devices the NCCL is sim/nccl.c's, between processes through
  *         shared memory: the host logic, ordering and arithmetic, never
  *         real NCCL's behaviour. */
+enum { EG_SAID_MAX = 64 };
+
 typedef struct eg_comm {
     gpu_engine *E;
     sdnn_comm *host;             /* the trainer's (not owned) */
@@ -1054,7 +1056,23 @@ typedef struct eg_comm {
     sdnn_dring *ring;
     float *h;                    /* pinned: every local buffer, between processes */
     size_t h_n;
+    /* The pricing of each bucket's collective (sdnn_cm_choose): the link
+     * (sdnn_gpu_engine_comm_set_link, default SDNN_EG_LINK) and the device
+     * codecs' rate (SDNN_EG_CODEC_BPS). */
+    sdnn_link link;
+    double codec_Bps;
+    /* Buckets the banner has described: (codec, elements) in first-seen order. */
+    int nsaid;
+    int said_codec[EG_SAID_MAX];
+    size_t said_n[EG_SAID_MAX];
 } eg_comm;
+
+/* Until the step hands over its measured link, an NVLink4-class link
+ * between the devices (costmodel.c's nvlink4: 3 us, 450 GB/s). */
+#define SDNN_EG_LINK "nvlink4"
+/* Device codec kernels stream the bucket at memory speed: 1e12 fp32 bytes/s
+ * (an HBM-class device moves several TB/s; the kernels read and write). */
+#define SDNN_EG_CODEC_BPS 1e12
 
 static int spans_processes(const eg_comm *g) { return g->host && g->host->size > 1; }
 /* Through host memory to the mpi backend (backend=mpi between processes). */
@@ -1149,6 +1167,79 @@ static sdnn_status gc_mean(sdnn_comm *c, const float *const *in, int nin, float 
     return sdnn_dring_sync(g->ring);
 }
 
+/* The collectives the ring offers for a lossy codec (sdnn_dring_offers)
+ * among those the engine takes (costmodel.h's SDNN_CM_OFFERS_GPU_ENGINE):
+ * over NCCL the native half / bf16 allreduce besides collective.c's ways;
+ * over device copies (virtual devices) only those, bit for bit the host
+ * ring.  The identity codec keeps its way. */
+static unsigned gc_offers(const eg_comm *g, const sdnn_codec_ops *codec)
+{
+    if (!g->ring || !codec->lossy) return 0;
+    unsigned m = 0;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k)
+        if (sdnn_dring_offers(g->ring, codec, (sdnn_cm_coll)k)) m |= SDNN_CM_OFFERS(k);
+    return m & SDNN_CM_OFFERS_GPU_ENGINE;
+}
+
+/* The ring is NCCL's (not device copies): the banner's collectives apply. */
+static int gc_over_nccl(const eg_comm *g)
+{
+    return g->ring && sdnn_dring_offers(g->ring, &sdnn_codec_fp16, SDNN_CM_NATIVE);
+}
+
+static int gc_world(const eg_comm *g)
+{
+    return g->world_ring ? g->host->size * g->E->n : g->E->n;
+}
+
+static void gc_env(const eg_comm *g, const sdnn_codec_ops *codec, const sdnn_codec_params *p,
+                   sdnn_cm_env *env, sdnn_codec_model *m)
+{
+    memset(env, 0, sizeof *env);
+    env->link = g->link;
+    env->world = gc_world(g);
+    env->overlap = 1;
+    *m = sdnn_codec_model_of(codec, p, g->codec_Bps, g->codec_Bps);
+    env->codecs = m;
+    env->ncodecs = 1;
+}
+
+/* The banner's line for a bucket the first time one of its codec and size
+ * travels (process 0; buckets of equal size share a line, and a re-plan's
+ * new sizes are listed when they first travel): what was chosen and why,
+ * in the model's terms. */
+static void gc_say(eg_comm *g, const sdnn_codec_ops *codec, const sdnn_codec_params *p, size_t n,
+                   unsigned offers)
+{
+    int id = sdnn_dcodec_of(codec);
+    for (int i = 0; i < g->nsaid; ++i)
+        if (g->said_codec[i] == id && g->said_n[i] == n) return;
+    if (g->nsaid == EG_SAID_MAX) return;
+    g->said_codec[g->nsaid] = id;
+    g->said_n[g->nsaid] = n;
+    const int k = g->nsaid++;
+    if (g->host && g->host->rank != 0) return;
+    sdnn_cm_env env;
+    sdnn_codec_model m;
+    gc_env(g, codec, p, &env, &m);
+    if (k == 0) {
+        char dev[160] = "", desc[256];
+        eg_describe_device(sdnn_dctx_device(g->E->rep[0].vd), desc, sizeof desc);
+        if (strstr(desc, "simulated"))
+            snprintf(dev, sizeof dev, "; simulated devices: the choice and the arithmetic, never "
+                     "NCCL's timing");
+        printf("scalednn: collective per bucket over NCCL, in the order buckets of a new size "
+               "first travel (cost model: link %s %.1f us %.0f GB/s, device codecs %.0f GB/s, "
+               "world %d%s):\n", env.link.name, env.link.alpha_s * 1e6,
+               env.link.beta_Bps / 1e9, g->codec_Bps / 1e9, env.world, dev);
+    }
+    char line[256];
+    sdnn_cm_choice_line(&env, &m, (double)n * sizeof(float), offers, k, line, sizeof line);
+    printf("scalednn:   %s\n", line);
+    if (g->nsaid == EG_SAID_MAX) printf("scalednn:   (further buckets not listed)\n");
+    fflush(stdout);
+}
+
 static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdnn_codec_params *p,
                             uint64_t stream, const float *const *in, int nin, float *const *out,
                             size_t n, size_t *wire)
@@ -1172,7 +1263,17 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
     }
     size_t sent = 0;
     sdnn_dring_set_timeout(g->ring, c->timeout_s);
-    SDNN_CHECK(sdnn_dring_coded(g->ring, codec, p, stream, in, out, n, &sent));
+    const unsigned offers = gc_offers(g, codec);
+    if (offers) {
+        sdnn_cm_env env;
+        sdnn_codec_model m;
+        gc_env(g, codec, p, &env, &m);
+        const sdnn_cm_coll path = sdnn_cm_choose(&env, &m, (double)n * sizeof(float), offers);
+        if (gc_over_nccl(g)) gc_say(g, codec, p, n, offers);
+        SDNN_CHECK(sdnn_dring_exchange(g->ring, path, codec, p, stream, in, out, n, &sent));
+    } else {
+        SDNN_CHECK(sdnn_dring_coded(g->ring, codec, p, stream, in, out, n, &sent));
+    }
     SDNN_CHECK(tl_exchange_end(E));
     SDNN_CHECK(sdnn_dring_sync(g->ring));
     if (wire) *wire = sent;
@@ -1319,6 +1420,8 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     }
     g->E = E;
     g->host = host;
+    (void)sdnn_link_find(SDNN_EG_LINK, &g->link);
+    g->codec_Bps = SDNN_EG_CODEC_BPS;
     c->ops = &gc_ops;
     c->rank = host ? host->rank : 0;
     c->size = host ? host->size : 1;
@@ -1341,6 +1444,17 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     say_path(g);
     E->comm = c;
     *out = c;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link)
+{
+    if (!c || c->ops != &gc_ops || !c->impl)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "not the gpu engine's comm");
+    if (!link || !(link->beta_Bps > 0) || link->alpha_s < 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "gpu engine comm: a link needs bandwidth > 0 and "
+                          "latency >= 0");
+    ((eg_comm *)c->impl)->link = *link;
     return SDNN_OK;
 }
 

@@ -21,6 +21,7 @@
 extern "C" {
 #endif
 #include "comm.h"
+#include "costmodel.h"
 
 extern const sdnn_comm_ops sdnn_comm_nccl_ops;
 extern const sdnn_comm_ops sdnn_comm_device_ops;
@@ -50,6 +51,13 @@ sdnn_status sdnn_gpucomm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops
                                               size_t n, size_t *wire);
 sdnn_status sdnn_gpucomm_broadcast(sdnn_comm *c, float *buf, size_t n);
 sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c);
+
+/* The link the gpu engine's comm (engine_comm_open's, not these backends)
+ * prices each bucket's collective with (sdnn_cm_choose: coded ring, NCCL's
+ * native half / bf16 allreduce or the all-gather), e.g. the one the step
+ * measured; until then costmodel.c's nvlink4.  SDNN_ERR_INVALID for
+ * another comm. */
+sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link);
 
 #ifdef __cplusplus
 }

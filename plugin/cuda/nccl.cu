@@ -23,6 +23,8 @@
 #include <nccl.h>
 #endif
 
+extern "C" size_t sdnn_dnccl_type_bytes(sdnn_dnccl_type t) { return t == SDNN_DNCCL_FLOAT ? 4 : 2; }
+
 struct sdnn_dnccl {
 #if SDNN_NCCL
     ncclComm_t comm;
@@ -283,6 +285,25 @@ extern "C" sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, i
                   "ncclAllReduce");
 }
 
+/* ncclHalf and ncclBfloat16 are in every NCCL this project builds against
+ * (2.10 and later with CUDA 11+; CUDA 13 ships 2.28); NCCL sums them in
+ * their own type, rounding each step's partial sum. */
+extern "C" sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int stream,
+                                                      const void *in, void *out, size_t n,
+                                                      sdnn_dnccl_type t)
+{
+    SDNN_CHECK(alive(c, "ncclAllReduce"));
+    ncclDataType_t dt;
+    switch (t) {
+    case SDNN_DNCCL_FLOAT: dt = ncclFloat; break;
+    case SDNN_DNCCL_HALF: dt = ncclHalf; break;
+    case SDNN_DNCCL_BF16: dt = ncclBfloat16; break;
+    default: return SDNN_ERROR(SDNN_ERR_INVALID, "ncclAllReduce: element type %d", (int)t);
+    }
+    return queued(c, ncclAllReduce(in, out, n, dt, ncclSum, c->comm, ctx->s[stream]),
+                  "ncclAllReduce");
+}
+
 extern "C" sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf,
                                             size_t n, int root)
 {
@@ -339,6 +360,13 @@ extern "C" sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, i
                                                 const float *in, float *out, size_t n)
 {
     (void)c; (void)ctx; (void)stream; (void)in; (void)out; (void)n;
+    return no_nccl();
+}
+extern "C" sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int stream,
+                                                      const void *in, void *out, size_t n,
+                                                      sdnn_dnccl_type t)
+{
+    (void)c; (void)ctx; (void)stream; (void)in; (void)out; (void)n; (void)t;
     return no_nccl();
 }
 extern "C" sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf,

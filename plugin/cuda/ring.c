@@ -32,6 +32,7 @@
 
 #include "collective.h"
 #include "comm.h"
+#include "costmodel.h"
 
 typedef struct ring_rank {
     sdnn_dctx *ctx;         /* where this rank's kernels run */
@@ -448,8 +449,12 @@ static sdnn_status dense_ring(sdnn_dring *R, int codec, const sdnn_codec_params 
     return SDNN_OK;
 }
 
-static sdnn_status sparse_allgather(sdnn_dring *R, int codec, const sdnn_codec_params *p,
-                                    uint64_t stream, size_t n, size_t *wire)
+/* Every rank's whole encoded bucket to every rank (W-1 shifts of the
+ * ring), then each rank accumulates the W decoded lists in rank order and
+ * scales: the same bits everywhere.  Sparse codecs always travel so; a
+ * dense one (int8) when sdnn_dring_exchange is asked to. */
+static sdnn_status allgather(sdnn_dring *R, int codec, const sdnn_codec_params *p,
+                             uint64_t stream, size_t n, size_t *wire)
 {
     const sdnn_codec_ops *hc = sdnn_dcodec_host(codec);
     const int W = R->world;
@@ -500,9 +505,101 @@ sdnn_status sdnn_dring_coded(sdnn_dring *R, const sdnn_codec_ops *codec,
         R->r[i].out = out[i];
     }
     sdnn_status st = codec->dense ? dense_ring(R, id, p, stream, n, &sent)
-                                  : sparse_allgather(R, id, p, stream, n, &sent);
+                                  : allgather(R, id, p, stream, n, &sent);
     if (wire) *wire += sent;
     /* Whatever failed, the ranks may be out of step now. */
+    if (st != SDNN_OK) ring_abort(R);
+    return st;
+}
+
+/* fp16 and bf16 through NCCL's own allreduce in that type: each rank
+ * encodes its bucket once (the codec's kernel), NCCL sums the halves
+ * (ncclSum, partial sums rounded to the type at every step of its ring),
+ * each rank decodes the sum and scales it by 1/W in fp32.  A partial sum
+ * past the type's range overflows to +-inf as the codec's own rule says
+ * (fp16: |s| >= 65520), as the coded ring's re-encoded partial sums do. */
+static sdnn_status native_allreduce(sdnn_dring *R, int codec, const sdnn_codec_params *p,
+                                    uint64_t stream, size_t n, size_t *wire)
+{
+    const sdnn_codec_ops *hc = sdnn_dcodec_host(codec);
+    const sdnn_dnccl_type t = codec == SDNN_DCODEC_FP16 ? SDNN_DNCCL_HALF : SDNN_DNCCL_BF16;
+    const int W = R->world;
+    const size_t enc = hc->encoded_size(p, n), stride = round256(enc);
+    if (enc != n * sdnn_dnccl_type_bytes(t))
+        return SDNN_ERROR(SDNN_ERR_INTERNAL, "native allreduce: codec %s encodes %zu elements "
+                          "in %zu bytes, not one %zu-byte element each", hc->name, n, enc,
+                          sdnn_dnccl_type_bytes(t));
+    const size_t cs = round256(sdnn_dcodec_scratch_bytes(codec, p, n));
+    EACH(k) {
+        SDNN_CHECK(reserve(k, stride + cs));
+        k->sbuf = k->scratch;
+        k->cscratch = k->scratch + stride;
+        SDNN_CHECK(bind(k));
+        SDNN_CHECK(sdnn_dcodec_encode(k->ctx, SDNN_STREAM_COMM, codec, p, k->in, n, k->sbuf,
+                                      sdnn_stream_mix(stream, (uint64_t)k->rank, 0), k->cscratch));
+    }
+    if (W > 1) {
+        sdnn_status st = sdnn_dnccl_group_start();
+        EACH(k) {
+            if (st != SDNN_OK) break;
+            st = sdnn_dnccl_allreduce_sum_typed(k->comm, k->ctx, SDNN_STREAM_COMM, k->sbuf,
+                                                k->sbuf, n, t);
+        }
+        sdnn_status e2 = sdnn_dnccl_group_end();
+        if (st == SDNN_OK) st = e2;
+        if (st != SDNN_OK) {
+            /* The reason rides on the abort into the operations it cancels
+             * (a rank whose part was queued reports it from its stream). */
+            char why[512];
+            snprintf(why, sizeof why, "ncclAllReduce (%s) failed: %s", hc->name,
+                     sdnn_last_error());
+            ring_abort_because(R, why);
+            return SDNN_ERROR(SDNN_ERR_COMM, "%s (communicators aborted)", why);
+        }
+        *wire += (size_t)R->nlocal * 2 * (size_t)(W - 1) * enc / (size_t)W;
+    }
+    const float inv = 1.0f / (float)W;
+    EACH(k) {
+        SDNN_CHECK(bind(k));
+        SDNN_CHECK(sdnn_dcodec_decode(k->ctx, SDNN_STREAM_COMM, codec, p, k->sbuf, n, k->out));
+        if (W > 1) SDNN_CHECK(sdnn_k_scale(k->ctx, SDNN_STREAM_COMM, k->out, n, inv));
+    }
+    return SDNN_OK;
+}
+
+int sdnn_dring_offers(const sdnn_dring *R, const sdnn_codec_ops *codec, sdnn_cm_coll path)
+{
+    const int id = sdnn_dcodec_of(codec);
+    if (id < 0) return 0;
+    switch (path) {
+    case SDNN_CM_CODED_RING: return codec->dense;
+    case SDNN_CM_NATIVE: return R->nccl && (id == SDNN_DCODEC_FP16 || id == SDNN_DCODEC_BF16);
+    case SDNN_CM_ALLGATHER: return 1;
+    default: return 0;
+    }
+}
+
+sdnn_status sdnn_dring_exchange(sdnn_dring *R, sdnn_cm_coll path, const sdnn_codec_ops *codec,
+                                const sdnn_codec_params *p, uint64_t stream,
+                                const float *const *in, float *const *out, size_t n, size_t *wire)
+{
+    SDNN_CHECK(refuse_failed(R));
+    if (!sdnn_dring_offers(R, codec, path))
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "device ring: codec %s cannot travel by %s%s",
+                          codec ? codec->name : "(null)", sdnn_cm_coll_name(path),
+                          path == SDNN_CM_NATIVE && !R->nccl ? " (it needs NCCL)" : "");
+    if (path == SDNN_CM_CODED_RING || (path == SDNN_CM_ALLGATHER && !codec->dense))
+        return sdnn_dring_coded(R, codec, p, stream, in, out, n, wire);
+    if (n == 0) return SDNN_OK;
+    const int id = sdnn_dcodec_of(codec);
+    for (int i = 0; i < R->nlocal; ++i) {
+        R->r[i].in = in[i];
+        R->r[i].out = out[i];
+    }
+    size_t sent = 0;
+    sdnn_status st = path == SDNN_CM_NATIVE ? native_allreduce(R, id, p, stream, n, &sent)
+                                            : allgather(R, id, p, stream, n, &sent);
+    if (wire) *wire += sent;
     if (st != SDNN_OK) ring_abort(R);
     return st;
 }

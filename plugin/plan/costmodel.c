@@ -29,6 +29,7 @@
  * links is slower.
  */
 #include "costmodel.h"
+#include "collective.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -142,7 +143,7 @@ double sdnn_cm_allgather_s(const sdnn_link *l, int world, double bytes_per_rank)
 
 sdnn_codec_model sdnn_codec_model_none(void)
 {
-    sdnn_codec_model m = {"none", 1.0, 0, 0, 1, 0, 0};
+    sdnn_codec_model m = {"none", 1.0, 0, 0, 1, 0, 0, 0};
     return m;
 }
 
@@ -171,23 +172,129 @@ sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_p
 sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                        double bytes)
 {
+    return sdnn_cm_exchange_via(env, m, bytes, sdnn_cm_choose(env, m, bytes, m->colls));
+}
+
+/* ---- which collective ----------------------------------------------------- */
+
+static const char *const coll_names[SDNN_CM_NCOLL] = {"coded ring", "nccl native all-reduce",
+                                                      "all-gather"};
+
+const char *sdnn_cm_coll_name(sdnn_cm_coll c)
+{
+    return c >= 0 && c < SDNN_CM_NCOLL ? coll_names[c] : "(no collective)";
+}
+
+/* The encodings NCCL reduces in their own type, and its name for each. */
+static const char *native_type(const sdnn_codec_model *m)
+{
+    if (!strcmp(m->name, "fp16")) return "half";
+    if (!strcmp(m->name, "bf16")) return "bf16";
+    return NULL;
+}
+
+const char *sdnn_cm_coll_label(sdnn_cm_coll c, const sdnn_codec_model *m)
+{
+    if (c != SDNN_CM_NATIVE) return sdnn_cm_coll_name(c);
+    const char *t = native_type(m);
+    if (!t) return sdnn_cm_coll_name(c);
+    return !strcmp(t, "half") ? "nccl half all-reduce" : "nccl bf16 all-reduce";
+}
+
+int sdnn_cm_coll_fits(const sdnn_codec_model *m, sdnn_cm_coll c)
+{
+    switch (c) {
+    case SDNN_CM_CODED_RING: return m->dense;
+    case SDNN_CM_NATIVE: return native_type(m) != NULL;
+    case SDNN_CM_ALLGATHER: return 1;
+    default: return 0;
+    }
+}
+
+sdnn_cm_coll sdnn_cm_coll_default(const sdnn_codec_model *m)
+{
+    return m->dense ? SDNN_CM_CODED_RING : SDNN_CM_ALLGATHER;
+}
+
+sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_model *m,
+                                      double bytes, sdnn_cm_coll c)
+{
     sdnn_cm_exchange x = {0, 0, 0, 0};
+    if (!sdnn_cm_coll_fits(m, c)) {
+        x.total_s = x.wire_s = HUGE_VAL;
+        return x;
+    }
     int w = env->world;
     if (w <= 1 || !(bytes > 0)) return x;
     double enc = m->enc_Bps > 0 ? bytes / m->enc_Bps : 0;
     double dec = m->dec_Bps > 0 ? bytes / m->dec_Bps : 0;
     double coded = bytes * m->ratio;
-    if (m->dense) {
-        x.wire_s = sdnn_cm_ring_allreduce_s(&env->link, w, coded);
-        x.wire_bytes = 2.0 * (w - 1) / w * coded;
-        x.codec_s = enc + (2.0 * w - 1.0) / w * dec;
-    } else {
+    if (c == SDNN_CM_ALLGATHER) {
         x.wire_s = sdnn_cm_allgather_s(&env->link, w, coded);
-        x.wire_bytes = (double)(w - 1) * coded;
+        x.wire_bytes = sdnn_wire_bytes(SDNN_WIRE_ALLGATHER, w, coded);
         x.codec_s = enc + (double)w * dec;
+    } else {
+        x.wire_s = sdnn_cm_ring_allreduce_s(&env->link, w, coded);
+        x.wire_bytes = sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, w, coded);
+        x.codec_s = c == SDNN_CM_NATIVE ? enc + dec : enc + (2.0 * w - 1.0) / w * dec;
     }
     x.total_s = x.codec_s + x.wire_s;
     return x;
+}
+
+sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                            unsigned offers)
+{
+    sdnn_cm_coll best = sdnn_cm_coll_default(m);
+    if (!m->lossy) return best;
+    double t = sdnn_cm_exchange_via(env, m, bytes, best).total_s;
+    for (int c = 0; c < SDNN_CM_NCOLL; ++c) {
+        if (!(offers & SDNN_CM_OFFERS(c)) || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)c)) continue;
+        double tc = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)c).total_s;
+        if (tc < t) {
+            t = tc;
+            best = (sdnn_cm_coll)c;
+        }
+    }
+    return best;
+}
+
+void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                         unsigned offers, int bucket, char *buf, size_t len)
+{
+    const sdnn_cm_coll c = sdnn_cm_choose(env, m, bytes, offers);
+    const double t = sdnn_cm_exchange_via(env, m, bytes, c).total_s;
+    int alt = -1;
+    double ta = HUGE_VAL;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
+        if (k == (int)c || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k)) continue;
+        if (!(offers & SDNN_CM_OFFERS(k)) && k != (int)sdnn_cm_coll_default(m)) continue;
+        double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
+        if (tk < ta) {
+            ta = tk;
+            alt = k;
+        }
+    }
+    char size[32];
+    if (bytes >= 1e5) snprintf(size, sizeof size, "%.2f MB", bytes / 1e6);
+    else snprintf(size, sizeof size, "%.1f KB", bytes / 1e3);
+    int o = snprintf(buf, len, "bucket %d (%s): %s via %s: %.3f ms predicted", bucket, size,
+                     m->name, sdnn_cm_coll_label(c, m), t * 1e3);
+    if (o < 0 || (size_t)o >= len) return;
+    int o2 = alt >= 0 ? snprintf(buf + o, len - (size_t)o, " vs %s %.3f ms",
+                                 sdnn_cm_coll_label((sdnn_cm_coll)alt, m), ta * 1e3)
+                      : snprintf(buf + o, len - (size_t)o, " (the only way)");
+    if (o2 < 0 || (size_t)(o + o2) >= len) return;
+    o += o2;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
+        if (k == (int)c || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k) || (offers & SDNN_CM_OFFERS(k)) ||
+            k == (int)sdnn_cm_coll_default(m))
+            continue;
+        double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
+        if (tk < t && (size_t)o < len)
+            o += snprintf(buf + o, len - (size_t)o, "; %s %.3f ms not offered",
+                          sdnn_cm_coll_label((sdnn_cm_coll)k, m), tk * 1e3);
+    }
 }
 
 double sdnn_cm_ef_s(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes)

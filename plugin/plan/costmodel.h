@@ -95,6 +95,11 @@ typedef struct sdnn_codec_model {
      * when the part is complete (exchange.c, sdnn_codec_ef_step), which
      * delays the bucket and the backward of every layer below it. */
     int ef;
+    /* The collectives the backend offers this codec besides collective.c's
+     * way (SDNN_CM_OFFERS bits of sdnn_cm_coll, below; 0: only that way):
+     * SDNN_CM_OFFERS_GPU_ENGINE on the gpu engine's NCCL ring.  The exchange is
+     * priced by the cheapest (sdnn_cm_choose). */
+    unsigned colls;
 } sdnn_codec_model;
 
 /* The identity codec: ratio 1, free, dense, lossless, no error feedback. */
@@ -163,9 +168,88 @@ typedef struct sdnn_cm_exchange {
     double wire_bytes; /* bytes one rank sends */
 } sdnn_cm_exchange;
 
-/* Cost of exchanging `bytes` fp32 bytes with codec model m. */
+/* Cost of exchanging `bytes` fp32 bytes with codec model m, by the cheapest
+ * of the collectives m->colls offers (sdnn_cm_choose). */
 sdnn_cm_exchange sdnn_cm_exchange_cost(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                        double bytes);
+/* ---- which collective carries a coded bucket ----------------------------- */
+
+/*
+ * The ways a backend can move a coded bucket; sdnn_cm_exchange_cost prices
+ * collective.c's default (the coded ring for a dense codec, the all-gather
+ * for a sparse one); the device ring runs all three (plugin/cuda/ring.c),
+ * the gpu engine offers SDNN_CM_OFFERS_GPU_ENGINE of them and takes the
+ * cheapest (sdnn_cm_choose).  Per rank,
+ * S fp32 bytes, S_c = ratio x S coded, enc = S/enc_Bps, dec = S/dec_Bps:
+ *
+ *   coded ring  2(W-1)(a + S_c/(W b)) + enc + (2W-1)/W dec   (dense codecs:
+ *               the partial sums decoded, added, re-encoded at every hop)
+ *   native      2(W-1)(a + S_c/(W b)) + enc + dec            (fp16, bf16:
+ *               NCCL's own half / bfloat16 allreduce, encode and decode
+ *               once, the sums inside NCCL)
+ *   all-gather  (W-1)(a + S_c/b) + enc + W dec               (any codec; the
+ *               only way of a sparse one)
+ *
+ * The native allreduce sends the coded ring's bytes with less codec work,
+ * so wherever it exists it is the cheaper of the two (by (W-1)/W dec).
+ * The all-gather beats the coded ring when
+ *     (W-1) a > (W-1)(W-2)/W S_c/b + (W-1)^2/W dec,
+ * i.e. for buckets below S* = a W / ((W-2) ratio / b + (W-1) / dec_Bps)
+ * fp32 bytes (with free codecs, S_c* = a b W/(W-2): always at W = 2, 2ab
+ * at W = 4, 4ab/3 at 8, 8ab/7 at 16, 32ab/31 at 64): it trades half of
+ * the ring's latencies for W/2 times its bytes.
+ */
+typedef enum sdnn_cm_coll {
+    SDNN_CM_CODED_RING = 0,
+    SDNN_CM_NATIVE,
+    SDNN_CM_ALLGATHER,
+    SDNN_CM_NCOLL
+} sdnn_cm_coll;
+
+/* Bit of collective c in an `offers` mask. */
+#define SDNN_CM_OFFERS(c) (1u << (unsigned)(c))
+/* Every collective (what the gpu engine's NCCL ring runs). */
+#define SDNN_CM_OFFERS_ALL (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE) | \
+                            SDNN_CM_OFFERS(SDNN_CM_ALLGATHER))
+
+/* What the gpu engine's NCCL ring offers a lossy codec today: NCCL's native
+ * half / bf16 allreduce besides collective.c's ways.  The dense all-gather
+ * (ring.c) is implemented, tested and priced, but not offered: the host
+ * backends carry dense codecs by the coded ring, and where the all-gather
+ * wins (small buckets, W = 2) the gpu engine's int8 results would part from
+ * the cpu engine's and the host backends' (tests/gpu/engine_ops and engines
+ * compare them); offering it is one bit here once those agree. */
+#define SDNN_CM_OFFERS_GPU_ENGINE \
+    (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE))
+
+/* "coded ring", "nccl half all-reduce" ... ("native" names the type for
+ * the codec: sdnn_cm_coll_label). */
+const char *sdnn_cm_coll_name(sdnn_cm_coll c);
+/* The collective as the banner says it for codec model m ("nccl half
+ * all-reduce" for fp16, "nccl bf16 all-reduce" for bf16). */
+const char *sdnn_cm_coll_label(sdnn_cm_coll c, const sdnn_codec_model *m);
+/* 1 when codec model m can travel by c: the coded ring needs a dense
+ * codec, the native allreduce fp16 or bf16 (the encodings NCCL reduces in
+ * their own type, ncclHalf and ncclBfloat16), the all-gather takes any. */
+int sdnn_cm_coll_fits(const sdnn_codec_model *m, sdnn_cm_coll c);
+/* collective.c's way for m: the coded ring (dense) or the all-gather. */
+sdnn_cm_coll sdnn_cm_coll_default(const sdnn_codec_model *m);
+/* Cost of exchanging `bytes` fp32 bytes with m by collective c (the
+ * formulas above; total_s = +inf where c does not fit m). */
+sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_model *m,
+                                      double bytes, sdnn_cm_coll c);
+/* The cheapest collective among `offers` (SDNN_CM_OFFERS bits) that fits
+ * m; the default one wins ties and is always among the candidates.  A
+ * lossless codec (none) keeps the default: its mean is exact. */
+sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                            unsigned offers);
+/* One banner line for a bucket: "bucket K (X MB): CODEC via LABEL: T ms
+ * predicted vs ALT T2 ms" (ALT the cheapest other offered collective that
+ * fits, or "(the only way)"), then "; LABEL T3 ms not offered" for a
+ * cheaper collective that fits but is not offered; no newline. */
+void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                         unsigned offers, int bucket, char *buf, size_t len);
+
 /* Time the error-feedback pass of such a bucket takes on a replica thread:
  * one encode and one decode of the bucket for a lossy codec with m->ef in
  * a world of two or more, else 0. */

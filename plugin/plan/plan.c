@@ -306,16 +306,24 @@ sdnn_status sdnn_plan_fixed(const sdnn_cost_profile *p, const sdnn_cm_env *env,
 
 void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env)
 {
-    fprintf(f, "bucket  layers        bytes  codec      wire_KB   ready_ms   start_ms     end_ms\n");
+    /* The collective column where a codec may travel by more than one. */
+    int colls = 0;
+    for (int k = 0; k < env->ncodecs; ++k) colls |= env->codecs[k].colls != 0;
+    fprintf(f, "bucket  layers        bytes  codec      wire_KB   ready_ms   start_ms     end_ms%s\n",
+            colls ? "  collective" : "");
     for (int k = 0; k < pl->nb; ++k) {
         const sdnn_cm_bucket *b = &pl->b[k];
         sdnn_cm_exchange x = sdnn_cm_exchange_cost(env, &env->codecs[b->codec], b->bytes);
         char layers[32];
         if (b->lo == b->hi) snprintf(layers, sizeof layers, "%d", b->hi);
         else snprintf(layers, sizeof layers, "%d..%d", b->hi, b->lo);
-        fprintf(f, "%6d  %-9s %9.0f  %-8s %9.1f %10.3f %10.3f %10.3f\n", k, layers, b->bytes,
-                env->codecs[b->codec].name, x.wire_bytes / 1024.0, b->ready_s * 1e3,
-                b->start_s * 1e3, b->end_s * 1e3);
+        const sdnn_codec_model *m = &env->codecs[b->codec];
+        fprintf(f, "%6d  %-9s %9.0f  %-8s %9.1f %10.3f %10.3f %10.3f", k, layers, b->bytes,
+                m->name, x.wire_bytes / 1024.0, b->ready_s * 1e3, b->start_s * 1e3,
+                b->end_s * 1e3);
+        if (colls)
+            fprintf(f, "  %s", sdnn_cm_coll_label(sdnn_cm_choose(env, m, b->bytes, m->colls), m));
+        fprintf(f, "\n");
     }
 }
 

@@ -15,6 +15,9 @@
 #     plan from the link the step measured through the engine's device
 #     buffers ("link probed nccl" in the plan; issue 24: the planner probed
 #     it on host buffers, which the nccl bootstrap refuses);
+#   - compress=fp16 and int8, 1 process x 4 devices: the banner names each
+#     bucket's collective (coded ring, NCCL's native half allreduce or the
+#     all-gather) with the model's times, the chosen never the dearer;
 #   - a rank killed (kill -9) and a rank stopped (kill -STOP) after the
 #     save at iteration 100: the run ends non-zero within comm_timeout_s +
 #     MARGIN seconds of the signal, the silent rank is named (by the
@@ -128,6 +131,38 @@ if [ -s "$W/n2x2-nccl.csv" ]; then
     *) bad "nccl: Debian's darknet did not load $wts ($W/n2x2-nccl-reload.log)" ;;
     esac
 fi
+
+# ---- the collective per bucket (issue 24 step 3) ----------------------------------------
+# 1 process x 4 devices with compress=fp16 and int8: the banner lists each bucket's
+# collective as the cost model chose it ("scalednn:   bucket K (SIZE): CODEC via
+# PATH: T ms predicted vs ALT T2 ms"); the chosen one is never the dearer of those
+# offered, fp16 never takes the coded ring (NCCL's half allreduce sends its bytes with
+# less codec work), and the run trains.
+for codec in fp16 int8; do
+    tag=c1x4-$codec
+    sed -e "s/^compress=none/compress=$codec/" cfg/shapes-scalednn.cfg >"$W/$tag.cfg"
+    echo "engine=gpu" >>"$W/$tag.cfg"
+    (cd "$W" && SDNN_SIM_DEVICES=4 timeout 300 "$BIN" detector train s.data "$tag.cfg" \
+        -gpus 0,1,2,3 -max_batches 4 -seed 1 -csv "$tag.csv") >"$W/$tag.log" 2>&1
+    rc=$?
+    lines=$(grep -c "^scalednn:   bucket [0-9]* (.*): $codec via " "$W/$tag.log")
+    dear=$(awk '/^scalednn:   bucket [0-9]* \(/ && / ms predicted vs / {
+                 a = ""; for (i = 1; i <= NF; ++i) { if ($i == "predicted") t = $(i - 2)
+                     if ($i == "vs" && a == "") for (j = i + 1; j <= NF; ++j) if ($j ~ /^ms;?$/) { a = $(j - 1); break } }
+                 if (t + 0 > a + 0) n++ } END { print n + 0 }' "$W/$tag.log")
+    if [ $rc -ne 0 ]; then
+        tail -5 "$W/$tag.log"
+        bad "$tag: compress=$codec, 1 process x 4 devices, exited $rc ($W/$tag.log)"
+    elif ! grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: link .*, world 4; simulated devices" "$W/$tag.log"; then
+        bad "$tag: no banner header for the collective per bucket ($W/$tag.log)"
+    elif [ "$lines" -lt 1 ] || [ "$dear" -ne 0 ]; then
+        bad "$tag: $lines bucket lines for $codec, $dear choosing the dearer collective ($W/$tag.log)"
+    elif [ "$codec" = fp16 ] && grep -q "^scalednn:   bucket .*: fp16 via coded ring" "$W/$tag.log"; then
+        bad "$tag: fp16 took the coded ring where NCCL's half allreduce is cheaper ($W/$tag.log)"
+    else
+        say "ok $tag: trained; $lines buckets, each by the collective the model prices cheapest ($(grep -m1 "^scalednn:   bucket" "$W/$tag.log" | sed 's/^scalednn:   //'))"
+    fi
+done
 
 # ---- bucket_mb=auto (left out) on nccl ------------------------------------------------
 

@@ -8,6 +8,8 @@
  *   - the plain mean equals ((in0 + in1) + in2) + in3, x 1/4, bit for bit,
  *     and every coded mean equals the local backend's over the same 4
  *     buffers, bit for bit (the ring's arithmetic, now across processes);
+ *     fp16 and bf16 by NCCL's native allreduce (sdnn_dring_exchange) give
+ *     the simulated NCCL's stated 16-bit ring order, bit for bit;
  *   - a rank that goes silent (SDNN_SIM_NCCL_FAULT=silent:3:0, rank 3 in
  *     process 1): process 0's sdnn_dring_sync fails within its deadline
  *     with SDNN_ERR_COMM, naming "rank 3 (process 1), which did not
@@ -23,6 +25,7 @@
 #include "comm.h"
 #include "dev.h"
 #include "gpu_test.h"
+#include "half_ref.h"
 
 #include <dirent.h>
 #include <sys/wait.h>
@@ -137,6 +140,24 @@ static int exact_child(int proc, const unsigned char *id)
                         "process %d, rank %d: %s mean across processes = local's, bit for bit "
                         "(%s)",
                         proc, proc * NDEV + i, codecs[k], s ? sdnn_last_error() : "ok");
+        }
+    }
+    /* NCCL's own half / bfloat16 allreduce across processes (the shared
+     * memory transport): the simulated NCCL's stated order, bit for bit,
+     * the same as in one process (half_ref.h's hr_ring16). */
+    for (int t = HR_HALF; t <= HR_BF16; ++t) {
+        const sdnn_codec_ops *cd = t == HR_HALF ? &sdnn_codec_fp16 : &sdnn_codec_bf16;
+        sdnn_codec_params p = SDNN_CODEC_PARAMS_INIT;
+        hr_ring16(t, (const float *const *)c.h, W, N, ref);
+        s = sdnn_dring_exchange(c.R, SDNN_CM_NATIVE, cd, &p, 7, (const float *const *)c.d_in,
+                                c.d_out, N, NULL);
+        if (s == SDNN_OK) s = sdnn_dring_sync(c.R);
+        for (int i = 0; i < NDEV; ++i) {
+            sdnn_dcopy(c.ctx[i], 0, got, c.d_out[i], N * 4, 1);
+            SOFT_ASSERT(s == SDNN_OK && gt_bytes_differ(got, ref, N * 4) == 0,
+                        "process %d, rank %d: %s by NCCL's native allreduce across processes = "
+                        "the stated ring order, bit for bit (%s)",
+                        proc, proc * NDEV + i, cd->name, s ? sdnn_last_error() : "ok");
         }
     }
     for (int g = 0; g < W; ++g) free(hout[g]);

@@ -20,7 +20,12 @@
  *    the failure is the stream's sticky error and the communicator's
  *    asynchronous error; destroy waits for queued work, as
  *    ncclCommDestroy does.
- * Allreduce sums in rank order (real NCCL's order is its own choice).
+ * Allreduce of floats sums in rank order (real NCCL's order is its own
+ * choice).  Allreduce of half or bfloat16 (sdnn_dnccl_allreduce_sum_typed)
+ * has NCCL's arithmetic: a ring reduce-scatter whose partial sums are
+ * rounded to the reduced type at every step, then an all-gather of the
+ * rounded sums (reduce16 below states the order), so a sum of W inputs
+ * carries W-1 roundings, each at most half an ulp of that type.
  *
  * Between processes (sdnn_dnccl_init_ranks, the world of backend=nccl under
  * mpirun): the ranks meet in a shared memory segment named after the id
@@ -50,6 +55,7 @@
  * its timing): only that the host code drives it correctly.
  */
 #include "sim.h"
+#include "codec.h"
 #include "collective.h"
 
 #include <errno.h>
@@ -86,11 +92,11 @@ typedef struct post {
 typedef struct coll {
     struct coll *next;
     uint64_t seq;
-    int kind, root;
+    int kind, root, dtype;
     size_t n;
     int arrived, finished, ready;
-    const float **in;   /* per rank */
-    float *result;
+    const void **in;    /* per rank */
+    void *result;
 } coll;
 
 /* ---- the pipes between processes (declared here, used below) ---- */
@@ -177,9 +183,10 @@ typedef struct dop {
     size_t bytes;
     int peer;
     uint64_t seq;
-    const float *in;
-    float *out;
+    const void *in;
+    void *out;
     size_t n;
+    int dtype;          /* allreduce: sdnn_dnccl_type (broadcast: float) */
     int root;
     int silent;
     /* progress */
@@ -299,8 +306,10 @@ static void count_op(sdnn_dnccl *c, const dop *o)
     switch (o->kind) {
     case NOP_SEND: c->counted.send += (double)o->bytes; break;
     case NOP_ALLREDUCE:
-        c->counted.allreduce += sdnn_wire_bytes(SDNN_WIRE_ALLREDUCE, W,
-                                                (double)(o->n * sizeof(float)));
+        /* the element type's size (half / bfloat16: 2 bytes, issue 24) */
+        c->counted.allreduce += sdnn_wire_bytes(
+            SDNN_WIRE_ALLREDUCE, W,
+            (double)(o->n * sdnn_dnccl_type_bytes((sdnn_dnccl_type)o->dtype)));
         break;
     case NOP_BCAST:
         c->counted.broadcast += sdnn_wire_bytes(SDNN_WIRE_BROADCAST, W,
@@ -617,6 +626,67 @@ static const char *pending_what(const dop *o, char *buf, size_t len)
     return buf;
 }
 
+/* ---- the reduction's arithmetic ------------------------------------------------------ */
+
+static const char *const type_names[] = {"floats", "halves", "bfloat16s"};
+
+size_t sdnn_dnccl_type_bytes(sdnn_dnccl_type t) { return t == SDNN_DNCCL_FLOAT ? 4 : 2; }
+
+static size_t elem_bytes(int t) { return sdnn_dnccl_type_bytes((sdnn_dnccl_type)t); }
+
+static float load16(int t, const void *p, size_t i)
+{
+    uint16_t h;
+    memcpy(&h, (const unsigned char *)p + 2 * i, 2);
+    return t == SDNN_DNCCL_HALF ? sdnn_f16_to_f32(h) : sdnn_bf16_to_f32(h);
+}
+
+/* a + b rounded to t (nearest even).  The float sum of two binary16 values
+ * is exact or within a quarter ulp of binary16 of the larger operand, far
+ * from a binary16 tie, so rounding it again is the correctly rounded sum
+ * (__hadd); bfloat16 adds in float and rounds, as NCCL's bf16 sum does on
+ * devices without a native bf16 add. */
+static uint16_t add16(int t, float a, float b)
+{
+    return t == SDNN_DNCCL_HALF ? sdnn_f32_to_f16(a + b) : sdnn_f32_to_bf16(a + b);
+}
+
+/*
+ * NCCL's ring for 16-bit types, element by element (so out may alias an
+ * input): the buffer is W chunks, chunk c = [c n / W, (c+1) n / W); its
+ * reduce-scatter starts at rank c+1, and each of the next ranks c+2, ...,
+ * c (mod W) adds its input to the partial sum it received and rounds the
+ * result to the type before it passes it on, so rank c holds chunk c's sum
+ * after W-1 rounded additions; the all-gather then copies that sum to
+ * every rank unchanged.  Floats: ((in0 + in1) + in2) + ... in rank order.
+ */
+static void reduce_inputs(int t, const void *const *in, int W, size_t n, void *out)
+{
+    if (t == SDNN_DNCCL_FLOAT) {
+        for (size_t i = 0; i < n; ++i) {
+            float acc = ((const float *)in[0])[i];
+            for (int r = 1; r < W; ++r) acc += ((const float *)in[r])[i];
+            ((float *)out)[i] = acc;
+        }
+        return;
+    }
+    for (int c = 0; c < W; ++c) {
+        const size_t lo = (size_t)c * n / (size_t)W, hi = (size_t)(c + 1) * n / (size_t)W;
+        for (size_t i = lo; i < hi; ++i) {
+            int r = (c + 1) % W;
+            float acc = load16(t, in[r], i);
+            uint16_t h = 0;
+            memcpy(&h, (const unsigned char *)in[r] + 2 * i, 2);
+            for (int s = 1; s < W; ++s) {
+                r = (c + 1 + s) % W;
+                h = add16(t, acc, load16(t, in[r], i));
+                acc = t == SDNN_DNCCL_HALF ? sdnn_f16_to_f32(h) : sdnn_bf16_to_f32(h);
+            }
+            memcpy((unsigned char *)out + 2 * i, &h, 2);
+        }
+    }
+}
+
 /* Make progress on o (caller holds g_mu); 1 when something moved. */
 static int progress(dop *o)
 {
@@ -642,20 +712,18 @@ static int progress(dop *o)
         return 0;
     default: {
         coll *k = o->k;
+        const size_t es = elem_bytes(k->dtype);
         if (!k->ready && k->arrived == q->nranks) {
-            k->result = malloc((k->n ? k->n : 1) * sizeof(float));
+            k->result = malloc((k->n ? k->n : 1) * es);
             if (!k->result) return -2;
-            if (k->kind == NOP_ALLREDUCE) {
-                memcpy(k->result, k->in[0], k->n * sizeof(float));
-                for (int r = 1; r < q->nranks; ++r)
-                    for (size_t i = 0; i < k->n; ++i) k->result[i] += k->in[r][i];
-            } else {
-                memcpy(k->result, k->in[k->root], k->n * sizeof(float));
-            }
+            if (k->kind == NOP_ALLREDUCE)
+                reduce_inputs(k->dtype, k->in, q->nranks, k->n, k->result);
+            else
+                memcpy(k->result, k->in[k->root], k->n * es);
             k->ready = 1;
         }
         if (!k->ready) return 0;
-        if (k->n) memcpy(o->out, k->result, k->n * sizeof(float));
+        if (k->n) memcpy(o->out, k->result, k->n * es);
         o->done = 1;
         ++k->finished;
         return 1;
@@ -700,6 +768,7 @@ static coll *coll_slot(clique *q, const dop *o)
     k->seq = o->seq;
     k->kind = o->kind;
     k->root = o->root;
+    k->dtype = o->dtype;
     k->n = o->n;
     k->next = q->colls;
     q->colls = k;
@@ -786,15 +855,17 @@ static sdnn_status plan_xfers(dop *o)
     switch (o->kind) {
     case NOP_SEND: add_xfer(o, 1, o->peer, o->cbuf, NULL, o->bytes); break;
     case NOP_RECV: add_xfer(o, 0, o->peer, NULL, o->buf, o->bytes); break;
-    case NOP_ALLREDUCE:
-        o->tmp = malloc(((size_t)W * o->n + 1) * sizeof(float));
+    case NOP_ALLREDUCE: {
+        const size_t b = o->n * elem_bytes(o->dtype);
+        o->tmp = malloc((size_t)W * b + 1);
         if (!o->tmp) return SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a reduction");
         for (int r = 0; r < W; ++r) {
             if (r == me) continue;
-            add_xfer(o, 1, r, o->in, NULL, o->n * sizeof(float));
-            add_xfer(o, 0, r, NULL, o->tmp + (size_t)r * o->n, o->n * sizeof(float));
+            add_xfer(o, 1, r, o->in, NULL, b);
+            add_xfer(o, 0, r, NULL, (unsigned char *)o->tmp + (size_t)r * b, b);
         }
         break;
+    }
     default:
         for (int r = 0; r < W; ++r) {
             if (r == me) continue;
@@ -805,20 +876,18 @@ static sdnn_status plan_xfers(dop *o)
     return SDNN_OK;
 }
 
-/* Every rank's input summed in rank order, as the in-process world does:
- * ((in0 + in1) + in2) + ...  Slot `me` of tmp (no message lands there) is
- * the accumulator; out may alias in. */
-static void finish_allreduce(dop *o)
+/* Every rank's input reduced as the in-process world does (reduce_inputs:
+ * the same bits on every rank and in both worlds); out may alias in. */
+static int finish_allreduce(dop *o)
 {
     const int W = o->c->q->nranks, me = o->c->rank;
-    const size_t n = o->n;
-    float *acc = o->tmp + (size_t)me * n;
-    memcpy(acc, me == 0 ? o->in : o->tmp, n * sizeof(float));
-    for (int r = 1; r < W; ++r) {
-        const float *src = r == me ? o->in : o->tmp + (size_t)r * n;
-        for (size_t i = 0; i < n; ++i) acc[i] += src[i];
-    }
-    memcpy(o->out, acc, n * sizeof(float));
+    const size_t b = o->n * elem_bytes(o->dtype);
+    const void **in = malloc((size_t)W * sizeof *in);
+    if (!in) return -1;
+    for (int r = 0; r < W; ++r) in[r] = r == me ? o->in : (unsigned char *)o->tmp + (size_t)r * b;
+    reduce_inputs(o->dtype, in, W, o->n, o->out);
+    free(in);
+    return 0;
 }
 
 /* 1 when an earlier message of the unit, not done yet, uses the pipe of
@@ -877,7 +946,10 @@ static sdnn_status run_unit_shm(unit *u)
                 odone &= x->done;
             }
             if (st == SDNN_OK && odone) {
-                if (o->kind == NOP_ALLREDUCE) finish_allreduce(o);
+                if (o->kind == NOP_ALLREDUCE && finish_allreduce(o) != 0) {
+                    st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a reduction");
+                    break;
+                }
                 o->done = 1;
                 moved = 1;
             }
@@ -961,12 +1033,14 @@ static sdnn_status run_unit(void *arg)
                 st = SDNN_ERROR(SDNN_ERR_NOMEM, "simulated NCCL: no memory for a collective");
                 break;
             }
-            if (k->kind != o->kind || k->n != o->n || k->root != o->root) {
+            if (k->kind != o->kind || k->n != o->n || k->root != o->root ||
+                k->dtype != o->dtype) {
                 st = SDNN_ERROR(SDNN_ERR_COMM,
-                                "simulated NCCL, rank %d: %s of %zu floats does not match the "
-                                "other ranks' call %llu (%s of %zu floats)",
-                                o->c->rank, op_names[o->kind], o->n, (unsigned long long)o->seq,
-                                op_names[k->kind], k->n);
+                                "simulated NCCL, rank %d: %s of %zu %s does not match the "
+                                "other ranks' call %llu (%s of %zu %s)",
+                                o->c->rank, op_names[o->kind], o->n, type_names[o->dtype],
+                                (unsigned long long)o->seq, op_names[k->kind], k->n,
+                                type_names[k->dtype]);
                 break;
             }
             k->in[o->c->rank] = o->kind == NOP_ALLREDUCE ? o->in : o->out;
@@ -1226,6 +1300,29 @@ sdnn_status sdnn_dnccl_recv(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, void *buf
     o.bytes = bytes;
     o.peer = peer;
     if (bytes) SDNN_CHECK(sdnn_sim_dptr(ctx, buf, bytes, "ncclRecv (simulated)", &o.buf));
+    return add_op(&o);
+}
+
+sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int stream,
+                                           const void *in, void *out, size_t n,
+                                           sdnn_dnccl_type t)
+{
+    if (t != SDNN_DNCCL_FLOAT && t != SDNN_DNCCL_HALF && t != SDNN_DNCCL_BF16)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "ncclAllReduce (simulated): element type %d", (int)t);
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = NOP_ALLREDUCE;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    o.n = n;
+    o.dtype = (int)t;
+    const size_t b = n * elem_bytes(o.dtype);
+    void *h;
+    SDNN_CHECK(sdnn_sim_dptr(ctx, in, b, "ncclAllReduce (simulated)", &h));
+    o.in = h;
+    SDNN_CHECK(sdnn_sim_dptr(ctx, out, b, "ncclAllReduce (simulated)", &h));
+    o.out = h;
     return add_op(&o);
 }
 
