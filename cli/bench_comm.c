@@ -522,6 +522,29 @@ static size_t bc_own_wire(const sdnn_codec_ops *c, const sdnn_codec_params *p, s
     return total;
 }
 
+/* What sdnn_comm_allreduce_mean_coded reports (comm.h: the bytes each
+ * replica sends, collective.h's one definition over the world's W = processes
+ * x replicas), from the ring's own chunking: a process's ring rank sends
+ * bc_own_wire, shared by its replicas; a single process's local ring sends
+ * sdnn_coded_wire_bytes over its replicas; a hierarchical backend (a memory
+ * mean first) reports the flat world's coded collective per replica.  Each
+ * is rounded to a byte as the comm rounds it. */
+static size_t bc_reported_wire(const bc_ctx *x, const bc_codec *k, size_t n, const char **what)
+{
+    const size_t W = (size_t)x->comm->size * (size_t)x->nrep;
+    if (x->comm->size > 1 && x->local > 1) {
+        *what = "the flat world's sdnn_coded_wire_bytes per replica";
+        return (sdnn_coded_wire_bytes(k->ops, &x->params, n, (int)W) + W / 2) / W;
+    }
+    const size_t nin = (size_t)(x->nrep > 0 ? x->nrep : 1);
+    if (x->comm->size > 1) {
+        *what = "its ring rank's share of sdnn_coded_wire_bytes per replica";
+        return (bc_own_wire(k->ops, &x->params, n, x->ring, x->comm->rank) + nin / 2) / nin;
+    }
+    *what = "sdnn_coded_wire_bytes per replica";
+    return (sdnn_coded_wire_bytes(k->ops, &x->params, n, x->ring) + nin / 2) / nin;
+}
+
 /* Sums non-negative counts (< 2^48) over the processes.  The comm interface
  * only averages floats, so each count travels as six 8-bit digits: a digit's
  * sum over at most 2^16 processes is an integer below 2^24, and rounding
@@ -592,15 +615,13 @@ static sdnn_status bc_run_row(bc_ctx *x, const bc_opts *o, const bc_codec *k, si
     SDNN_CHECK(bc_call(x, k, BC_CHECK_STREAM, n, &wire));
     long long counts[2] = {0, 0};     /* #wrong, wire mismatches */
     if (k->ops) {
-        const int multi = x->comm->size > 1;
-        size_t want = multi ? bc_own_wire(k->ops, &x->params, n, x->ring, x->comm->rank)
-                            : sdnn_coded_wire_bytes(k->ops, &x->params, n, x->ring);
+        const char *what;
+        const size_t want = bc_reported_wire(x, k, n, &what);
         if (wire != want || wire != timed_wire) {
             fprintf(x->comm->rank ? stderr : stdout,
                     "# wire mismatch: %s, %zu B: rank %d's backend reported %zu B (timed: %zu B), "
                     "%s says %zu B\n",
-                    k->label, row->size, x->comm->rank, wire, timed_wire,
-                    multi ? "its share of sdnn_coded_wire_bytes" : "sdnn_coded_wire_bytes", want);
+                    k->label, row->size, x->comm->rank, wire, timed_wire, what, want);
             counts[1] = 1;
         }
     }

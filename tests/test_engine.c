@@ -679,6 +679,9 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
     }
     sdnn_status st = sdnn_comm_allreduce_mean_coded(g->host, codec, p, stream, in, nin, out, n,
                                                     wire);
+    /* The host comm said what each replica sends; a comm table reports its
+     * nin buffers' sum (comm.h), which the caller's wrapper divides again. */
+    if (st == SDNN_OK && wire) *wire *= (size_t)nin;
     for (int r = 0; r < nin; ++r) {
         g_close(g, out[r]);
         g_close(g, in[r]);

@@ -1224,6 +1224,19 @@ sdnn_status sdnn_dnccl_group_end(void)
 }
 
 /* Checks common to every call; assigns the matching sequence numbers. */
+/* An operation of `kind` on communicator c, queued on ctx's stream; the
+ * caller fills in its sizes and buffers. */
+static dop new_op(int kind, sdnn_dnccl *c, sdnn_dctx *ctx, int stream)
+{
+    dop o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.c = c;
+    o.ctx = ctx;
+    o.stream = stream;
+    return o;
+}
+
 static sdnn_status add_op(dop *o)
 {
     const char *call = op_names[o->kind];
@@ -1274,12 +1287,7 @@ static sdnn_status add_op(dop *o)
 sdnn_status sdnn_dnccl_send(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const void *buf,
                             size_t bytes, int peer)
 {
-    dop o;
-    memset(&o, 0, sizeof o);
-    o.kind = NOP_SEND;
-    o.c = c;
-    o.ctx = ctx;
-    o.stream = stream;
+    dop o = new_op(NOP_SEND, c, ctx, stream);
     o.bytes = bytes;
     o.peer = peer;
     void *h = NULL;
@@ -1291,12 +1299,7 @@ sdnn_status sdnn_dnccl_send(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const voi
 sdnn_status sdnn_dnccl_recv(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, void *buf, size_t bytes,
                             int peer)
 {
-    dop o;
-    memset(&o, 0, sizeof o);
-    o.kind = NOP_RECV;
-    o.c = c;
-    o.ctx = ctx;
-    o.stream = stream;
+    dop o = new_op(NOP_RECV, c, ctx, stream);
     o.bytes = bytes;
     o.peer = peer;
     if (bytes) SDNN_CHECK(sdnn_sim_dptr(ctx, buf, bytes, "ncclRecv (simulated)", &o.buf));
@@ -1309,12 +1312,7 @@ sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int st
 {
     if (t != SDNN_DNCCL_FLOAT && t != SDNN_DNCCL_HALF && t != SDNN_DNCCL_BF16)
         return SDNN_ERROR(SDNN_ERR_INVALID, "ncclAllReduce (simulated): element type %d", (int)t);
-    dop o;
-    memset(&o, 0, sizeof o);
-    o.kind = NOP_ALLREDUCE;
-    o.c = c;
-    o.ctx = ctx;
-    o.stream = stream;
+    dop o = new_op(NOP_ALLREDUCE, c, ctx, stream);
     o.n = n;
     o.dtype = (int)t;
     const size_t b = n * elem_bytes(o.dtype);
@@ -1329,30 +1327,13 @@ sdnn_status sdnn_dnccl_allreduce_sum_typed(sdnn_dnccl *c, sdnn_dctx *ctx, int st
 sdnn_status sdnn_dnccl_allreduce_sum(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, const float *in,
                                      float *out, size_t n)
 {
-    dop o;
-    memset(&o, 0, sizeof o);
-    o.kind = NOP_ALLREDUCE;
-    o.c = c;
-    o.ctx = ctx;
-    o.stream = stream;
-    o.n = n;
-    void *h;
-    SDNN_CHECK(sdnn_sim_dptr(ctx, in, n * sizeof(float), "ncclAllReduce (simulated)", &h));
-    o.in = h;
-    SDNN_CHECK(sdnn_sim_dptr(ctx, out, n * sizeof(float), "ncclAllReduce (simulated)", &h));
-    o.out = h;
-    return add_op(&o);
+    return sdnn_dnccl_allreduce_sum_typed(c, ctx, stream, in, out, n, SDNN_DNCCL_FLOAT);
 }
 
 sdnn_status sdnn_dnccl_broadcast(sdnn_dnccl *c, sdnn_dctx *ctx, int stream, float *buf, size_t n,
                                  int root)
 {
-    dop o;
-    memset(&o, 0, sizeof o);
-    o.kind = NOP_BCAST;
-    o.c = c;
-    o.ctx = ctx;
-    o.stream = stream;
+    dop o = new_op(NOP_BCAST, c, ctx, stream);
     o.n = n;
     o.root = root;
     void *h;
