@@ -310,6 +310,8 @@ static void test_cfg_fork_geometry(void **state)
         {"size=3\nstride=1", "size=3\nstride=1\nstride_y=2", "stride_y=2", "allowed: stride_y=1"},
         {"size=3\nstride=1", "size=3\nstride=1\ndilation=2", "[convolutional] dilation=2: the "
          "fork's dilated convolution", "allowed: dilation=1"},
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=1.5", "[convolutional] stride_x=1.5",
+         "allowed: stride_x=1"},
         {"size=2\nstride=2", "size=2\nstride=2\nstride_x=1", "[maxpool] stride_x=1",
          "allowed: stride_x=2"},
         {"size=2\nstride=2", "size=2\nstride=2\nstride_y=3", "[maxpool] stride_y=3", NULL},
@@ -329,6 +331,9 @@ static void test_cfg_fork_geometry(void **state)
         {"size=3\nstride=1", "size=3\nstride=1\nstride_x=1\nstride_y=1\ndilation=1"},
         {"size=2\nstride=2", "size=2\nstride=2\nstride_x=2\nstride_y=2"},
         {"mask = 3,4,5", "mask = 3,4,5\nresize=1.5"},
+        /* The same numbers written another way (libdarknet reads them with atoi/atof). */
+        {"size=3\nstride=1", "size=3\nstride=1\nstride_x=1.0\nstride_y=1e0\ndilation=1.0"},
+        {"size=2\nstride=2", "size=2\nstride=2\nstride_x=2.0\nstride_y=2"},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
         char *s = shapes_with(good[i][0], good[i][1]);

@@ -10,6 +10,7 @@
 #include "cfgkeys.h"
 
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,16 @@ static int parse_long(const char *v, long *out)
     if (end == v || *end != '\0' || errno == ERANGE) return 0;
     *out = x;
     return 1;
+}
+
+/* Whether a cfg value means `want`: the same text, or the same finite
+ * number written another way (1.0 for 1), as libdarknet's atof reads it. */
+static int same_value(const char *v, const char *want)
+{
+    if (strcmp(v, want) == 0) return 1;
+    char *e1, *e2;
+    const double a = strtod(v, &e1), b = strtod(want, &e2);
+    return e1 != v && *e1 == '\0' && e2 != want && *e2 == '\0' && isfinite(a) && a == b;
 }
 
 /* An integer key in [lo, hi]; *out keeps `def` when the key is absent. */
@@ -549,12 +560,12 @@ static sdnn_status check_dialect(const checker *c)
             if (strcmp(t, "net") == 0)
                 for (int a = 0; g_net_aug_keys[a]; ++a) {
                     if (strcmp(k->key, g_net_aug_keys[a]) != 0) continue;
-                    if (strcmp(k->val, "0") != 0 && strcmp(k->val, "1") != 0)
+                    if (!same_value(k->val, "0") && !same_value(k->val, "1"))
                         return key_error(c, s, k, "expected 0 or 1 (the fork's augmentation "
                                          "switch, built by the project's batch builder)");
                 }
             const dialect_key *dk = dialect_entry(t, k->key);
-            if (dk && !(dk->neutral && strcmp(k->val, dk->neutral) == 0)) {
+            if (dk && !(dk->neutral && same_value(k->val, dk->neutral))) {
                 char what[400];
                 if (dk->neutral)
                     snprintf(what, sizeof what, "%s (only %s=%s, what libdarknet does, is "
@@ -583,7 +594,7 @@ static sdnn_status check_dialect(const checker *c)
             if ((conv || pool) && (!strcmp(k->key, "stride_x") || !strcmp(k->key, "stride_y"))) {
                 const kv *ks = find(c, s, "stride");
                 const char *st = ks ? ks->val : "1";
-                if (strcmp(k->val, st) != 0) {
+                if (!same_value(k->val, st)) {
                     char what[300];
                     snprintf(what, sizeof what, "the fork's per-axis stride is not built here "
                              "(libdarknet ignores it and strides by stride=%s); allowed: "
@@ -604,9 +615,9 @@ static sdnn_status check_dialect(const checker *c)
                     return key_error(c, s, k, what);
                 }
             }
-            if (conv && !strcmp(k->key, "dilation") && strcmp(k->val, "1") != 0) {
+            if (conv && !strcmp(k->key, "dilation") && !same_value(k->val, "1")) {
                 const kv *kz = find(c, s, "size");
-                if (!kz || strcmp(kz->val, "1") != 0)
+                if (!kz || !same_value(kz->val, "1"))
                     return key_error(c, s, k, "the fork's dilated convolution is not built here "
                                      "(libdarknet ignores it); allowed: dilation=1, or remove "
                                      "the key");
@@ -615,7 +626,7 @@ static sdnn_status check_dialect(const checker *c)
         }
         if (strcmp(t, "net") == 0) {
             const kv *mo = find(c, s, "mosaic"), *lb = find(c, s, "letter_box");
-            if (mo && lb && strcmp(mo->val, "1") == 0 && strcmp(lb->val, "1") == 0) {
+            if (mo && lb && same_value(mo->val, "1") && same_value(lb->val, "1")) {
                 char what[200];
                 snprintf(what, sizeof what, "cannot be combined with mosaic=1 (line %d; the fork "
                          "refuses the pair too): set one of them to 0", mo->line);
