@@ -160,7 +160,7 @@ loss_check() {
         if (u < 1e-3 * r[2]) { printf "the update moves step 2 by %g (MPI path %s, lr=0 %s): under 1e-3 of the loss, the check would be vacuous", u, r[2], z[2]; exit }
         t = 2 * eps * u + 2e-6; d = c[2] - r[2]; if (d < 0) d = -d
         if (d > t) printf "step 2 loss %s, the MPI path %s: %.3g apart, bound %.3g (2 x %.3g x the update effect %.4g)", c[2], r[2], d, t, eps, u
-        else printf "ok %.3g (bound %.3g)", d / r[2], t / r[2]
+        else printf "ok %.3g of it, bound %.3g", d / r[2], t / r[2]
     }'
 }
 bound_of() {
@@ -249,7 +249,7 @@ for lay in $LAYOUTS; do
                 if [ -s "$W/$rtag.csv" ] && [ -s "$W/zero-$lay.csv" ]; then
                     why=$(loss_check "$W/$tag.csv" "$W/$rtag.csv" "$W/zero-$lay.csv" "$c")
                     case $why in
-                    ok*) msg="$msg, losses $(losses "$W/$tag.csv")(step 2 off the MPI path's by ${why#ok } of it)" ;;
+                    ok*) msg="$msg, losses $(losses "$W/$tag.csv")(step 2 off the MPI path's by ${why#ok })" ;;
                     *)
                         bad "$cell: $why"
                         ok=0
