@@ -7,7 +7,10 @@
  * ones alone, replicas stay in lockstep, error-feedback residuals survive a
  * re-plan layer by layer, and a drift re-plans.  The planner never calls a
  * comm: nothing in plugin/plan/ names one, and it plans from the link it is
- * handed, agreeing through the callbacks it is given.
+ * handed, agreeing through the callbacks it is given.  The step's codec
+ * models carry the collectives the exchange's comm offers (its table's
+ * offers op; none without one), so the plan prices what runs
+ * (tests/gpu/autoplan_gpu.c holds it on the gpu engine over NCCL).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,7 +23,9 @@
 
 #include "autoplan.h"
 #include "config.h"
+#include "comm.h"
 #include "exchange.h"
+#include "measure.h"
 #include "replicas.h"
 #include "trainer.h"
 #include "testutil.h"
@@ -341,6 +346,49 @@ static void test_plan_from_handed_link(void **state)
     sdnn_network_free(net);
 }
 
+/* A comm table of one process whose only op is offers: fp16 and bf16 the
+ * native allreduce besides the coded ring, int8 nothing more. */
+static unsigned fake_offers(const sdnn_comm *c, const sdnn_codec_ops *codec)
+{
+    (void)c;
+    if (codec == &sdnn_codec_fp16 || codec == &sdnn_codec_bf16)
+        return SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE);
+    return 0;
+}
+
+static const sdnn_comm_ops fake_ops = {.name = "offering", .offers = fake_offers};
+
+/* The models sdnn_measure_for_plan hands the planner: colls = what the
+ * comm's offers op says per codec; a table without the op (local) gives 0
+ * for every codec (collective.c's way only). */
+static void test_models_carry_offers(void **state)
+{
+    (void)state;
+    sdnn_config cfg;
+    if (sdnn_config_parse_text("test.cfg", "[scalednn]\nbucket_mb=auto\ncompress=auto\n"
+                               "compress_allow=none,fp16,bf16,int8\nlink_gbps=10\n", &cfg,
+                               NULL) != SDNN_OK)
+        fail_msg("%s", sdnn_last_error());
+    sdnn_comm fake = {.ops = &fake_ops, .rank = 0, .size = 1};
+    sdnn_plan_measured pm;
+    assert_int_equal(sdnn_measure_for_plan(NULL, &fake, NULL, 4, 4, &cfg, &pm), SDNN_OK);
+    assert_int_equal(pm.ncodecs, 4);
+    int seen = 0;
+    for (int i = 0; i < pm.ncodecs; ++i) {
+        unsigned want = fake_offers(&fake, pm.ops[i]);
+        if (pm.models[i].colls != want)
+            fail_msg("codec %s: the model carries collectives 0x%x, the comm offers 0x%x",
+                     pm.ops[i]->name, pm.models[i].colls, want);
+        seen += want != 0;
+    }
+    assert_int_equal(seen, 2);   /* fp16 and bf16: the check saw the bits */
+    sdnn_comm *local = NULL;
+    assert_int_equal(sdnn_comm_open("local", &local), SDNN_OK);
+    assert_int_equal(sdnn_measure_for_plan(NULL, local, NULL, 4, 4, &cfg, &pm), SDNN_OK);
+    for (int i = 0; i < pm.ncodecs; ++i) assert_int_equal(pm.models[i].colls, 0);
+    sdnn_comm_close(local);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_drift_replans),
         cmocka_unit_test(test_plan_names_no_comm),
         cmocka_unit_test(test_plan_from_handed_link),
+        cmocka_unit_test(test_models_carry_offers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -149,6 +149,11 @@ int sdnn_comm_hierarchical(const sdnn_comm *c) { return c->ops->hierarchical; }
 
 int sdnn_comm_has_coded(const sdnn_comm *c) { return c->ops->allreduce_mean_coded != NULL; }
 
+unsigned sdnn_comm_offers(const sdnn_comm *c, const sdnn_codec_ops *codec)
+{
+    return c && codec && c->ops->offers ? c->ops->offers(c, codec) : 0;
+}
+
 /* The world's replicas: every process holds nin (the layout agrees). */
 static int world_replicas(const sdnn_comm *c, int nin)
 {

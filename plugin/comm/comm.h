@@ -86,6 +86,13 @@ typedef struct sdnn_comm_ops {
      * (available() also needs the process to be started for it: mpi under
      * mpirun); 0 for a stub (mpi in an MPI=0 build). */
     int built;
+    /* NULL, or the collectives this handle offers lossy codec `codec`
+     * besides collective.c's way (the coded ring of a dense codec, the
+     * all-gather of a sparse one), as costmodel.h's SDNN_CM_OFFERS bits
+     * (0: that way only).  The gpu engine's comm over NCCL offers NCCL's
+     * native half / bfloat16 allreduce; the step gives the planner's codec
+     * models these bits (plugin/step/measure.c). */
+    unsigned (*offers)(const sdnn_comm *c, const sdnn_codec_ops *codec);
 } sdnn_comm_ops;
 
 struct sdnn_comm {
@@ -115,6 +122,8 @@ void sdnn_comm_close(sdnn_comm *c);
 const char *sdnn_comm_name(const sdnn_comm *c);
 int sdnn_comm_hierarchical(const sdnn_comm *c);
 int sdnn_comm_has_coded(const sdnn_comm *c);
+/* The table's offers op for codec (0 when the table has none). */
+unsigned sdnn_comm_offers(const sdnn_comm *c, const sdnn_codec_ops *codec);
 sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
                                      float *out, size_t n, size_t *wire);
 sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,

@@ -1328,6 +1328,12 @@ static sdnn_status gc_init(sdnn_comm *c)
     return SDNN_ERROR(SDNN_ERR_INVALID, "the gpu engine's comm is opened by comm_open");
 }
 
+/* The comm table's offers op: gc_offers of this handle. */
+static unsigned gc_offers_op(const sdnn_comm *c, const sdnn_codec_ops *codec)
+{
+    return gc_offers(c->impl, codec);
+}
+
 static const sdnn_comm_ops gc_ops = {
     .name = "gpu-engine",
     .available = gc_available,
@@ -1340,6 +1346,7 @@ static const sdnn_comm_ops gc_ops = {
     .destroy = gc_destroy,
     .hierarchical = 0,
     .unavailable_reason = NULL,
+    .offers = gc_offers_op,
 };
 
 /* backend=nccl between processes: every process the same device count,

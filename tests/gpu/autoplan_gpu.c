@@ -10,6 +10,12 @@
  *   0), and its buckets are the exchange's, layer for layer, after the
  *   trainer switches to it.
  *
+ * The codec models the step measures for the planner carry the collectives
+ * the exchange's comm offers: over NCCL (backend=nccl) fp16's and bf16's
+ * include NCCL's native half / bfloat16 allreduce, so bucket_mb=auto prices
+ * what the engine runs (a comm table without the offers op gives none:
+ * tests/test_autoplan.c).
+ *
  * On simulated devices the times are those of the C kernels on the host:
  * this checks where the profile comes from and where the plan goes, not a
  * GPU's speed.
@@ -19,11 +25,49 @@
 #include "dev.h"
 #include "exchange.h"
 #include "gpu_test.h"
+#include "measure.h"
 #include "replicas.h"
 #include "trainer.h"
 
 #define ROWS 8
 #define MAX_STEPS 12
+
+/* The planner's models as the step measures them on a trainer of nets
+ * (gpu engine, backend `be`): how many of fp16's and bf16's carry the
+ * native allreduce (-1: no trainer). */
+static int native_offered(network **nets, int n, const char *be)
+{
+    sdnn_config c = SDNN_CONFIG_INIT;
+    c.present = 1;
+    c.mode = SDNN_MODE_SCALEDNN;
+    c.bucket_mb = 1;
+    snprintf(c.engine, sizeof c.engine, "gpu");
+    snprintf(c.backend, sizeof c.backend, "%s", be);
+    snprintf(c.compress, sizeof c.compress, "fp16");
+    sdnn_trainer *T = NULL;
+    sdnn_status s = sdnn_trainer_create(nets, n, &c, 0, &T);
+    /* What the step measures under compress=auto over fp16 and bf16, the
+     * link named (nothing probed). */
+    snprintf(c.compress, sizeof c.compress, "auto");
+    snprintf(c.compress_allow, sizeof c.compress_allow, "none,fp16,bf16");
+    c.link_gbps = 10;
+    SOFT_ASSERT(s == SDNN_OK, "backend=%s trainer: %s", be, s == SDNN_OK ? "" : sdnn_last_error());
+    if (s != SDNN_OK) return -1;
+    sdnn_plan_measured pm;
+    s = sdnn_measure_for_plan(sdnn_trainer_engine_instance(T),
+                              sdnn_exchange_comm(sdnn_trainer_exchange(T)), NULL, n, n, &c, &pm);
+    SOFT_ASSERT(s == SDNN_OK, "backend=%s: measure: %s", be, s == SDNN_OK ? "" : sdnn_last_error());
+    int half = 0, lossy = 0;
+    for (int i = 0; s == SDNN_OK && i < pm.ncodecs; ++i) {
+        if (!pm.ops[i]->lossy) continue;
+        lossy++;
+        half += (pm.models[i].colls & SDNN_CM_OFFERS(SDNN_CM_NATIVE)) != 0;
+        printf("    backend=%s: %s model offers 0x%x\n", be, pm.ops[i]->name, pm.models[i].colls);
+    }
+    sdnn_trainer_destroy(T);
+    SOFT_ASSERT(lossy == 2, "backend=%s: fp16 and bf16 measured (%d lossy)", be, lossy);
+    return half;
+}
 
 int main(int argc, char **argv)
 {
@@ -117,6 +161,9 @@ int main(int argc, char **argv)
         }
     }
     sdnn_trainer_destroy(T);
+    int nccl = native_offered(nets, n, "nccl");
+    SOFT_ASSERT(nccl == 2, "backend=nccl: fp16's and bf16's models carry the native allreduce "
+                "(%d of 2): bucket_mb=auto would price the coded ring the engine does not run", nccl);
     for (int r = 0; r < n; ++r) sdnn_network_free(nets[r]);
     return gt_summary("autoplan_gpu");
 }
