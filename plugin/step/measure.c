@@ -150,7 +150,7 @@ sdnn_status sdnn_measure_for_plan(sdnn_engine *e, sdnn_comm *dev, sdnn_comm *hos
             SDNN_CHECK(sdnn_probe_codec(c, &p, (size_t)1 << 18, 3, &m));
             m.ef = ef[i];
             /* The collectives the exchange's comm runs this codec by
-             * besides collective.c's way (the gpu engine over NCCL: the
+             * besides collective.c's way (an engine's comm over NCCL: the
              * native half / bf16 allreduce), so the plan prices what runs. */
             m.colls = sdnn_comm_offers(dev, c);
             double v[3] = {m.ratio, m.enc_Bps, m.dec_Bps};

@@ -38,6 +38,7 @@
  *             per device, scalednn's peak <= stock's peak + that replica's
  *             bucket buffers (the margin is printed)
  */
+#include "collective.h"
 #include "gpu_test.h"
 #include "replicas.h"
 
@@ -404,6 +405,10 @@ static void check_stock(void)
     uint64_t want_h2d = (uint64_t)n * (slice + (uint64_t)n0->subdivisions * hl_h2d);
     uint64_t want_d2h = (uint64_t)n * n0->subdivisions * hl_d2h;
     uint64_t want_sync = (uint64_t)n * tensors;
+    /* The step's bytes: what each replica sends for Darknet's central
+     * average (collective.h's definition, 2(n-1)/n of every tensor; with
+     * n = 2 each tensor's share is exact, so the sum's is too). */
+    const size_t want_wire = (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, n, (double)tensors) + 0.5);
     /* every step, sync() reads the deferred finite check's slot of each
      * layer (engine_gpu.c: 8 bytes a layer, a replica) */
     uint64_t want_check = (uint64_t)n * n0->n * 8;
@@ -459,7 +464,7 @@ static void check_stock(void)
                    (unsigned long long)want_check, (unsigned long long)want_sync, gs.bytes, (unsigned long long)qd2h,
                    (unsigned long long)qh2d, (unsigned long long)want_d2h,
                    (unsigned long long)want_h2d);
-            if (gs.bytes != 2 * want_sync) bytes_ok = 0;
+            if (gs.bytes != want_wire) bytes_ok = 0;
         }
         if (measured && (pd2h != wsync + want_check || ph2d != wsync)) moved_ok = 0;
         if (measured && (qd2h != want_d2h || qh2d != want_h2d)) pinned_ok = 0;
@@ -482,8 +487,8 @@ static void check_stock(void)
            "(layer %d)\n", syncs, STOCK_STEPS, worst, worst_layer);
     SOFT_ASSERT(syncs == STOCK_STEPS / c.interval, "stock: %d syncs in %d steps (interval %d)",
                 syncs, STOCK_STEPS, c.interval);
-    SOFT_ASSERT(bytes_ok, "stock: a sync's byte count is not 2 x %llu",
-                (unsigned long long)want_sync);
+    SOFT_ASSERT(bytes_ok, "stock: a sync's byte count is not %zu (2(n-1)/n of %llu, n = %d)",
+                want_wire, (unsigned long long)tensors, n);
     SOFT_ASSERT(stats_ok, "stock: a step's host_loss_bytes is not %d x %d x %llu or its wait "
                 "is 0", n, n0->subdivisions, (unsigned long long)(hl_d2h + hl_h2d));
     tm_margin("gpu/hostloss:stock", worst, STOCK_TOL);
