@@ -120,14 +120,13 @@ sdnn_status sdnn_stock_sync_world(network **nets, int n, sdnn_comm *comm, int in
             off += p0[j].n;
         }
     }
-    size_t wire = 0;
-    sdnn_status st = sdnn_comm_central_mean(comm, all, total, &wire);
+    sdnn_status st = sdnn_comm_central_mean(comm, all, total, NULL);
     if (st != SDNN_OK) {
         free(all);
         return st;
     }
-    /* One central average over every replica of every process. */
-    (void)wire;
+    /* One central average over every replica of every process (the local
+     * mean's bytes above are part of it, so this is the step's figure). */
     *bytes = (size_t)(sdnn_wire_bytes(SDNN_WIRE_CENTRAL, n * comm->size,
                                       (double)(total * sizeof(float))) + 0.5);
     off = 0;
