@@ -1059,12 +1059,82 @@ static void test_collective_choice(void **state)
     assert_non_null(strstr(line, "(the only way)"));
 }
 
+/* sdnn_cm_crossover: the closed form S* of costmodel.h (all-gather against
+ * the coded ring; against the native allreduce aW / ((W-2) r / b + W / d)),
+ * infinite at W = 2 with free codecs, 0 where a collective does not fit;
+ * the group line names the closest call, the count, the sizes and S*. */
+static void test_collective_crossover(void **state)
+{
+    (void)state;
+    const double a = 20e-6, b = 12e9, r = 0.254, d = 100e9;
+    const sdnn_codec_model i8 = {"int8", r, 20e9, d, 1, 1, 0, 0};
+    const sdnn_codec_model h = {"fp16", 0.5, 20e9, d, 1, 1, 0, 0};
+    const sdnn_codec_model tk = {"topk", 0.01, 5e9, d, 0, 1, 1, 0};
+    for (int W = 2; W <= 64; W *= 2) {
+        sdnn_cm_env e = env_of(link_of(a, b), W, 1, &i8, 1);
+        const double ring = a * W / ((W - 2) * r / b + (W - 1) / d);
+        const double native = a * W / ((W - 2) * 0.5 / b + W / d);
+        double x = sdnn_cm_crossover(&e, &i8, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING);
+        assert_true(fabs(x - ring) <= 1e-6 * ring);
+        x = sdnn_cm_crossover(&e, &h, SDNN_CM_ALLGATHER, SDNN_CM_NATIVE);
+        assert_true(fabs(x - native) <= 1e-6 * native);
+        /* the ring is never the cheaper below a size: it wins above S* */
+        assert_true(sdnn_cm_crossover(&e, &i8, SDNN_CM_CODED_RING, SDNN_CM_ALLGATHER) == 0);
+    }
+    const sdnn_codec_model free8 = {"int8", r, 0, 0, 1, 1, 0, 0};
+    sdnn_cm_env e2 = env_of(link_of(a, b), 2, 1, &free8, 1);
+    assert_true(isinf(sdnn_cm_crossover(&e2, &free8, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING)));
+    assert_true(sdnn_cm_crossover(&e2, &tk, SDNN_CM_CODED_RING, SDNN_CM_ALLGATHER) == 0);
+    assert_true(isinf(sdnn_cm_crossover(&e2, &tk, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING)));
+
+    /* three int8 buckets below S* at W = 8 (ring S* = 0.81 MB here): one
+     * line, bucket 5 (the largest, nearest S*) shown, the sizes (KB under
+     * 0.1 MB), S* */
+    sdnn_cm_env e8 = env_of(link_of(a, b), 8, 1, &i8, 1);
+    const double Sx = sdnn_cm_crossover(&e8, &i8, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING);
+    const double bytes[3] = {0.1 * Sx, 0.5 * Sx, 0.3 * Sx};
+    const int ids[3] = {2, 5, 7};
+    char line[512], want[64];
+    sdnn_cm_group_line(&e8, &i8, bytes, ids, 3, SDNN_CM_OFFERS_ALL, line, sizeof line);
+    snprintf(want, sizeof want, "bucket 5 (%.2f MB): int8 via all-gather: ", 0.5 * Sx / 1e6);
+    assert_non_null(strstr(line, want));
+    assert_non_null(strstr(line, " ms predicted vs coded ring "));
+    snprintf(want, sizeof want, "; 3 buckets of %.1f KB to %.2f MB so", 0.1 * Sx / 1e3,
+             0.5 * Sx / 1e6);
+    assert_non_null(strstr(line, want));
+    snprintf(want, sizeof want, "cheaper than the coded ring below %.2f MB at world 8", Sx / 1e6);
+    assert_non_null(strstr(line, want));
+    /* above S*: the ring, the smallest shown */
+    const double big[2] = {3 * Sx, 1.5 * Sx};
+    const int bids[2] = {0, 1};
+    sdnn_cm_group_line(&e8, &i8, big, bids, 2, SDNN_CM_OFFERS_ALL, line, sizeof line);
+    snprintf(want, sizeof want, "bucket 1 (%.2f MB): int8 via coded ring: ", 1.5 * Sx / 1e6);
+    assert_non_null(strstr(line, want));
+    /* the byte cap: below S* at W = 8 the all-gather is faster but sends
+     * 4 x the ring's bytes, so the gpu engine's offers keep the ring; at
+     * W = 2 (the same bytes) it still takes the all-gather */
+    assert_int_equal(sdnn_cm_choose(&e8, &i8, 0.5 * Sx, SDNN_CM_OFFERS_GPU_ENGINE),
+                     SDNN_CM_CODED_RING);
+    assert_int_equal(sdnn_cm_choose(&e2, &free8, 1e6, SDNN_CM_OFFERS_GPU_ENGINE),
+                     SDNN_CM_ALLGATHER);
+    assert_int_equal(sdnn_cm_choose(&e8, &tk, 1e6, SDNN_CM_OFFERS_GPU_ENGINE), SDNN_CM_ALLGATHER);
+    sdnn_cm_group_line(&e8, &i8, bytes, ids, 3, SDNN_CM_OFFERS_GPU_ENGINE, line, sizeof line);
+    assert_non_null(strstr(line, "int8 via coded ring: "));
+    assert_non_null(strstr(line, "all-gather would be cheaper below "));
+    assert_non_null(strstr(line, "not taken: it sends more bytes (4.0 x the ring's)"));
+    /* W = 2, free codecs: the all-gather at every size */
+    sdnn_cm_group_line(&e2, &free8, bytes, ids, 1, SDNN_CM_OFFERS_ALL, line, sizeof line);
+    assert_non_null(strstr(line, "; 1 bucket; the all-gather is cheaper than the coded ring at "
+                                 "every size at world 2"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_collective_formulas),
         cmocka_unit_test(test_collective_costs),
         cmocka_unit_test(test_collective_choice),
+        cmocka_unit_test(test_collective_crossover),
         cmocka_unit_test(test_codec_costs),
         cmocka_unit_test(test_codec_model_ratios),
         cmocka_unit_test(test_one_bucket),

@@ -154,6 +154,12 @@ unsigned sdnn_comm_offers(const sdnn_comm *c, const sdnn_codec_ops *codec)
     return c && codec && c->ops->offers ? c->ops->offers(c, codec) : 0;
 }
 
+void sdnn_comm_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
+                        const sdnn_codec_params *p, int plan)
+{
+    if (c && c->ops->announce && nb > 0) c->ops->announce(c, codec, n, nb, p, plan);
+}
+
 /* The world's replicas: every process holds nin (the layout agrees). */
 static int world_replicas(const sdnn_comm *c, int nin)
 {

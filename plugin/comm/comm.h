@@ -93,6 +93,15 @@ typedef struct sdnn_comm_ops {
      * native half / bfloat16 allreduce; the step gives the planner's codec
      * models these bits (plugin/step/measure.c). */
     unsigned (*offers)(const sdnn_comm *c, const sdnn_codec_ops *codec);
+    /* NULL, or told the exchange's buckets once they are known (at the
+     * exchange's creation: before its first step, and again for a plan's
+     * buckets): codec[k] (NULL: uncompressed) and n[k] floats of bucket k,
+     * with the codec parameters p; `plan` is 1 for a plan's buckets.  A
+     * comm that picks a collective per bucket says here what it will pick
+     * and why (the gpu engine's over NCCL: one banner line per choice on
+     * process 0); nothing travels. */
+    void (*announce)(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
+                     const sdnn_codec_params *p, int plan);
 } sdnn_comm_ops;
 
 struct sdnn_comm {
@@ -124,6 +133,9 @@ int sdnn_comm_hierarchical(const sdnn_comm *c);
 int sdnn_comm_has_coded(const sdnn_comm *c);
 /* The table's offers op for codec (0 when the table has none). */
 unsigned sdnn_comm_offers(const sdnn_comm *c, const sdnn_codec_ops *codec);
+/* The table's announce op (nothing when the table has none). */
+void sdnn_comm_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
+                        const sdnn_codec_params *p, int plan);
 sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
                                      float *out, size_t n, size_t *wire);
 sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,

@@ -1047,7 +1047,6 @@ static void eg_set_timeline(sdnn_engine *e, struct sdnn_timeline *tl)
  *         devices the NCCL is sim/nccl.c's, between processes through
  *         shared memory: the host logic, ordering and arithmetic, never
  *         real NCCL's behaviour. */
-enum { EG_SAID_MAX = 64 };
 
 typedef struct eg_comm {
     gpu_engine *E;
@@ -1061,10 +1060,6 @@ typedef struct eg_comm {
      * codecs' rate (SDNN_EG_CODEC_BPS). */
     sdnn_link link;
     double codec_Bps;
-    /* Buckets the banner has described: (codec, elements) in first-seen order. */
-    int nsaid;
-    int said_codec[EG_SAID_MAX];
-    size_t said_n[EG_SAID_MAX];
 } eg_comm;
 
 /* Until the step hands over its measured link, an NVLink4-class link
@@ -1167,24 +1162,27 @@ static sdnn_status gc_mean(sdnn_comm *c, const float *const *in, int nin, float 
     return sdnn_dring_sync(g->ring);
 }
 
-/* The collectives the ring offers for a lossy codec (sdnn_dring_offers)
- * among those the engine takes (costmodel.h's SDNN_CM_OFFERS_GPU_ENGINE):
- * over NCCL the native half / bf16 allreduce besides collective.c's ways;
- * over device copies (virtual devices) only those, bit for bit the host
- * ring.  The identity codec keeps its way. */
-static unsigned gc_offers(const eg_comm *g, const sdnn_codec_ops *codec)
-{
-    if (!g->ring || !codec->lossy) return 0;
-    unsigned m = 0;
-    for (int k = 0; k < SDNN_CM_NCOLL; ++k)
-        if (sdnn_dring_offers(g->ring, codec, (sdnn_cm_coll)k)) m |= SDNN_CM_OFFERS(k);
-    return m & SDNN_CM_OFFERS_GPU_ENGINE;
-}
-
-/* The ring is NCCL's (not device copies): the banner's collectives apply. */
+/* The ring is NCCL's (not device copies): the collectives apply. */
 static int gc_over_nccl(const eg_comm *g)
 {
     return g->ring && sdnn_dring_offers(g->ring, &sdnn_codec_fp16, SDNN_CM_NATIVE);
+}
+
+/* The collectives the ring offers for a lossy codec (sdnn_dring_offers)
+ * among those the engine takes (costmodel.h's SDNN_CM_OFFERS_GPU_ENGINE):
+ * over NCCL the native half / bf16 allreduce and the all-gather of any
+ * codec besides collective.c's ways, within the byte cap (the dense
+ * all-gather at W = 2 only); over device copies (virtual devices)
+ * collective.c's ways only (0), bit for bit the host ring.  The identity
+ * codec keeps its way. */
+static unsigned gc_offers(const eg_comm *g, const sdnn_codec_ops *codec)
+{
+    if (!g->ring || !codec->lossy || !gc_over_nccl(g)) return 0;
+    unsigned m = 0;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k)
+        if (sdnn_dring_offers(g->ring, codec, (sdnn_cm_coll)k)) m |= SDNN_CM_OFFERS(k);
+    /* with the engine's byte cap: never more bytes than collective.c's way */
+    return m ? (m | SDNN_CM_OFFERS_BYTE_CAP) & SDNN_CM_OFFERS_GPU_ENGINE : 0;
 }
 
 static int gc_world(const eg_comm *g)
@@ -1204,40 +1202,66 @@ static void gc_env(const eg_comm *g, const sdnn_codec_ops *codec, const sdnn_cod
     env->ncodecs = 1;
 }
 
-/* The banner's line for a bucket the first time one of its codec and size
- * travels (process 0; buckets of equal size share a line, and a re-plan's
- * new sizes are listed when they first travel): what was chosen and why,
- * in the model's terms. */
-static void gc_say(eg_comm *g, const sdnn_codec_ops *codec, const sdnn_codec_params *p, size_t n,
-                   unsigned offers)
+/* The start banner's lines (process 0, over NCCL): told the exchange's
+ * buckets before the first travels (the comm table's announce op), one
+ * line per choice, i.e. per codec and collective, with the prices of the
+ * closest call among its buckets and the crossover (sdnn_cm_group_line).
+ * gc_coded prices each bucket by the same model, so what travels is what
+ * was said. */
+static void gc_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
+                        const sdnn_codec_params *p, int plan)
 {
-    int id = sdnn_dcodec_of(codec);
-    for (int i = 0; i < g->nsaid; ++i)
-        if (g->said_codec[i] == id && g->said_n[i] == n) return;
-    if (g->nsaid == EG_SAID_MAX) return;
-    g->said_codec[g->nsaid] = id;
-    g->said_n[g->nsaid] = n;
-    const int k = g->nsaid++;
-    if (g->host && g->host->rank != 0) return;
-    sdnn_cm_env env;
-    sdnn_codec_model m;
-    gc_env(g, codec, p, &env, &m);
-    if (k == 0) {
-        char dev[160] = "", desc[256];
-        eg_describe_device(sdnn_dctx_device(g->E->rep[0].vd), desc, sizeof desc);
-        if (strstr(desc, "simulated"))
-            snprintf(dev, sizeof dev, "; simulated devices: the choice and the arithmetic, never "
-                     "NCCL's timing");
-        printf("scalednn: collective per bucket over NCCL, in the order buckets of a new size "
-               "first travel (cost model: link %s %.1f us %.0f GB/s, device codecs %.0f GB/s, "
-               "world %d%s):\n", env.link.name, env.link.alpha_s * 1e6,
-               env.link.beta_Bps / 1e9, g->codec_Bps / 1e9, env.world, dev);
+    eg_comm *g = c->impl;
+    if (!g || !gc_over_nccl(g) || (g->host && g->host->rank != 0)) return;
+    double *bytes = malloc((size_t)nb * sizeof *bytes);
+    int *ids = malloc((size_t)nb * sizeof *ids);
+    sdnn_cm_coll *path = malloc((size_t)nb * sizeof *path);
+    char *done = calloc((size_t)nb, 1);
+    if (!bytes || !ids || !path || !done) goto out;
+    int said = 0;
+    for (int k = 0; k < nb; ++k) {
+        done[k] = 1;
+        if (!codec[k] || !gc_offers(g, codec[k])) continue;
+        sdnn_cm_env env;
+        sdnn_codec_model m;
+        gc_env(g, codec[k], p, &env, &m);
+        path[k] = sdnn_cm_choose(&env, &m, (double)n[k] * sizeof(float), gc_offers(g, codec[k]));
+        done[k] = 0;
     }
-    char line[256];
-    sdnn_cm_choice_line(&env, &m, (double)n * sizeof(float), offers, k, line, sizeof line);
-    printf("scalednn:   %s\n", line);
-    if (g->nsaid == EG_SAID_MAX) printf("scalednn:   (further buckets not listed)\n");
+    for (int k = 0; k < nb; ++k) {
+        if (done[k]) continue;
+        sdnn_cm_env env;
+        sdnn_codec_model m;
+        gc_env(g, codec[k], p, &env, &m);
+        int cnt = 0;
+        for (int j = k; j < nb; ++j)
+            if (!done[j] && codec[j] == codec[k] && path[j] == path[k]) {
+                bytes[cnt] = (double)n[j] * sizeof(float);
+                ids[cnt++] = j;
+                done[j] = 1;
+            }
+        if (!said++) {
+            char dev[160] = "", desc[256];
+            eg_describe_device(sdnn_dctx_device(g->E->rep[0].vd), desc, sizeof desc);
+            if (strstr(desc, "simulated"))
+                snprintf(dev, sizeof dev, "; simulated devices: the choice and the arithmetic, "
+                         "never NCCL's timing");
+            printf("scalednn: collective per bucket over NCCL, one line per choice for the %s%d "
+                   "buckets (cost model: link %s %.1f us %.0f GB/s, device codecs %.0f GB/s, "
+                   "world %d%s):\n", plan ? "plan's " : "", nb, env.link.name,
+                   env.link.alpha_s * 1e6, env.link.beta_Bps / 1e9, g->codec_Bps / 1e9,
+                   env.world, dev);
+        }
+        char line[512];
+        sdnn_cm_group_line(&env, &m, bytes, ids, cnt, gc_offers(g, codec[k]), line, sizeof line);
+        printf("scalednn:   %s\n", line);
+    }
     fflush(stdout);
+out:
+    free(bytes);
+    free(ids);
+    free(path);
+    free(done);
 }
 
 static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdnn_codec_params *p,
@@ -1269,7 +1293,6 @@ static sdnn_status gc_coded(sdnn_comm *c, const sdnn_codec_ops *codec, const sdn
         sdnn_codec_model m;
         gc_env(g, codec, p, &env, &m);
         const sdnn_cm_coll path = sdnn_cm_choose(&env, &m, (double)n * sizeof(float), offers);
-        if (gc_over_nccl(g)) gc_say(g, codec, p, n, offers);
         SDNN_CHECK(sdnn_dring_exchange(g->ring, path, codec, p, stream, in, out, n, &sent));
     } else {
         SDNN_CHECK(sdnn_dring_coded(g->ring, codec, p, stream, in, out, n, &sent));
@@ -1347,6 +1370,7 @@ static const sdnn_comm_ops gc_ops = {
     .hierarchical = 0,
     .unavailable_reason = NULL,
     .offers = gc_offers_op,
+    .announce = gc_announce,
 };
 
 /* backend=nccl between processes: every process the same device count,
@@ -1462,6 +1486,22 @@ sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link)
         return SDNN_ERROR(SDNN_ERR_INVALID, "gpu engine comm: a link needs bandwidth > 0 and "
                           "latency >= 0");
     ((eg_comm *)c->impl)->link = *link;
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_gpu_engine_comm_pricing(const sdnn_comm *c, const sdnn_codec_ops *codec,
+                                         const sdnn_codec_params *p, size_t n,
+                                         sdnn_cm_env *env, sdnn_codec_model *m,
+                                         unsigned *offers, sdnn_cm_coll *path)
+{
+    if (!c || c->ops != &gc_ops || !c->impl || !codec)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "not the gpu engine's comm");
+    const eg_comm *g = c->impl;
+    gc_env(g, codec, p, env, m);
+    env->codecs = m;
+    *offers = gc_offers(g, codec);
+    *path = *offers ? sdnn_cm_choose(env, m, (double)n * sizeof(float), *offers)
+                    : sdnn_cm_coll_default(m);
     return SDNN_OK;
 }
 

@@ -58,6 +58,15 @@ sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c);
  * measured; until then costmodel.c's nvlink4.  SDNN_ERR_INVALID for
  * another comm. */
 sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link);
+/* How the gpu engine's comm prices a bucket of n floats with codec: the
+ * model's environment and codec model (env->codecs = m), the collectives
+ * it offers the codec (SDNN_CM_OFFERS bits; 0 over device copies:
+ * collective.c's way only) and the one it takes (tests hold each to its
+ * own reference).  SDNN_ERR_INVALID for another comm. */
+sdnn_status sdnn_gpu_engine_comm_pricing(const sdnn_comm *c, const sdnn_codec_ops *codec,
+                                         const sdnn_codec_params *p, size_t n,
+                                         sdnn_cm_env *env, sdnn_codec_model *m,
+                                         unsigned *offers, sdnn_cm_coll *path);
 
 #ifdef __cplusplus
 }

@@ -242,6 +242,23 @@ sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_m
     return x;
 }
 
+/* Why collective k is no candidate for a bucket of `bytes` (NULL: it is
+ * one): it does not fit m, is not offered, or sends more than the default
+ * under the byte cap. */
+static const char *not_candidate(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                                 unsigned offers, int k)
+{
+    const sdnn_cm_coll d = sdnn_cm_coll_default(m);
+    if (!sdnn_cm_coll_fits(m, (sdnn_cm_coll)k)) return "does not fit";
+    if (k == (int)d) return NULL;
+    if (!(offers & SDNN_CM_OFFERS(k))) return "not offered";
+    if ((offers & SDNN_CM_OFFERS_BYTE_CAP) &&
+        sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).wire_bytes >
+            sdnn_cm_exchange_via(env, m, bytes, d).wire_bytes * (1 + 1e-12))
+        return "not taken: it sends more bytes";
+    return NULL;
+}
+
 sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                             unsigned offers)
 {
@@ -249,7 +266,7 @@ sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, d
     if (!m->lossy) return best;
     double t = sdnn_cm_exchange_via(env, m, bytes, best).total_s;
     for (int c = 0; c < SDNN_CM_NCOLL; ++c) {
-        if (!(offers & SDNN_CM_OFFERS(c)) || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)c)) continue;
+        if (not_candidate(env, m, bytes, offers, c)) continue;
         double tc = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)c).total_s;
         if (tc < t) {
             t = tc;
@@ -259,25 +276,39 @@ sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, d
     return best;
 }
 
+/* The cheapest candidate other than c, -1 when there is none; its time in
+ * *t. */
+static int next_cheapest(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
+                         unsigned offers, sdnn_cm_coll c, double *t)
+{
+    int alt = -1;
+    *t = HUGE_VAL;
+    for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
+        if (k == (int)c || not_candidate(env, m, bytes, offers, k)) continue;
+        double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
+        if (tk < *t) {
+            *t = tk;
+            alt = k;
+        }
+    }
+    return alt;
+}
+
+static void size_text(double bytes, char *buf, size_t len)
+{
+    if (bytes >= 1e5) snprintf(buf, len, "%.2f MB", bytes / 1e6);
+    else snprintf(buf, len, "%.1f KB", bytes / 1e3);
+}
+
 void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                          unsigned offers, int bucket, char *buf, size_t len)
 {
     const sdnn_cm_coll c = sdnn_cm_choose(env, m, bytes, offers);
     const double t = sdnn_cm_exchange_via(env, m, bytes, c).total_s;
-    int alt = -1;
-    double ta = HUGE_VAL;
-    for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
-        if (k == (int)c || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k)) continue;
-        if (!(offers & SDNN_CM_OFFERS(k)) && k != (int)sdnn_cm_coll_default(m)) continue;
-        double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
-        if (tk < ta) {
-            ta = tk;
-            alt = k;
-        }
-    }
+    double ta;
+    const int alt = next_cheapest(env, m, bytes, offers, c, &ta);
     char size[32];
-    if (bytes >= 1e5) snprintf(size, sizeof size, "%.2f MB", bytes / 1e6);
-    else snprintf(size, sizeof size, "%.1f KB", bytes / 1e3);
+    size_text(bytes, size, sizeof size);
     int o = snprintf(buf, len, "bucket %d (%s): %s via %s: %.3f ms predicted", bucket, size,
                      m->name, sdnn_cm_coll_label(c, m), t * 1e3);
     if (o < 0 || (size_t)o >= len) return;
@@ -287,13 +318,92 @@ void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, doub
     if (o2 < 0 || (size_t)(o + o2) >= len) return;
     o += o2;
     for (int k = 0; k < SDNN_CM_NCOLL; ++k) {
-        if (k == (int)c || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k) || (offers & SDNN_CM_OFFERS(k)) ||
-            k == (int)sdnn_cm_coll_default(m))
-            continue;
+        const char *why = not_candidate(env, m, bytes, offers, k);
+        if (k == (int)c || !why || !sdnn_cm_coll_fits(m, (sdnn_cm_coll)k)) continue;
         double tk = sdnn_cm_exchange_via(env, m, bytes, (sdnn_cm_coll)k).total_s;
-        if (tk < t && (size_t)o < len)
-            o += snprintf(buf + o, len - (size_t)o, "; %s %.3f ms not offered",
-                          sdnn_cm_coll_label((sdnn_cm_coll)k, m), tk * 1e3);
+        if (tk < t && (size_t)o < len) {
+            int o3 = snprintf(buf + o, len - (size_t)o, "; %s %.3f ms %s",
+                              sdnn_cm_coll_label((sdnn_cm_coll)k, m), tk * 1e3, why);
+            if (o3 < 0) return;
+            o += o3;
+        }
+    }
+}
+
+double sdnn_cm_crossover(const sdnn_cm_env *env, const sdnn_codec_model *m, sdnn_cm_coll a,
+                         sdnn_cm_coll b)
+{
+    if (!sdnn_cm_coll_fits(m, a)) return 0;
+    if (!sdnn_cm_coll_fits(m, b)) return HUGE_VAL;
+    /* t(S) = t0 + S t1 for each: read off at two sizes (the model is exact
+     * affine in S for S > 0). */
+    const double s1 = 1e6, s2 = 2e6;
+    const double a1 = sdnn_cm_exchange_via(env, m, s1, a).total_s;
+    const double a2 = sdnn_cm_exchange_via(env, m, s2, a).total_s;
+    const double b1 = sdnn_cm_exchange_via(env, m, s1, b).total_s;
+    const double b2 = sdnn_cm_exchange_via(env, m, s2, b).total_s;
+    const double sa = (a2 - a1) / (s2 - s1), sb = (b2 - b1) / (s2 - s1);
+    const double ia = a1 - sa * s1, ib = b1 - sb * s1;
+    /* a cheaper at S: ia + sa S < ib + sb S, i.e. gap > slope S */
+    const double gap = ib - ia, slope = sa - sb;
+    const double eps = 1e-12 * (fabs(a2) + fabs(b2));
+    if (fabs(slope) * s2 <= eps) return gap > eps ? HUGE_VAL : 0;   /* parallel */
+    if (slope < 0) return gap > 0 ? HUGE_VAL : 0;   /* a gains with size: not "below" */
+    return gap > 0 ? gap / slope : 0;
+}
+
+void sdnn_cm_group_line(const sdnn_cm_env *env, const sdnn_codec_model *m, const double *bytes,
+                        const int *ids, int n, unsigned offers, char *buf, size_t len)
+{
+    if (len) buf[0] = '\0';
+    if (n < 1 || !len) return;
+    const sdnn_cm_coll c = sdnn_cm_choose(env, m, bytes[0], offers);
+    int close = 0;
+    double best = HUGE_VAL, lo = bytes[0], hi = bytes[0];
+    for (int i = 0; i < n; ++i) {
+        double ta, tc = sdnn_cm_exchange_via(env, m, bytes[i], c).total_s;
+        (void)next_cheapest(env, m, bytes[i], offers, c, &ta);
+        double margin = isfinite(ta) && tc > 0 ? (ta - tc) / tc : HUGE_VAL;
+        if (margin < best) best = margin, close = i;
+        if (bytes[i] < lo) lo = bytes[i];
+        if (bytes[i] > hi) hi = bytes[i];
+    }
+    sdnn_cm_choice_line(env, m, bytes[close], offers, ids[close], buf, len);
+    size_t o = strlen(buf);
+    char a[32], b[32];
+    size_text(lo, a, sizeof a);
+    size_text(hi, b, sizeof b);
+    if (n > 1 && o < len)
+        o += (size_t)snprintf(buf + o, len - o, "; %d buckets of %s%s%s so (the closest call "
+                              "shown)", n, a, lo < hi ? " to " : "", lo < hi ? b : "");
+    else if (o < len)
+        o += (size_t)snprintf(buf + o, len - o, "; 1 bucket");
+    /* where the all-gather meets the cheapest ring the codec can take */
+    const int ag_cand = (offers & SDNN_CM_OFFERS(SDNN_CM_ALLGATHER)) ||
+                        sdnn_cm_coll_default(m) == SDNN_CM_ALLGATHER;
+    sdnn_cm_coll ring = SDNN_CM_NCOLL;
+    if (sdnn_cm_coll_fits(m, SDNN_CM_NATIVE) && (offers & SDNN_CM_OFFERS(SDNN_CM_NATIVE)))
+        ring = SDNN_CM_NATIVE;
+    else if (sdnn_cm_coll_fits(m, SDNN_CM_CODED_RING))
+        ring = SDNN_CM_CODED_RING;
+    if (ag_cand && ring != SDNN_CM_NCOLL && m->lossy && o < len) {
+        double sx = sdnn_cm_crossover(env, m, SDNN_CM_ALLGATHER, ring);
+        char x[32];
+        size_text(sx, x, sizeof x);
+        const char *cap = not_candidate(env, m, lo, offers, SDNN_CM_ALLGATHER);
+        if (cap && sx > 0 && sdnn_cm_coll_default(m) != SDNN_CM_ALLGATHER)
+            snprintf(buf + o, len - o, "; the all-gather would be cheaper %s%s at world %d, "
+                     "%s (%.1f x the ring's)", isinf(sx) ? "at every size" : "below ",
+                     isinf(sx) ? "" : x, env->world, cap, env->world / 2.0);
+        else if (isinf(sx))
+            snprintf(buf + o, len - o, "; the all-gather is cheaper than the %s at every size "
+                     "at world %d", sdnn_cm_coll_label(ring, m), env->world);
+        else if (sx > 0)
+            snprintf(buf + o, len - o, "; the all-gather is cheaper than the %s below %s at "
+                     "world %d", sdnn_cm_coll_label(ring, m), x, env->world);
+        else
+            snprintf(buf + o, len - o, "; the %s is cheaper than the all-gather at every size "
+                     "at world %d", sdnn_cm_coll_label(ring, m), env->world);
     }
 }
 

@@ -212,15 +212,22 @@ typedef enum sdnn_cm_coll {
 #define SDNN_CM_OFFERS_ALL (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE) | \
                             SDNN_CM_OFFERS(SDNN_CM_ALLGATHER))
 
-/* What the gpu engine's NCCL ring offers a lossy codec today: NCCL's native
- * half / bf16 allreduce besides collective.c's ways.  The dense all-gather
- * (ring.c) is implemented, tested and priced, but not offered: the host
- * backends carry dense codecs by the coded ring, and where the all-gather
- * wins (small buckets, W = 2) the gpu engine's int8 results would part from
- * the cpu engine's and the host backends' (tests/gpu/engine_ops and engines
- * compare them); offering it is one bit here once those agree. */
-#define SDNN_CM_OFFERS_GPU_ENGINE \
-    (SDNN_CM_OFFERS(SDNN_CM_CODED_RING) | SDNN_CM_OFFERS(SDNN_CM_NATIVE))
+/* With this bit in `offers`, a collective that sends more bytes per rank
+ * than collective.c's way for the codec (sdnn_wire_bytes at env->world) is
+ * no candidate: compression never sends more than the host backends do
+ * (issue 24).  The dense all-gather sends (W-1) S_c against the ring's
+ * 2(W-1)/W S_c: the same bytes at W = 2, more from W = 3 on. */
+#define SDNN_CM_OFFERS_BYTE_CAP (1u << 8)
+
+/* What the gpu engine's NCCL ring offers a lossy codec: every collective
+ * (the coded ring, NCCL's native half / bf16 allreduce, the all-gather of
+ * any codec) within the byte cap, the cheapest taken per bucket: a dense
+ * codec's all-gather below S* at W = 2.  Where the all-gather carries a
+ * dense codec its result is the mean of every rank's decoded encoding,
+ * summed in rank order, not the coded ring's (whose partial sums are
+ * re-encoded at every hop): tests/gpu/engine_ops holds each collective to
+ * its own host reference bit for bit. */
+#define SDNN_CM_OFFERS_GPU_ENGINE (SDNN_CM_OFFERS_ALL | SDNN_CM_OFFERS_BYTE_CAP)
 
 /* "coded ring", "nccl half all-reduce" ... ("native" names the type for
  * the codec: sdnn_cm_coll_label). */
@@ -239,7 +246,8 @@ sdnn_cm_coll sdnn_cm_coll_default(const sdnn_codec_model *m);
 sdnn_cm_exchange sdnn_cm_exchange_via(const sdnn_cm_env *env, const sdnn_codec_model *m,
                                       double bytes, sdnn_cm_coll c);
 /* The cheapest collective among `offers` (SDNN_CM_OFFERS bits) that fits
- * m; the default one wins ties and is always among the candidates.  A
+ * m (and, with SDNN_CM_OFFERS_BYTE_CAP, sends no more than the default);
+ * the default one wins ties and is always among the candidates.  A
  * lossless codec (none) keeps the default: its mean is exact. */
 sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                             unsigned offers);
@@ -249,6 +257,26 @@ sdnn_cm_coll sdnn_cm_choose(const sdnn_cm_env *env, const sdnn_codec_model *m, d
  * cheaper collective that fits but is not offered; no newline. */
 void sdnn_cm_choice_line(const sdnn_cm_env *env, const sdnn_codec_model *m, double bytes,
                          unsigned offers, int bucket, char *buf, size_t len);
+
+/* The bucket size (fp32 bytes) below which collective a is cheaper than
+ * b for codec model m in env (both times are affine in the size): 0 when
+ * a is never the cheaper below some size (or a does not fit m), HUGE_VAL
+ * when it is at every size (or b does not fit m; e.g. the all-gather
+ * against the coded ring at W = 2 with free codecs), the sizes where the
+ * two tie otherwise.  For a = the all-gather, b = the coded ring it is the
+ * S* above. */
+double sdnn_cm_crossover(const sdnn_cm_env *env, const sdnn_codec_model *m, sdnn_cm_coll a,
+                         sdnn_cm_coll b);
+/* One banner line for buckets that share a codec and a collective (the
+ * start banner's "one line per choice"): sdnn_cm_choice_line of the
+ * closest call among them (the bucket whose chosen and next-cheapest
+ * prices are nearest, i.e. the one nearest the crossover), then how many
+ * buckets of which sizes travel so and, where the all-gather and a ring
+ * (coded or native) both are candidates, the size below which the
+ * all-gather is the cheaper.  bytes[i] and ids[i] are the n buckets'
+ * fp32 bytes and indices; every one of them must choose the same way. */
+void sdnn_cm_group_line(const sdnn_cm_env *env, const sdnn_codec_model *m, const double *bytes,
+                        const int *ids, int n, unsigned offers, char *buf, size_t len);
 
 /* Time the error-feedback pass of such a bucket takes on a replica thread:
  * one encode and one decode of the bucket for a lossy codec with m->ef in

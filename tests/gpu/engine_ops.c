@@ -15,7 +15,22 @@
  *                stream: the mean of the fresh packs (under SDNN_SIM_JITTER
  *                a missing wait reads stale buffers)
  *   comm         plain mean = sdnn_mean_buffers bit for bit; int8 coded
- *                mean = the host local backend's bit for bit
+ *                mean by the collective the comm takes, each held to its
+ *                own host reference bit for bit: the coded ring = the host
+ *                local backend's, the all-gather = every rank's int8
+ *                encoding (the host codec, the rank's stream) decoded and
+ *                summed in rank order into zeros, x 1/W
+ *   choice       2 and 4 devices over NCCL, int8 buckets below, between
+ *                and above the cost model's crossover S* (sdnn_cm_crossover
+ *                of the comm's own pricing): at W = 2 (where the all-gather
+ *                sends the ring's bytes) the all-gather below S*, the coded
+ *                ring above; at W = 4 the ring at every size, the byte cap
+ *                (SDNN_CM_OFFERS_BYTE_CAP: the all-gather would send W/2 x
+ *                the ring's bytes) deciding below S*; every result = its
+ *                collective's reference bit for bit; the bytes each replica
+ *                sends (the comm's *wire) = sdnn_wire_bytes of the
+ *                collective taken, and so is the simulated NCCL's own count
+ *                per rank (SDNN_SIM_NCCL_BYTES; real NCCL cannot count)
  *   ef_step      int8 and topk error feedback = sdnn_codec_ef_step bit
  *                for bit (grad and residual)
  *   train        the callbacks: backward_done once per parameter layer on
@@ -24,10 +39,13 @@
  *                of the skipped layers stay as they were)
  *   resize       a resized net trains and keeps its weights
  */
+#include "collective.h"
 #include "comm.h"
+#include "costmodel.h"
 #include "dev.h"
 #include "engine.h"
 #include "gpu.h"
+#include "gpu_comm.h"
 #include "gpu_test.h"
 #include "replicas.h"
 
@@ -60,6 +78,82 @@ static void host_updates(network *net, int layer, float *dst, const float *src)
         if (src) memcpy(p[j].upd, src, p[j].n * sizeof(float)), src += p[j].n;
         if (dst) memcpy(dst, p[j].upd, p[j].n * sizeof(float)), dst += p[j].n;
     }
+}
+
+/* The all-gather's result on the host: every rank's encoding of its input
+ * (the rank's stream, as ring.c derives it), decoded and accumulated in
+ * rank order into zeros, then x 1/W in fp32. */
+static void allgather_ref(const sdnn_codec_ops *c, const sdnn_codec_params *p, uint64_t stream,
+                          const float *const *in, int W, size_t n, float *out)
+{
+    unsigned char *enc = malloc(c->encoded_size(p, n) + 16);
+    memset(out, 0, n * sizeof(float));
+    for (int q = 0; q < W; ++q) {
+        c->encode(p, in[q], n, enc, sdnn_stream_mix(stream, (uint64_t)q, 0));
+        c->accumulate(p, enc, n, out);
+    }
+    const float inv = 1.0f / (float)W;
+    for (size_t i = 0; i < n; ++i) out[i] *= inv;
+    free(enc);
+}
+
+/* One int8 coded mean of the W buffers `din` (host copies `hin`) through
+ * the engine's comm, checked against the reference of the collective the
+ * comm takes: the all-gather's (allgather_ref) or the coded ring's (the
+ * host local backend's), bit for bit on every replica.  Returns the
+ * collective taken; *wire = what the comm reported. */
+static sdnn_cm_coll coded_vs_ref(sdnn_engine *e, sdnn_comm *comm, const char *what,
+                                 float *const *din, const float *const *hin, int W, size_t n,
+                                 uint64_t stream, size_t *wire)
+{
+    const sdnn_engine_ops *E = e->ops;
+    const sdnn_codec_ops *c8 = sdnn_codec_find("int8");
+    sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+    sdnn_cm_env env;
+    sdnn_codec_model m;
+    unsigned offers = 0;
+    sdnn_cm_coll path = SDNN_CM_NCOLL;
+    if (sdnn_gpu_engine_comm_pricing(comm, c8, &cp, n, &env, &m, &offers, &path) != SDNN_OK) {
+        SOFT_ASSERT(0, "%s: the comm's pricing: %s", what, sdnn_last_error());
+        return SDNN_CM_NCOLL;
+    }
+    float *douts[4], *want[4], *got = malloc(n * 4);
+    for (int r = 0; r < W; ++r) {
+        want[r] = malloc(n * 4);
+        douts[r] = NULL;
+        (void)E->buf_alloc(e, r, n, &douts[r]);
+    }
+    if (path == SDNN_CM_ALLGATHER) {
+        allgather_ref(c8, &cp, stream, hin, W, n, want[0]);
+        for (int r = 1; r < W; ++r) memcpy(want[r], want[0], n * 4);
+    } else {
+        sdnn_comm *local = NULL;
+        size_t wh = 0;
+        if (sdnn_comm_open("local", &local) != SDNN_OK ||
+            sdnn_comm_allreduce_mean_coded(local, c8, &cp, stream, hin, W, want, n, &wh) !=
+                SDNN_OK)
+            SOFT_ASSERT(0, "%s: the local backend's coded mean: %s", what, sdnn_last_error());
+        sdnn_comm_close(local);
+    }
+    *wire = 0;
+    sdnn_status s = sdnn_comm_allreduce_mean_coded(comm, c8, &cp, stream,
+                                                   (const float *const *)din, W, douts, n, wire);
+    size_t diff = 0;
+    for (int r = 0; r < W && s == SDNN_OK; ++r) {
+        if (E->buf_read(e, r, douts[r], got, n) != SDNN_OK) diff += n * 4;
+        else diff += gt_bytes_differ(got, want[r], n * 4);
+    }
+    SOFT_ASSERT(s == SDNN_OK && diff == 0, "%s: int8 mean of %zu floats over %d ranks by the %s "
+                "= its reference (%s) bit for bit (%zu bytes differ; %s)", what, n, W,
+                sdnn_cm_coll_name(path), path == SDNN_CM_ALLGATHER
+                    ? "decoded encodings summed in rank order" : "the local backend's ring",
+                diff, s == SDNN_OK ? "ok" : sdnn_last_error());
+    for (int r = 0; r < W; ++r) {
+        E->buf_free(e, r, douts[r]);
+        free(want[r]);
+    }
+    free(got);
+    return path;
 }
 
 static void registry(void)
@@ -212,32 +306,21 @@ static int run(const int *devices)
     SOFT_ASSERT(diff == 0, "apply: updates = snap + mean on every replica (%zu bytes differ)",
                 diff);
 
-    /* coded mean (int8) = the host local backend's, bit for bit */
+    /* coded mean (int8) by the collective the comm takes = that
+     * collective's reference, bit for bit (over device copies: the ring) */
     {
-        sdnn_comm *local = NULL;
-        GT_OK(sdnn_comm_open("local", &local));
-        const sdnn_codec_ops *c8 = sdnn_codec_find("int8");
-        sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
-        float *houts[NREP], *douts[NREP];
+        float *dins[NREP];
         for (int r = 0; r < NREP; ++r) {
-            houts[r] = malloc(n * 4);
-            GT_OK(E->buf_alloc(e, r, n, &douts[r]));
-            GT_OK(E->buf_write(e, r, pack[r], fresh[r], n));
+            GT_OK(E->buf_alloc(e, r, n, &dins[r]));
+            GT_OK(E->buf_write(e, r, dins[r], fresh[r], n));
         }
-        const float *din[NREP] = {pack[0], pack[1]};
-        size_t wd = 0, wh = 0;
-        GT_OK(sdnn_comm_allreduce_mean_coded(comm, c8, &cp, 99, din, NREP, douts, n, &wd));
-        GT_OK(sdnn_comm_allreduce_mean_coded(local, c8, &cp, 99, hin, NREP, houts, n, &wh));
-        diff = 0;
-        for (int r = 0; r < NREP; ++r) {
-            GT_OK(E->buf_read(e, r, douts[r], h_got, n));
-            diff += gt_bytes_differ(h_got, houts[r], n * 4);
-            E->buf_free(e, r, douts[r]);
-            free(houts[r]);
-        }
-        SOFT_ASSERT(diff == 0 && wd > 0, "int8 coded mean through the engine's comm = local's "
-                    "(%zu bytes differ, wire %zu vs %zu)", diff, wd, wh);
-        sdnn_comm_close(local);
+        size_t wd = 0;
+        sdnn_cm_coll path = coded_vs_ref(e, comm, devices ? "device copies" : "nccl", dins, hin,
+                                         NREP, n, 99, &wd);
+        SOFT_ASSERT(wd > 0 && (devices == NULL || path == SDNN_CM_CODED_RING),
+                    "int8 through the engine's comm by the %s, wire %zu (device copies keep "
+                    "collective.c's ring)", sdnn_cm_coll_name(path), wd);
+        for (int r = 0; r < NREP; ++r) E->buf_free(e, r, dins[r]);
     }
 
     /* ef_step = sdnn_codec_ef_step bit for bit */
@@ -380,6 +463,145 @@ static int run(const int *devices)
     return 0;
 }
 
+/* Total bytes the simulated NCCL counted per rank (SDNN_SIM_NCCL_BYTES
+ * lines "sim-nccl-bytes rank R of W: T sent ..."), into per[0..W-1];
+ * returns the lines read. */
+static int sim_counted(const char *path, double *per, int W)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[512];
+    int k = 0;
+    while (fgets(line, sizeof line, f)) {
+        int r, w;
+        double t;
+        if (sscanf(line, "sim-nccl-bytes rank %d of %d: %lf sent", &r, &w, &t) == 3 && w == W &&
+            r >= 0 && r < W) {
+            per[r] += t;
+            ++k;
+        }
+    }
+    fclose(f);
+    return k;
+}
+
+/* The collective per int8 bucket where the cost model says, at W = 2 and
+ * 4 NCCL ranks (one process, a device each), on a test link of 0.25 us and
+ * 450 GB/s (the engine's device codecs at its own rate): buckets of 64 KB,
+ * 360 KB and 1 MB fp32 against S*(W) = sdnn_cm_crossover(all-gather, coded
+ * ring) of the comm's pricing (0.50 MB at W = 2, 0.24 MB at 4): each result
+ * bit for bit its collective's reference, the bytes the comm reports and
+ * the simulated NCCL's own count = sdnn_wire_bytes of the collective. */
+static void choices(int simulated)
+{
+    static const size_t sizes[3] = {16384, 90112, 262144};
+    sdnn_cm_coll took[2][3] = {{SDNN_CM_NCOLL, SDNN_CM_NCOLL, SDNN_CM_NCOLL},
+                               {SDNN_CM_NCOLL, SDNN_CM_NCOLL, SDNN_CM_NCOLL}};
+    for (int wi = 0; wi < 2; ++wi) {
+        const int W = wi ? 4 : 2;
+        char count_path[] = "/tmp/sdnn-engine-ops-bytes-XXXXXX";
+        int fd = mkstemp(count_path);
+        if (fd >= 0) close(fd);
+        if (simulated && fd >= 0) setenv("SDNN_SIM_NCCL_BYTES", count_path, 1);
+        network *ns[4] = {0};
+        for (int r = 0; r < W; ++r) ns[r] = gt_parse_file("cfg/shapes.cfg", "batch=2\n");
+        sdnn_engine_opts o = SDNN_ENGINE_OPTS_INIT;
+        sdnn_engine *e = NULL;
+        sdnn_comm *comm = NULL;
+        sdnn_status s = ns[W - 1] ? sdnn_engine_create(&sdnn_engine_gpu, ns, W, &o, &e)
+                                  : SDNN_ERR_INVALID;
+        if (s == SDNN_OK) s = e->ops->comm_open(e, NULL, &comm);
+        sdnn_link test_link = {"test-0.25us", 0.25e-6, 450e9};
+        if (s == SDNN_OK) s = sdnn_gpu_engine_comm_set_link(comm, &test_link);
+        SOFT_ASSERT(s == SDNN_OK, "W=%d: engine and comm over NCCL (%s)", W,
+                    s == SDNN_OK ? "ok" : sdnn_last_error());
+        double expect = 0, reported = 0;
+        if (s == SDNN_OK) {
+            const sdnn_codec_ops *c8 = sdnn_codec_find("int8");
+            sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+            sdnn_cm_env env;
+            sdnn_codec_model m;
+            unsigned offers = 0;
+            sdnn_cm_coll path;
+            (void)sdnn_gpu_engine_comm_pricing(comm, c8, &cp, sizes[0], &env, &m, &offers, &path);
+            const double Sx = sdnn_cm_crossover(&env, &m, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING);
+            printf("    W=%d: S* = %.3f MB (all-gather below, coded ring above)\n", W, Sx / 1e6);
+            SOFT_ASSERT((offers & SDNN_CM_OFFERS(SDNN_CM_ALLGATHER)) &&
+                        (offers & SDNN_CM_OFFERS(SDNN_CM_CODED_RING)),
+                        "W=%d: the comm offers int8 the all-gather and the coded ring (%#x)", W,
+                        offers);
+            for (int i = 0; i < 3; ++i) {
+                const size_t n = sizes[i];
+                float *hin[4], *din[4];
+                for (int r = 0; r < W; ++r) {
+                    hin[r] = malloc(n * 4);
+                    gt_seed(1000 + (uint64_t)(10 * i + r));
+                    gt_fill(hin[r], n, -1, 1);
+                    din[r] = NULL;
+                    (void)e->ops->buf_alloc(e, r, n, &din[r]);
+                    (void)e->ops->buf_write(e, r, din[r], hin[r], n);
+                }
+                char what[64];
+                snprintf(what, sizeof what, "W=%d, %.0f KB", W, n * 4 / 1e3);
+                size_t wire = 0;
+                took[wi][i] = coded_vs_ref(e, comm, what, din, (const float *const *)hin, W, n,
+                                           500 + (uint64_t)i, &wire);
+                const int below = (double)n * 4 < Sx, ag = below && W == 2;
+                SOFT_ASSERT(took[wi][i] == (ag ? SDNN_CM_ALLGATHER : SDNN_CM_CODED_RING),
+                            "%s: %s S* = %.3f MB%s: the %s (took the %s)", what,
+                            below ? "below" : "above", Sx / 1e6,
+                            below && !ag ? ", the all-gather's bytes over the cap" : "",
+                            ag ? "all-gather" : "coded ring", sdnn_cm_coll_name(took[wi][i]));
+                if (below && !ag) {
+                    const double bx = (double)n * 4;
+                    SOFT_ASSERT(sdnn_cm_exchange_via(&env, &m, bx, SDNN_CM_ALLGATHER).total_s <
+                                    sdnn_cm_exchange_via(&env, &m, bx, SDNN_CM_CODED_RING).total_s &&
+                                sdnn_cm_choose(&env, &m, bx, SDNN_CM_OFFERS_ALL) ==
+                                    SDNN_CM_ALLGATHER,
+                                "%s: the all-gather is the faster, uncapped the model takes it; "
+                                "the cap keeps the ring", what);
+                }
+                const double enc = (double)c8->encoded_size(&cp, n);
+                const double per = sdnn_wire_bytes(took[wi][i] == SDNN_CM_ALLGATHER
+                                                       ? SDNN_WIRE_ALLGATHER : SDNN_WIRE_ALLREDUCE,
+                                                   W, enc);
+                /* sdnn_comm_allreduce_mean_coded reports what each replica sends */
+                SOFT_ASSERT(fabs((double)wire - per) <= 0.5, "%s: the comm's bytes per replica "
+                            "%zu = sdnn_wire_bytes(%s, W, encoded) = %.0f", what, wire,
+                            took[wi][i] == SDNN_CM_ALLGATHER ? "all-gather" : "all-reduce", per);
+                expect += per;
+                reported += (double)wire;
+                for (int r = 0; r < W; ++r) {
+                    e->ops->buf_free(e, r, din[r]);
+                    free(hin[r]);
+                }
+            }
+        }
+        sdnn_engine_destroy(e);   /* frees the communicators: the counter's lines */
+        for (int r = 0; r < W; ++r)
+            if (ns[r]) sdnn_network_free(ns[r]);
+        if (simulated && fd >= 0) {
+            double per[4] = {0, 0, 0, 0}, mean = 0;
+            int lines = sim_counted(count_path, per, W);
+            for (int r = 0; r < W; ++r) mean += per[r] / W;
+            SOFT_ASSERT(lines == W && fabs(mean - expect) <= 1.0,
+                        "W=%d: the simulated NCCL counted %.0f bytes per rank (%d lines) = "
+                        "sdnn_wire_bytes of the collectives taken, %.0f (the comm said %.0f)", W,
+                        mean, lines, expect, reported);
+            unsetenv("SDNN_SIM_NCCL_BYTES");
+        }
+        if (fd >= 0) remove(count_path);
+    }
+    /* both choices happen: at W=2 small buckets by the all-gather, large
+     * ones by the ring; at W=4 every one by the ring */
+    SOFT_ASSERT(took[0][0] == SDNN_CM_ALLGATHER && took[0][1] == SDNN_CM_ALLGATHER &&
+                took[0][2] == SDNN_CM_CODED_RING && took[1][0] == SDNN_CM_CODED_RING &&
+                took[1][1] == SDNN_CM_CODED_RING && took[1][2] == SDNN_CM_CODED_RING,
+                "W=2: 64 and 360 KB by the all-gather, 1 MB by the coded ring; W=4: all by the "
+                "coded ring (W=2: %s, %s, %s)", sdnn_cm_coll_name(took[0][0]),
+                sdnn_cm_coll_name(took[0][1]), sdnn_cm_coll_name(took[0][2]));
+}
+
 int main(void)
 {
     argv0_ = "engine_ops";
@@ -397,5 +619,7 @@ int main(void)
     static const int one_device[NREP] = {0, 0};
     (void)run(NULL);
     (void)run(one_device);
+    if (ndev >= 4) choices(strstr(desc, "simulated") != NULL);
+    else printf("    %d device(s): the collective choice at W = 4 needs 4 (not run)\n", ndev);
     return gt_summary(argv0_);
 }

@@ -39,6 +39,14 @@
  * of its scale or swap two top-k entries of nearly equal magnitude: their
  * tolerance is LOSSY_TOL (3e-3; measured up to 4e-5), still far below a
  * wrong mean (the mean of n replicas is O(1) off) or a lost residual.
+ * Each collective is held to its own reference: the CPU trainer's buckets
+ * travel by collective.c's coded ring, so the lossy rows give the GPU
+ * trainer's comm a link without latency, where the cost model prices the
+ * coded ring (and fp16's native allreduce) below the all-gather at every
+ * size (S* = 0; checked per bucket below); the all-gather, which the gpu
+ * engine takes for small buckets on a real link, is held bit for bit to
+ * its own host reference by tests/gpu/engine_ops and, through the whole
+ * trainer, to the MPI path's losses by tests/gpu/cli_bytes.sh.
  * Stock mode has no exchange to reset state through (the trainer's engine
  * is reached via its exchange), so it runs free for STOCK_STEPS steps,
  * compared after each of Darknet's syncs: STOCK_TOL (1e-3; measured 2e-6).
@@ -48,6 +56,7 @@
 #include "dev.h"
 #include "engine.h"
 #include "gpu.h"
+#include "gpu_comm.h"
 #include "gpu_test.h"
 #include "replicas.h"
 #include "trainer.h"
@@ -191,6 +200,33 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
         goto out;
     }
 
+    if (lossy && n > 1) {
+        /* the coded ring, the CPU trainer's collective (see the header) */
+        const sdnn_exchange *gx = sdnn_trainer_exchange(G);
+        sdnn_comm *gc = gx ? sdnn_exchange_comm(gx) : NULL;
+        const sdnn_link flat = {"no-latency", 0, 450e9};
+        s = gc ? sdnn_gpu_engine_comm_set_link(gc, &flat) : SDNN_ERR_INVALID;
+        int ring = s == SDNN_OK, nb = gx ? sdnn_exchange_nbuckets(gx) : 0;
+        for (int k = 0; k < nb && ring; ++k) {
+            const sdnn_codec_ops *bc = sdnn_exchange_bucket_codec(gx, k);
+            sdnn_codec_params bp = SDNN_CODEC_PARAMS_INIT;
+            bp.topk_ratio = c.topk_ratio;
+            sdnn_cm_env env;
+            sdnn_codec_model m;
+            unsigned offers;
+            sdnn_cm_coll path;
+            if (!bc->lossy) continue;
+            if (sdnn_gpu_engine_comm_pricing(gc, bc, &bp, sdnn_exchange_bucket(gx, k, NULL, NULL),
+                                             &env, &m, &offers, &path) != SDNN_OK)
+                ring = 0;
+            else if (bc->dense)
+                ring = path == (sdnn_cm_coll_fits(&m, SDNN_CM_NATIVE) ? SDNN_CM_NATIVE
+                                                                      : SDNN_CM_CODED_RING);
+        }
+        SOFT_ASSERT(ring, "%s: on a link without latency every dense bucket takes a ring (%s)",
+                    label, s == SDNN_OK ? "ok" : sdnn_last_error());
+        s = SDNN_OK;
+    }
     double worst_loss = 0, worst_param = 0;
     int worst_step = -1, worst_layer = -1, replanned = 0, steps = tc->stock ? STOCK_STEPS : STEPS;
     size_t rdiff = 0;
