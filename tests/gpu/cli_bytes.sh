@@ -23,6 +23,9 @@
 #     ratio is off by 25% or more); the progress line's "MB exchanged" is the
 #     CSV's figure / 1e6 (to its 2 printed decimals), and the timeline's
 #     "bytes exchanged" counter (rank 0's trace) is the CSV's, step by step;
+#   - nccl cells with a lossy codec: the start banner, before the first
+#     step, one line per codec and collective the cost model chose (each
+#     naming its buckets), the collective W = 4 gets (banner_check below);
 #   - losses, step by step against the MPI path of the same layout and codec
 #     (2 x 2: mpirun -np 2; 1 x 4: mpirun -np 1 with -gpus 0,1,2,3), over
 #     the 2 steps every run has (FIXED_ITERS iterations of a world of 4).
@@ -163,6 +166,45 @@ loss_check() {
         else printf "ok %.3g of it, bound %.3g", d / r[2], t / r[2]
     }'
 }
+# banner_check LOG CODEC BUCKETS: "" unless the start banner (issue 24: the
+# gpu engine's comm told the buckets by the exchange) is there before the
+# first step's progress line ("MB exchanged"): a header per layout (1 for
+# fixed buckets; auto: the first layout's and the plan's), then one line per
+# codec and collective, each naming its buckets' count, whose sum is at most
+# the header's count; at W = 4 the collective the model takes: fp16 / bf16
+# NCCL's native allreduce (the ring's bytes, less codec work), int8 the
+# coded ring (the all-gather would send 2 x its bytes: the byte cap), topk
+# the all-gather (its only way).
+banner_check() {
+    case $2 in
+    fp16) want="nccl half all-reduce" ;; bf16) want="nccl bf16 all-reduce" ;;
+    int8) want="coded ring" ;; *) want="all-gather" ;;
+    esac
+    heads=1
+    [ "$3" = auto ] && heads=2
+    awk -v c="$2" -v want="$want" -v heads="$heads" '
+        /MB exchanged/ && !step { step = NR }
+        /^scalednn: collective per bucket over NCCL, one line per choice for the / {
+            h++; if (h == 1) first = NR
+            for (i = 1; i <= NF; ++i) if ($i == "buckets") { n = $(i - 1); break }
+            announced[h] = n + 0 }
+        /^scalednn:   bucket [0-9]* \(/ {
+            lines[h]++
+            if (index($0, ": " c " via " want ": ") == 0) wrong = wrong "; " $0
+            k = 1
+            if (match($0, /; [0-9]+ buckets of /)) k = substr($0, RSTART + 2, RLENGTH - 14) + 0
+            listed[h] += k }
+        END {
+            if (h != heads) { printf "%d headers, expected %d", h, heads; exit }
+            if (!step || first > step) { printf "header at line %d, first progress line %d: not before the first step", first, step; exit }
+            for (j = 1; j <= h; ++j) {
+                if (lines[j] < 1) { printf "layout %d: no line for %s", j, c; exit }
+                if (listed[j] > announced[j]) { printf "layout %d: %d buckets listed, %d announced", j, listed[j], announced[j]; exit }
+            }
+            if (wrong != "") { printf "%s not via %s%s", c, want, wrong; exit }
+            printf "ok %s via %s, %d line(s) for %d of %d buckets", c, want, lines[1], listed[1], announced[1]
+        }' "$1"
+}
 bound_of() {
     case $1 in fp16 | bf16) echo 0.55 ;; int8) echo 0.3 ;; topk) echo 0.05 ;; *) echo 1 ;; esac
 }
@@ -282,6 +324,16 @@ for lay in $LAYOUTS; do
                         bad "$cell: the progress line says '$prog MB exchanged', the CSV $(mb "$by") MB"
                         ok=0
                     fi
+                fi
+                if [ "$be" = nccl ] && [ "$c" != none ]; then
+                    why=$(banner_check "$W/$tag.log" "$c" "$bk")
+                    case $why in
+                    ok*) msg="$msg, banner ${why#ok }" ;;
+                    *)
+                        bad "$cell: the start banner: $why ($W/$tag.log)"
+                        ok=0
+                        ;;
+                    esac
                 fi
                 [ $ok = 1 ] && say "ok $cell: $msg"
             done
