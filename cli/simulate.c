@@ -311,9 +311,10 @@ int sdnn_cmd_simulate(int argc, char **argv)
          .help = "encode and decode rate of every lossy codec, GB/s of fp32 input"},
         {.name = "-nccl", .kind = SDNN_FLAG_INT, .dst = &nccl, .lo = 0, .hi = 2, .meta = "0|1|2",
          .help = "1: lossy codecs travel as the gpu engine's NCCL ring moves them, by the "
-                 "cheaper of the coded ring and NCCL's native half/bf16 allreduce; 2: the "
-                 "all-gather of dense codecs too (implemented, not yet offered); the collective "
-                 "of each bucket is listed (0)"},
+                 "cheapest of the coded ring, NCCL's native half/bf16 allreduce and the "
+                 "all-gather that sends no more bytes than the ring (a dense codec's at 2 "
+                 "ranks); 2: every all-gather the time model prefers, whatever its bytes; the "
+                 "collective of each bucket is listed (0)"},
     };
     /* --flag: the syntax of earlier versions, still in older scripts. */
     const sdnn_command usage = {
