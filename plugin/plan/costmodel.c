@@ -390,11 +390,11 @@ void sdnn_cm_group_line(const sdnn_cm_env *env, const sdnn_codec_model *m, const
         double sx = sdnn_cm_crossover(env, m, SDNN_CM_ALLGATHER, ring);
         char x[32];
         size_text(sx, x, sizeof x);
-        const char *cap = not_candidate(env, m, lo, offers, SDNN_CM_ALLGATHER);
+        const int cap = not_candidate(env, m, lo, offers, SDNN_CM_ALLGATHER) != NULL;
         if (cap && sx > 0 && sdnn_cm_coll_default(m) != SDNN_CM_ALLGATHER)
             snprintf(buf + o, len - o, "; the all-gather would be cheaper %s%s at world %d, "
-                     "%s (%.1f x the ring's)", isinf(sx) ? "at every size" : "below ",
-                     isinf(sx) ? "" : x, env->world, cap, env->world / 2.0);
+                     "at %.1f x the ring's bytes", isinf(sx) ? "at every size" : "below ",
+                     isinf(sx) ? "" : x, env->world, env->world / 2.0);
         else if (isinf(sx))
             snprintf(buf + o, len - o, "; the all-gather is cheaper than the %s at every size "
                      "at world %d", sdnn_cm_coll_label(ring, m), env->world);
