@@ -65,9 +65,12 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 == a && b + 0 > 0) printf "
 
 # The cost model's MB a replica sends a step at W = 4 (simulate's table, the 4-GPU row):
 # none, the codec (bucket_mb=4), the planned variant.
+# (none: simulate wants a compressing codec; its none column is the same for any)
 predict() {
     cfg "sim-$1" nccl "$1" 4
-    "$BIN" scalednn simulate "$W/sim-$1.cfg" -topology pcie -gpus 4 -codec "$1" -bucket_mb 4 \
+    c=$1
+    [ "$c" = none ] && c=fp16
+    "$BIN" scalednn simulate "$W/sim-$1.cfg" -topology pcie -gpus 4 -codec "$c" -bucket_mb 4 \
         -nccl 1 >"$W/sim-$1.log" 2>&1
     awk '$1 == 4 && $2 == 1 { s = $0; sub(/.*\| /, "", s); gsub(/,/, "", s); print s }' "$W/sim-$1.log"
 }
@@ -95,7 +98,8 @@ for bk in 4 auto; do
             done
         done
         set -- $(predict "$c")
-        if [ "$bk" = 4 ]; then p=${2:-?}; [ "$c" = none ] && p=${1:-?}; else p="${3:-?} (simulate's own plan)"; fi
+        if [ "$bk" = 4 ]; then p=${2:-?}; else p="${3:-?} (simulate's own plan)"; fi
+        [ "$c" = none ] && p=${1:-?}
         echo "| $c$row | $p |$rats |"
     done
     echo
