@@ -72,6 +72,14 @@ void sdnn_gradref_backward(sdnn_gradref *r);
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
 const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
 
+/* Beside each element of that gradient: the sum, over the subdivisions,
+ * of the absolute values of the terms the element sums (weights:
+ * |dz x input| over batch and output positions; biases: |dz|; scales:
+ * |dz x xhat|).  sum|t| / |sum t| is the element's condition number: a
+ * float sum of those terms errs by up to ~u sqrt(n) sum|t| (Higham and
+ * Mary's probabilistic bound), however much the terms cancel. */
+const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n);
+
 /* The number of additions behind one value of layer i's output in a
  * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
  * adds its mean's and variance's N twice, a cost head its sum) and behind
