@@ -749,15 +749,19 @@ static void test_command(void **state)
  * u = 2^-24, when both take the same decisions; the data keeps every best
  * IOU more than 1e-5 (far above float's error in an IOU) from ignore_thresh
  * and truth_thresh, which the reference counts.  truth_thresh=1 (never:
- * Darknet's default) and .45 (the prediction-side box and class terms, the
- * class term's early return when a slot already has one). */
-static void yolo_delta_case(const char *truth_thresh, uint64_t seed)
+ * Darknet's default; ignore_thresh .3) and .2 (ignore_thresh .15: more
+ * objectness entries pulled to 1 than truths, so the prediction-side box
+ * and class terms ran, and the class term's early return where a slot
+ * already has one).  With the ignore test dropped from the reference the
+ * worst error is 1.2e5 of its bound (checked by hand). */
+static void yolo_delta_case(const char *ignore_thresh, const char *truth_thresh, uint64_t seed,
+                            int past_truth_thresh)
 {
     char text[512];
     snprintf(text, sizeof text,
              "[net]\nbatch=2\nsubdivisions=1\nwidth=4\nheight=4\nchannels=14\n"
              "[yolo]\nmask=0,1\nanchors=1,1, 2,3, 3,2\nclasses=2\nnum=3\n"
-             "ignore_thresh=.3\ntruth_thresh=%s\nrandom=0\njitter=0\n", truth_thresh);
+             "ignore_thresh=%s\ntruth_thresh=%s\nrandom=0\njitter=0\n", ignore_thresh, truth_thresh);
     network *net = tu_parse(text);
     assert_non_null(net);
     layer *l = &net->layers[0];
@@ -786,7 +790,7 @@ static void yolo_delta_case(const char *truth_thresh, uint64_t seed)
     net->train = 1;
     forward_network(net);
     double worst = 0;
-    int ignored = 0, pulled = 0;
+    int ignored = 0, pulled = 0, to_one = 0, truths = 0;
     for (size_t k = 0; k < no; ++k) {
         double bound = 32 * 0x1p-24 * (1 + fabs(out[k]) + fabs(delta[k]));
         double e = fabs((double)l->delta[k] - delta[k]) / bound;
@@ -799,17 +803,25 @@ static void yolo_delta_case(const char *truth_thresh, uint64_t seed)
     for (int b = 0; b < l->batch; ++b)
         for (int n = 0; n < l->n; ++n)
             for (int c = 0; c < l->w * l->h; ++c)
-                ignored += delta[(size_t)b * l->outputs + ((size_t)n * (5 + l->classes) + 4) *
-                                 l->w * l->h + c] == 0;
+            {
+                double d = delta[(size_t)b * l->outputs + ((size_t)n * (5 + l->classes) + 4) *
+                                 l->w * l->h + c];
+                ignored += d == 0;
+                to_one += d > 0;
+            }
+    for (int b = 0; b < net->batch; ++b) truths += 3 + b;
     printf("yolo delta, truth_thresh=%s: worst error %.3g of its bound, %d predictions near a "
-           "threshold, %d objectness entries ignored, %d positive deltas\n", truth_thresh,
-           worst, near, ignored, pulled);
+           "threshold, %d objectness entries ignored, %d pulled to 1 (%d truths), %d positive "
+           "deltas\n", truth_thresh, worst, near, ignored, to_one, truths, pulled);
     char name[96];
     snprintf(name, sizeof name, "test_gradcheck:yolo_delta:truth_thresh=%s", truth_thresh);
     tm_margin(name, worst, 1);
     assert_int_equal(near, 0);
     assert_true(ignored > 0);
     assert_true(pulled > 0);
+    /* More objectness entries pulled to 1 than there are truths: some
+     * predictions passed truth_thresh (their box and class terms ran). */
+    if (past_truth_thresh) assert_true(to_one > truths);
     assert_true(worst <= 1);
     free(x);
     free(out);
@@ -820,8 +832,8 @@ static void yolo_delta_case(const char *truth_thresh, uint64_t seed)
 static void test_yolo_delta(void **state)
 {
     (void)state;
-    yolo_delta_case("1", 11);
-    yolo_delta_case(".45", 12);
+    yolo_delta_case(".3", "1", 11, 0);
+    yolo_delta_case(".15", ".2", 12, 1);
 }
 
 int main(void)
