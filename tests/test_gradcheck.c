@@ -22,6 +22,7 @@
 #include "config.h"
 #include "engine.h"
 #include "gradcheck.h"
+#include "gradref.h"
 #include "hooks.h"
 #include "profile.h"
 #include "replicas.h"
@@ -739,6 +740,102 @@ static void test_command(void **state)
     tu_run("rm -rf %s", dir);
 }
 
+/* The double reference's [yolo] delta (sdnn_gradref_yolo_delta) against
+ * libdarknet's own forward_yolo_layer on a small head (4x4 grid, 2 of 3
+ * anchors, 2 classes, batch 2), from the same float input and truth.  Both
+ * compute delta = s (t - o) for a handful of operations on values of size
+ * |t| + |o| <= |delta| + 2 |o| (s = 1, or 2 - w h <= 2 for box terms), so
+ * each float element is within 32 u (1 + |o| + |delta|) of the double one,
+ * u = 2^-24, when both take the same decisions; the data keeps every best
+ * IOU more than 1e-5 (far above float's error in an IOU) from ignore_thresh
+ * and truth_thresh, which the reference counts.  truth_thresh=1 (never:
+ * Darknet's default; ignore_thresh .3) and .2 (ignore_thresh .15: more
+ * objectness entries pulled to 1 than truths, so the prediction-side box
+ * and class terms ran, and the class term's early return where a slot
+ * already has one).  With the ignore test dropped from the reference the
+ * worst error is 1.2e5 of its bound (checked by hand). */
+static void yolo_delta_case(const char *ignore_thresh, const char *truth_thresh, uint64_t seed,
+                            int past_truth_thresh)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "[net]\nbatch=2\nsubdivisions=1\nwidth=4\nheight=4\nchannels=14\n"
+             "[yolo]\nmask=0,1\nanchors=1,1, 2,3, 3,2\nclasses=2\nnum=3\n"
+             "ignore_thresh=%s\ntruth_thresh=%s\nrandom=0\njitter=0\n", ignore_thresh, truth_thresh);
+    network *net = tu_parse(text);
+    assert_non_null(net);
+    layer *l = &net->layers[0];
+    assert_int_equal(l->type, YOLO);
+    size_t no = (size_t)l->batch * l->outputs;
+    for (size_t k = 0; k < no; ++k) net->input[k] = tu_uniform(&seed, -2.f, 2.f);
+    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
+    for (int b = 0; b < net->batch; ++b)
+        for (int t = 0; t < 3 + b; ++t) {
+            float *p = net->truth + (size_t)b * net->truths + (size_t)t * 5;
+            p[0] = tu_uniform(&seed, .1f, .9f);
+            p[1] = tu_uniform(&seed, .1f, .9f);
+            p[2] = tu_uniform(&seed, .2f, .7f);
+            p[3] = tu_uniform(&seed, .2f, .7f);
+            p[4] = (float)(t % 2);
+        }
+    double *x = malloc(no * sizeof *x), *out = malloc(no * sizeof *out);
+    double *delta = malloc(no * sizeof *delta);
+    assert_non_null(x);
+    assert_non_null(out);
+    assert_non_null(delta);
+    for (size_t k = 0; k < no; ++k) x[k] = net->input[k];
+    int near = -1;
+    assert_int_equal(sdnn_gradref_yolo_delta(l, net->w, net->h, x, net->truth, 1e-5, out, delta,
+                                             &near), SDNN_OK);
+    net->train = 1;
+    forward_network(net);
+    double worst = 0;
+    int ignored = 0, pulled = 0, to_one = 0, truths = 0;
+    for (size_t k = 0; k < no; ++k) {
+        double bound = 32 * 0x1p-24 * (1 + fabs(out[k]) + fabs(delta[k]));
+        double e = fabs((double)l->delta[k] - delta[k]) / bound;
+        if (e > worst) worst = e;
+        double eo = fabs((double)l->output[k] - out[k]) / bound;
+        if (eo > worst) worst = eo;
+        pulled += delta[k] > 0;
+    }
+    /* objectness entries (4) the ignore test zeroed */
+    for (int b = 0; b < l->batch; ++b)
+        for (int n = 0; n < l->n; ++n)
+            for (int c = 0; c < l->w * l->h; ++c)
+            {
+                double d = delta[(size_t)b * l->outputs + ((size_t)n * (5 + l->classes) + 4) *
+                                 l->w * l->h + c];
+                ignored += d == 0;
+                to_one += d > 0;
+            }
+    for (int b = 0; b < net->batch; ++b) truths += 3 + b;
+    printf("yolo delta, truth_thresh=%s: worst error %.3g of its bound, %d predictions near a "
+           "threshold, %d objectness entries ignored, %d pulled to 1 (%d truths), %d positive "
+           "deltas\n", truth_thresh, worst, near, ignored, to_one, truths, pulled);
+    char name[96];
+    snprintf(name, sizeof name, "test_gradcheck:yolo_delta:truth_thresh=%s", truth_thresh);
+    tm_margin(name, worst, 1);
+    assert_int_equal(near, 0);
+    assert_true(ignored > 0);
+    assert_true(pulled > 0);
+    /* More objectness entries pulled to 1 than there are truths: some
+     * predictions passed truth_thresh (their box and class terms ran). */
+    if (past_truth_thresh) assert_true(to_one > truths);
+    assert_true(worst <= 1);
+    free(x);
+    free(out);
+    free(delta);
+    sdnn_network_free(net);
+}
+
+static void test_yolo_delta(void **state)
+{
+    (void)state;
+    yolo_delta_case(".3", "1", 11, 0);
+    yolo_delta_case(".15", ".2", 12, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +864,7 @@ int main(void)
         cmocka_unit_test(test_bn_mismatch_shrinks_with_n),
         cmocka_unit_test(test_gpu_engine_refused),
         cmocka_unit_test(test_command),
+        cmocka_unit_test(test_yolo_delta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

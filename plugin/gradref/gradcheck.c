@@ -240,32 +240,43 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
     for (int j = 0; j < np; ++j) total += p[j].n;
     size_t cap = (size_t)o->samples + 1;
     double *e1 = malloc(cap * sizeof *e1), *e2 = malloc(cap * sizeof *e2);
+    double *e3 = malloc(cap * sizeof *e3);
     double *all1 = malloc((cap * (size_t)np + 1) * sizeof *all1);
     size_t *pick = malloc(cap * sizeof *pick);
-    if (!e1 || !e2 || !all1 || !pick) {
-        free(e1); free(e2); free(all1); free(pick);
+    if (!e1 || !e2 || !e3 || !all1 || !pick) {
+        free(e1); free(e2); free(e3); free(all1); free(pick);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     }
     int n1 = 0;
+    const double base = row->threshold;   /* C x 2^-24 x sqrt(R): a sum without cancellation */
+    double worst_ratio = -1;
     row->ntensors = np;
     row->max_rel = 0;
     row->median_rel = 0;
+    row->cond = 1;
     for (int j = 0; j < np; ++j) {
         size_t n;
         double *val = sdnn_gradref_param(g->ref, i, j, &n);
         const double *gr = sdnn_gradref_grad(g->ref, i, j, &n);
+        size_t na_n = 0;
+        const double *ga = sdnn_gradref_grad_abs(g->ref, i, j, &na_n);
         row->tensor[j].what = p[j].what;
-        if (!val || !gr || n != p[j].n || n == 0) continue;
+        if (!val || !gr || !ga || n != p[j].n || na_n != n || n == 0) continue;
         /* Stage 2 on the whole tensor: the engine's gradient is -updates. */
-        double gmax = 0, nr = 0, nd = 0;
+        double gmax = 0, nr = 0, nd = 0, nabs = 0;
         for (size_t e = 0; e < n; ++e) {
             double d = -(double)p[j].upd[e] - gr[e];
             if (fabs(gr[e]) > gmax) gmax = fabs(gr[e]);
             nr += gr[e] * gr[e];
             nd += d * d;
+            nabs += ga[e] * ga[e];
         }
         nr = sqrt(nr);
         nd = sqrt(nd);
+        nabs = sqrt(nabs);
+        /* The tensor's condition: ||sum|t| per element|| / ||gradient||
+         * (>= 1; 1 when no element's terms cancel). */
+        double cond = nr > 0 && nabs > nr ? nabs / nr : 1;
         double norm_rel = nr > 0 ? nd / nr : nd > 0 ? HUGE_VAL : 0, dir_rel = 0;
         for (int q = 0; q < SDNN_GRADCHECK_DIRS; ++q) {
             double dot = 0;
@@ -286,13 +297,18 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             for (int q = 0; q < k; ++q) dup |= pick[q] == c;
             if (!dup) pick[k++] = c;
         }
-        int k1 = 0, k2 = 0;
-        double efloor = nr / sqrt((double)n);
+        int k1 = 0, k2 = 0, k3 = 0;
+        double efloor = nr / sqrt((double)n), afloor = nabs / sqrt((double)n);
         for (int q = 0; q < k; ++q) {
             size_t e = pick[q];
             double an = gr[e], eng = -(double)p[j].upd[e];
             double den2 = fmax(fabs(an), efloor);
             e2[k2++] = den2 > 0 ? fabs(eng - an) / den2 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
+            /* The element against its own bound base x sum|t|: in units
+             * of base (the floor keeps an element whose terms are all ~0
+             * from dividing by nothing). */
+            double den3 = fmax(ga[e], afloor);
+            e3[k3++] = den3 > 0 ? fabs(eng - an) / den3 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
             /* Stage 1: the reference's objective at theta +- eps. */
             double v = val[e];
             val[e] = v + o->eps;
@@ -321,8 +337,18 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
         row->tensor[j].median_rel = median_of(e2, k2);
         row->tensor[j].norm_rel = norm_rel;
         row->tensor[j].dir_rel = dir_rel;
-        double worst = fmax(norm_rel, row->tensor[j].median_rel);
-        if (worst > row->max_rel) row->max_rel = worst;
+        row->tensor[j].cond = cond;
+        /* Judged against base x cond: the normwise error, and the sampled
+         * elements' median against their own bounds (scaled to the same
+         * threshold).  The row keeps the tensor with the smallest margin. */
+        double worst = fmax(norm_rel, median_of(e3, k3) * cond);
+        double ratio = worst / (base * cond);
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            row->max_rel = worst;
+            row->threshold = base * cond;
+            row->cond = cond;
+        }
         if (dir_rel > row->dir_rel) row->dir_rel = dir_rel;
         if (row->tensor[j].median_rel > row->median_rel) row->median_rel = row->tensor[j].median_rel;
     }
@@ -330,7 +356,7 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
     row->size = total;
     row->ref_median_rel = median_of(all1, n1);
     row->ref_max_rel = n1 > 0 ? all1[n1 - 1] : 0;
-    free(e1); free(e2); free(all1); free(pick);
+    free(e1); free(e2); free(e3); free(all1); free(pick);
     return SDNN_OK;
 }
 
@@ -645,16 +671,17 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
     fprintf(f, "mode %s, fix_1x1_delta=%d (%d layer%s fixed), loss %.6g (reference, double)\n",
             r->mode_stock ? "stock" : "scalednn", r->fix_1x1_delta, r->fixed_layers,
             r->fixed_layers == 1 ? "" : "s", r->loss);
-    fprintf(f, "%5s  %-30s %9s %7s %5s | %10s %9s | %10s %9s %9s  %s\n", "layer", "type",
+    fprintf(f, "%5s  %-30s %9s %7s %5s | %10s %9s | %10s %9s %9s %8s  %s\n", "layer", "type",
             "size", "samples", "kinks", "1: ref fd", "threshold", "2: engine", "threshold",
-            "dirs", "verdict");
+            "dirs", "cond", "verdict");
     for (int k = 0; k < r->nlayers; ++k) {
         const sdnn_gradcheck_layer *l = &r->layer[k];
         char type[48];
         snprintf(type, sizeof type, "%s%s", l->type, l->fixed ? " (fixed)" : "");
-        fprintf(f, "%5d  %-30s %9zu %7d %5d | %10.2e %9.1e | %10.2e %9.2e %9.2e  %s\n", l->index,
-                type, l->size, l->samples, l->kinks, l->ref_median_rel, l->ref_threshold,
-                l->max_rel, l->threshold, l->dir_rel, l->pass ? "ok" : "FAIL");
+        fprintf(f, "%5d  %-30s %9zu %7d %5d | %10.2e %9.1e | %10.2e %9.2e %9.2e %8.3g  %s\n",
+                l->index, type, l->size, l->samples, l->kinks, l->ref_median_rel,
+                l->ref_threshold, l->max_rel, l->threshold, l->dir_rel, l->cond,
+                l->pass ? "ok" : "FAIL");
     }
     if (r->notes[0]) fprintf(f, "%s", r->notes);
     fprintf(f, "Stage 1 (1: ref fd): the double reference's backward against its own central "
@@ -666,8 +693,11 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
                "worst over the layer's tensors of ||g - g_ref||/||g_ref|| and the sampled "
                "elements' median (dirs: the worst of %d random +-1 directions "
                "|<g - g_ref, d>|/||g_ref||, reported); "
-               "threshold %g x 2^-24 x sqrt(R), R the reduction lengths along the gradient's "
-               "path (float accumulation; no allowance for batch norm).\n",
+               "threshold %g x 2^-24 x sqrt(R) x cond, R the reduction lengths along the "
+               "gradient's path, cond the tensor's ||sum|t|||/||sum t|| over its elements' "
+               "terms (the reference's; a float sum errs by ~u sqrt(n) sum|t|); the row shows "
+               "the tensor with the smallest margin (float accumulation; no allowance for "
+               "batch norm).\n",
             SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);
     fprintf(f, "%d of %d layers above their threshold\n", r->failed, r->nlayers);
 }

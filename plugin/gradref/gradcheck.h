@@ -31,7 +31,7 @@
  * it: for a random +-1 d, <g - g_ref, d> / ||g_ref|| is the normwise error
  * times a standard normal draw, so their worst of 4 runs up to ~2.5x it):
  *
- *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R),
+ *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R) x cond,
  *     R = the reduction lengths along the gradient's path: the forward
  *         sums of every layer (each forward value feeds the loss and the
  *         deltas), the backward sums of every layer the layer's output
@@ -39,9 +39,19 @@
  *         over batch x subdivisions x out_h x out_w (sdnn_gradref_reduction;
  *         batch norm's mean and variance count as sums over their N).
  *
+ *     cond = ||A|| / ||g_ref||, A_e = sum |t| over the terms t that
+ *         gradient element e sums (sdnn_gradref_grad_abs: |dz x input|,
+ *         |dz|, |dz x xhat|), computed by the reference in double.
+ *
  * Rounding errors of float sums grow as the square root of their length
- * (random-walk model); C covers the constant (a few roundings per term and
- * the condition of the sums).  There is no allowance per batch norm:
+ * (random-walk model) times the sum of the terms' magnitudes, not of the
+ * result: |fl(sum t) - sum t| <~ u sqrt(n) sum|t| (Higham and Mary's
+ * probabilistic bound), so an element whose terms cancel (a batch-norm
+ * layer's bias and scale gradients sum 8192 values of both signs at 64x64)
+ * errs relative to itself by cond times more; C covers the constant (a
+ * few roundings per term).  The sampled elements are judged each against
+ * its own bound (|g_e - g_ref,e| / max(A_e, ||A|| / sqrt(n)), scaled by
+ * cond to the tensor's threshold).  There is no allowance per batch norm:
  * Darknet's N vs N-1 mismatch (fix_bn_delta=0) is a ~1/N error and fails.
  *
  * The objective is the one each head's delta is the negative gradient of
@@ -96,7 +106,8 @@ typedef struct sdnn_gradcheck_layer {
     double max_rel;     /* stage 2: the worst normwise or element error over the tensors */
     double dir_rel;     /* stage 2: the worst random direction (reported) */
     double median_rel;  /* stage 2: the worst tensor's sampled elements' median */
-    double threshold;   /* stage 2: the error model's bound */
+    double threshold;   /* stage 2: the error model's bound (of the row's tensor) */
+    double cond;        /* stage 2: that tensor's condition (>= 1) */
     double reduction;   /* R of the error model */
     int bn_n;           /* smallest batch-norm N the layer's output reaches, 0: none */
     int fixed;          /* the 1x1 delta fix runs on this layer */
@@ -108,6 +119,7 @@ typedef struct sdnn_gradcheck_layer {
         double median_rel;      /* stage 2: sampled elements */
         double norm_rel;        /* stage 2: ||g - g_ref|| / ||g_ref||, the whole tensor */
         double dir_rel;         /* stage 2: the worst random direction */
+        double cond;            /* ||sum|t| per element|| / ||g_ref|| */
     } tensor[3];
     int pass;
 } sdnn_gradcheck_layer;

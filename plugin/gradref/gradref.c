@@ -30,8 +30,9 @@ typedef struct ref_layer {
     int head;               /* 1: cost, 2: softmax */
     int np;
     double *par[SDNN_MAX_PARAMS_PER_LAYER], *grad[SDNN_MAX_PARAMS_PER_LAYER];
+    double *gabs[SDNN_MAX_PARAMS_PER_LAYER];   /* per gradient element: sum of |its terms| */
     size_t pn[SDNN_MAX_PARAMS_PER_LAYER];
-    double *W, *B, *S, *gW, *gB, *gS;
+    double *W, *B, *S, *gW, *gB, *gS, *aW, *aB, *aS;
     /* per subdivision */
     double **out, **z, **xhat, **mean, **var;
     unsigned char **piece;  /* the activation's piece per value (held forwards) */
@@ -216,6 +217,7 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         for (int j = 0; j < SDNN_MAX_PARAMS_PER_LAYER; ++j) {
             free(l->par[j]);
             free(l->grad[j]);
+            free(l->gabs[j]);
         }
         free_sub(l->out, r->sub);
         free_sub(l->z, r->sub);
@@ -353,11 +355,12 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->pn[j] = p[j].n;
         l->par[j] = dalloc(p[j].n);
         l->grad[j] = dalloc(p[j].n);
-        if (!l->par[j] || !l->grad[j]) return NOMEM();
+        l->gabs[j] = dalloc(p[j].n);
+        if (!l->par[j] || !l->grad[j] || !l->gabs[j]) return NOMEM();
         for (size_t e = 0; e < p[j].n; ++e) l->par[j][e] = p[j].val[e];
-        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; }
-        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; }
-        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; }
+        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; l->aW = l->gabs[j]; }
+        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; l->aB = l->gabs[j]; }
+        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; l->aS = l->gabs[j]; }
     }
     if ((l->type == CONVOLUTIONAL || l->type == CONNECTED) && (!l->W || !l->B || (l->bn && !l->S)))
         return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: missing parameters", i);
@@ -527,7 +530,7 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                 for (int ky = 0; ky < k; ++ky)
                     for (int kx = 0; kx < k; ++kx) {
                         size_t wi = (((size_t)f * cg + c) * k + ky) * k + kx;
-                        double wv = l->W[wi], gw = 0;
+                        double wv = l->W[wi], gw = 0, aw = 0;
                         for (int oy = 0; oy < l->oh; ++oy) {
                             int y = oy * l->stride + ky - l->pad;
                             if (y < 0 || y >= l->h) continue;
@@ -537,10 +540,12 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                                 double dv = df[(size_t)oy * l->ow + ox];
                                 size_t xi = co + (size_t)y * l->w + xx;
                                 gw += dv * xb[xi];
+                                aw += fabs(dv * xb[xi]);
                                 if (dxb) dxb[xi] += wv * dv;
                             }
                         }
                         l->gW[wi] += gw;
+                        l->aW[wi] += aw;
                     }
             }
         }
@@ -565,11 +570,13 @@ static void fc_bwd(const ref_layer *l, const double *x, const double *dz, double
         for (int o = 0; o < l->outputs; ++o) {
             double dv = dz[(size_t)b * (size_t)l->outputs + o];
             double *gw = l->gW + (size_t)o * (size_t)l->inputs;
+            double *aw = l->aW + (size_t)o * (size_t)l->inputs;
             const double *w = l->W + (size_t)o * (size_t)l->inputs;
             const double *xb = x + (size_t)b * (size_t)l->inputs;
             double *dxb = dx ? dx + (size_t)b * (size_t)l->inputs : NULL;
             for (int k = 0; k < l->inputs; ++k) {
                 gw[k] += dv * xb[k];
+                aw[k] += fabs(dv * xb[k]);
                 if (dxb) dxb[k] += dv * w[k];
             }
         }
@@ -628,16 +635,22 @@ static void affine_act_bwd(ref_layer *l, int s)
     double *g = l->dz;
     for (size_t k = 0; k < n; ++k) g[k] = l->d[k] * act_g_on(l->act, l->z[s][k], l->piece[s][k]);
     for (int c = 0; c < l->oc; ++c) {
-        double sb = 0, ss = 0;
+        double sb = 0, ss = 0, ab = 0, as = 0;
         for (int b = 0; b < l->batch; ++b)
             for (size_t q = 0; q < hw; ++q) {
                 size_t k = (size_t)b * l->outputs + c * hw + q;
                 sb += g[k];
-                if (l->bn) ss += g[k] * l->xhat[s][k];
+                ab += fabs(g[k]);
+                if (l->bn) {
+                    ss += g[k] * l->xhat[s][k];
+                    as += fabs(g[k] * l->xhat[s][k]);
+                }
             }
         l->gB[c] += sb;
+        l->aB[c] += ab;
         if (!l->bn) continue;
         l->gS[c] += ss;
+        l->aS[c] += as;
         /* y = (x - m) / (sqrt(v) + eps), v = sum (x - m)^2 / (N - 1):
          * dx_i = gy_i / D - (sum gy) / (N D) - (x_i - m) (sum gy (x - m)) / (D^2 sqrt(v) (N - 1)),
          * gy = scale * g; the mean's term in dv vanishes (sum (x - m) = 0). */
@@ -919,7 +932,10 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
 void sdnn_gradref_backward(sdnn_gradref *r)
 {
     for (int i = 0; i < r->n; ++i)
-        for (int j = 0; j < r->L[i].np; ++j) memset(r->L[i].grad[j], 0, r->L[i].pn[j] * sizeof(double));
+        for (int j = 0; j < r->L[i].np; ++j) {
+            memset(r->L[i].grad[j], 0, r->L[i].pn[j] * sizeof(double));
+            memset(r->L[i].gabs[j], 0, r->L[i].pn[j] * sizeof(double));
+        }
     for (int s = 0; s < r->sub; ++s) {
         /* The activations of subdivision s are those its forward kept. */
         for (int i = 0; i < r->n; ++i)
@@ -941,6 +957,13 @@ const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n)
     if (i < 0 || i >= r->n || j < 0 || j >= r->L[i].np) return NULL;
     *n = r->L[i].pn[j];
     return r->L[i].grad[j];
+}
+
+const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n)
+{
+    if (i < 0 || i >= r->n || j < 0 || j >= r->L[i].np) return NULL;
+    *n = r->L[i].pn[j];
+    return r->L[i].gabs[j];
 }
 
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd)

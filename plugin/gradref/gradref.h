@@ -72,6 +72,14 @@ void sdnn_gradref_backward(sdnn_gradref *r);
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
 const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
 
+/* Beside each element of that gradient: the sum, over the subdivisions,
+ * of the absolute values of the terms the element sums (weights:
+ * |dz x input| over batch and output positions; biases: |dz|; scales:
+ * |dz x xhat|).  sum|t| / |sum t| is the element's condition number: a
+ * float sum of those terms errs by up to ~u sqrt(n) sum|t| (Higham and
+ * Mary's probabilistic bound), however much the terms cancel. */
+const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n);
+
 /* The number of additions behind one value of layer i's output in a
  * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
  * adds its mean's and variance's N twice, a cost head its sum) and behind
@@ -79,5 +87,22 @@ const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
  * filters/groups x size^2, connected outputs, batch norm 2N): the error
  * model's reduction lengths (gradcheck.h). */
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd);
+
+/* libdarknet's [yolo] delta in double (plugin/gradref/yolo_ref.c; issue 25
+ * item 1): what Debian's forward_yolo_layer writes into l->delta for the
+ * layer's input x (batch x outputs) and the truth rows (batch x
+ * l->truths floats: x, y, w, h, class per box; a box with x == 0 ends the
+ * list), the network's input size net_w x net_h.  out gets the activated
+ * output (logistic on x, y, objectness and classes; w, h raw).  Its
+ * decisions: a prediction's objectness is pulled to 0 unless its best IOU
+ * with a truth exceeds ignore_thresh (then 0), past truth_thresh to 1 with
+ * box and class terms; each truth's slot (the anchor of the most similar
+ * shape, if this layer owns it) gets objectness 1, the box terms
+ * (2 - w h) (t - out) on x, y and on log-size for w, h, and the class
+ * terms.  *near counts predictions whose best IOU lies within `margin` of
+ * either threshold, the ones a float forward may decide the other way. */
+sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const double *x,
+                                    const float *truth, double margin, double *out,
+                                    double *delta, int *near);
 
 #endif

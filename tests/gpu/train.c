@@ -4,15 +4,21 @@
  * bit-identical to it, DESIGN §5).  Needs a CUDA device.
  *
  *   shapes detector  20 steps, batch 8 in 2 subdivisions, detection
- *                    batches made in memory: every step's loss within
- *                    1e-3 (relative) of the CPU's, and every parameter
- *                    within 1e-3 after every step.  The device restarts
- *                    each step from the CPU's state: free-running, the
- *                    two drift apart by rounding alone (gemm orders differ)
- *                    until a YOLO threshold flips (on the simulated device
- *                    the losses part at step 13 from 2e-6 to 2e-4), which
- *                    would hide in the tolerance what a per-step check
- *                    shows
+ *                    batches made in memory.  Each step starts both sides
+ *                    from the CPU's state and runs twice on the device:
+ *                    held (held_step: layer by layer, each layer's output
+ *                    within FWD_TOL of the CPU's on the CPU's input, then
+ *                    replaced by it, so maxpool choices, leaky slopes and
+ *                    YOLO's ignore tests are the CPU's): every parameter
+ *                    and running statistic within PARAM_TOL after the
+ *                    step; free (sdnn_gpu_net_train): the loss within
+ *                    LOSS_TOL (relative).  Free, the parameters are not a
+ *                    smooth map of the state: the objects are constant-
+ *                    colour regions, so convolution outputs tie exactly in
+ *                    one gemm and differ in the last bit in another (edge
+ *                    tiles), and a maxpool takes the other input: 4.7e-4
+ *                    at one step under OPENBLAS_CORETYPE=Sandybridge,
+ *                    against ~1e-6 held (issue 25); they are printed
  *   fmnist           10 steps of the classifier: the same
  *   world of one     the trainer with 1 replica on the gpu engine
  *                    (scalednn mode, batches fed 2 ahead into the preload
@@ -28,6 +34,9 @@
 
 #define LOSS_TOL 1e-3
 #define PARAM_TOL 1e-3
+/* One layer on the same input, normwise (DESIGN §5: GPU layers == libdarknet
+ * CPU layers within 1e-4 in fp32). */
+#define FWD_TOL 1e-4
 
 static data make_batch(network *net, int rows, int detection, uint64_t seed)
 {
@@ -40,11 +49,65 @@ static data make_batch(network *net, int rows, int detection, uint64_t seed)
     return gt_class_data(rows, net->inputs, net->truths, seed);
 }
 
+/* One step as Darknet's train_network runs it (get_next_batch, then
+ * train_network_datum per subdivision: forward_network, backward_network,
+ * update_network after the last), with the device's held step beside it:
+ * after the CPU's forward of a subdivision the device runs the same
+ * subdivision layer by layer, each layer's output compared with the CPU's
+ * (*fwd_err, normwise) and then replaced by it, so every discrete decision
+ * a later pass takes from an output (a maxpool's choice, leaky's slope
+ * taken from the output's sign, YOLO's ignore and best-anchor tests on the
+ * host) is the CPU's; then the device's backward layer by layer and its
+ * update.  What is left between the two is float reassociation inside
+ * each layer's forward and backward and the update (a smooth map of the
+ * same inputs), which PARAM_TOL bounds. */
+static sdnn_status held_step(network *cpu, network *dev, sdnn_gpu_net *g, data d, float *loss,
+                             float *buf, double *fwd_err, int *fwd_layer)
+{
+    int batch = cpu->batch, n = d.X.rows / batch;
+    float sum = 0;
+    for (int b = 0; b < n; ++b) {
+        get_next_batch(d, batch, b * batch, cpu->input, cpu->truth);
+        if (cpu->truths)
+            memcpy(dev->truth, cpu->truth, (size_t)cpu->truths * (size_t)batch * sizeof(float));
+        *cpu->seen += (size_t)batch;
+        *dev->seen += (size_t)batch;
+        cpu->train = dev->train = 1;
+        forward_network(cpu);
+        SDNN_CHECK(sdnn_gpu_net_set_input(g, cpu->input, cpu->truth));
+        for (int i = 0; i < cpu->n; ++i) {
+            const layer *l = &cpu->layers[i];
+            size_t no = (size_t)l->outputs * (size_t)l->batch, dn = 0;
+            float *dp = NULL;
+            SDNN_CHECK(sdnn_gpu_net_layer_forward(g, i, 1));
+            SDNN_CHECK(sdnn_gpu_net_tensor(g, i, SDNN_GT_OUTPUT, &dp, &dn));
+            if (dn != no)
+                return SDNN_ERROR(SDNN_ERR_INTERNAL, "layer %d: device output of %zu floats, "
+                                  "the CPU's %zu", i, dn, no);
+            SDNN_CHECK(sdnn_gpu_net_get(g, i, SDNN_GT_OUTPUT, buf));
+            double e = gt_relerr(buf, l->output, no);
+            if (e > *fwd_err) *fwd_err = e, *fwd_layer = i;
+            SDNN_CHECK(sdnn_gpu_net_set(g, i, SDNN_GT_OUTPUT, l->output));
+        }
+        backward_network(cpu);
+        for (int i = cpu->n - 1; i >= 0 && !cpu->layers[i].stopbackward; --i)
+            SDNN_CHECK(sdnn_gpu_net_layer_backward(g, i));
+        sum += *cpu->cost;
+        if ((*cpu->seen / (size_t)batch) % (size_t)cpu->subdivisions == 0) {
+            update_network(cpu);
+            SDNN_CHECK(sdnn_gpu_net_update(g));
+        }
+    }
+    *loss = sum / (float)(n * batch);
+    return SDNN_OK;
+}
+
 static void versus_cpu(const char *name, const char *cfg, const char *set, int steps,
                        int detection, sdnn_gpu_vdev *vd)
 {
     network *cpu = gt_parse_file(cfg, set), *dev = gt_parse_file(cfg, set);
-    if (!cpu || !dev) {
+    network *pre = gt_parse_file(cfg, set);
+    if (!cpu || !dev || !pre) {
         SOFT_ASSERT(0, "%s: cannot parse %s", name, cfg);
         return;
     }
@@ -55,14 +118,40 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
         SOFT_ASSERT(0, "%s: gpu net: %s", name, sdnn_last_error());
         return;
     }
+    size_t most = 0;
+    for (int i = 0; i < cpu->n; ++i)
+        if ((size_t)cpu->layers[i].outputs * cpu->layers[i].batch > most)
+            most = (size_t)cpu->layers[i].outputs * cpu->layers[i].batch;
+    float *buf = malloc((most ? most : 1) * sizeof *buf);
     int rows = cpu->batch * cpu->subdivisions;
-    double worst_loss = 0, worst_param = 0;
-    int worst_layer = -1, worst_step = -1;
-    for (int step = 0; step < steps; ++step) {
+    double worst_loss = 0, worst_param = 0, worst_fwd = 0, worst_free = 0;
+    int worst_layer = -1, worst_step = -1, fwd_layer = -1;
+    for (int step = 0; step < steps && buf; ++step) {
         data d = make_batch(cpu, rows, detection, 1000 + (uint64_t)step);
-        float lc = train_network(cpu, d);
+        gt_copy_net(pre, cpu);
+        /* The held step: parameters after it, from the same state. */
+        float lc = 0;
+        s = held_step(cpu, dev, g, d, &lc, buf, &worst_fwd, &fwd_layer);
+        if (s == SDNN_OK) s = sdnn_gpu_net_pull(g);
+        if (s != SDNN_OK) {
+            SOFT_ASSERT(0, "%s step %d: held step: %s", name, step, sdnn_last_error());
+            free_data(d);
+            break;
+        }
+        int wl;
+        double pe = gt_param_err(dev, cpu, &wl);
+        if (pe > worst_param) worst_param = pe, worst_layer = wl, worst_step = step;
+        SOFT_ASSERT(*cpu->seen == *dev->seen, "%s step %d: held: seen %zu vs %zu", name, step,
+                    *cpu->seen, *dev->seen);
+        /* The free step: sdnn_gpu_net_train from the same state, its loss
+         * against the CPU's (its parameters are printed, not judged: a
+         * decision the float sums put on the other side of a tie or a
+         * corner moves them by more than rounding). */
+        gt_copy_net(dev, pre);
         float lg = 0;
-        s = sdnn_gpu_net_train(g, d, &lg);
+        s = sdnn_gpu_net_push(g);
+        if (s == SDNN_OK) s = sdnn_gpu_net_train(g, d, &lg);
+        if (s == SDNN_OK) s = sdnn_gpu_net_pull(g);
         free_data(d);
         if (s != SDNN_OK) {
             SOFT_ASSERT(0, "%s step %d: %s", name, step, sdnn_last_error());
@@ -70,16 +159,11 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
         }
         double e = fabs((double)lg - lc) / fmax(fabs(lc), 1e-6);
         if (e > worst_loss) worst_loss = e;
-        s = sdnn_gpu_net_pull(g);
-        if (s != SDNN_OK) {
-            SOFT_ASSERT(0, "%s step %d: pull: %s", name, step, sdnn_last_error());
-            break;
-        }
-        int wl;
-        double pe = gt_param_err(dev, cpu, &wl);
-        if (pe > worst_param) worst_param = pe, worst_layer = wl, worst_step = step;
-        printf("    %s step %2d: loss cpu %.6f gpu %.6f (rel %.1e), parameters rel %.1e\n", name,
-               step, lc, lg, e, pe);
+        int fl;
+        double fe = gt_param_err(dev, cpu, &fl);
+        if (fe > worst_free) worst_free = fe;
+        printf("    %s step %2d: loss cpu %.6f gpu %.6f (rel %.1e), parameters rel %.1e held "
+               "(layer %d), %.1e free (layer %d)\n", name, step, lc, lg, e, pe, wl, fe, fl);
         SOFT_ASSERT(*cpu->seen == *dev->seen, "%s step %d: seen %zu vs %zu", name, step,
                     *cpu->seen, *dev->seen);
         /* The next step starts from the CPU's state on both sides. */
@@ -90,19 +174,28 @@ static void versus_cpu(const char *name, const char *cfg, const char *set, int s
             break;
         }
     }
+    SOFT_ASSERT(buf != NULL, "%s: no memory", name);
+    printf("    %s: worst layer output (held forward) rel %.1e (layer %d); free steps' "
+           "parameters rel %.1e (reported)\n", name, worst_fwd, fwd_layer, worst_free);
     char mname[96];
     snprintf(mname, sizeof mname, "gpu/train:%s:loss", name);
     tm_margin(mname, worst_loss, LOSS_TOL);
+    snprintf(mname, sizeof mname, "gpu/train:%s:forward", name);
+    tm_margin(mname, worst_fwd, FWD_TOL);
     snprintf(mname, sizeof mname, "gpu/train:%s:params", name);
     tm_margin(mname, worst_param, PARAM_TOL);
     SOFT_ASSERT(worst_loss < LOSS_TOL, "%s: %d steps, worst loss difference %.2e", name, steps,
              worst_loss);
+    SOFT_ASSERT(worst_fwd < FWD_TOL, "%s: every layer's output on the CPU's input, %d steps: "
+                "worst rel err %.2e (layer %d)", name, steps, worst_fwd, fwd_layer);
     SOFT_ASSERT(worst_param < PARAM_TOL, "%s: parameters and running statistics after each of %d "
-             "steps: worst rel err %.2e (layer %d, step %d)", name, steps, worst_param,
+             "held steps: worst rel err %.2e (layer %d, step %d)", name, steps, worst_param,
              worst_layer, worst_step);
+    free(buf);
     sdnn_gpu_net_destroy(g);
     sdnn_network_free(cpu);
     sdnn_network_free(dev);
+    sdnn_network_free(pre);
 }
 
 /* The trainer with one replica on the gpu engine, its batches fed two
