@@ -26,7 +26,10 @@
 # each): TOL_P = 1e-3. A box corner in pixels moves by the centre (16 px cells: 16*2e-3/4 =
 # 8e-3) plus half the size (w = anchor*exp(t) <= 30 px: 30*2e-3/2 = 0.03): TOL_BOX = 0.1 px.
 # A detection whose probability is within TOL_P of the threshold (0.001) may be in one
-# file only; it is counted as "at the threshold", any other one-sided line is a difference.
+# file only; it is counted as "at the threshold". So may a box whose IoU with a better one of
+# its image is within TOL_IOU = 0.01 of the NMS threshold 0.6 (a corner moved by TOL_BOX moves
+# the IoU of boxes of 10 px or more by at most 0.1/10): "at the NMS IoU". Any other line of one
+# file only is a difference.
 # mAP: TOL_MAP = 1e-3 (a swap of two detections within 2*TOL_P in rank moves one class's AP
 # by at most 1/truths of that class; none is expected on a set whose scores are this far
 # apart, each miss is printed). calc_anchors: k-means stops in a local optimum that depends
@@ -35,7 +38,7 @@
 # (within 1e-4) its anchors must equal ours: exactly after the fork's truncation (int) at
 # 64, within 1e-3 px at 32 (4 decimals printed, float means).
 #
-# Env: FORK_COMMIT (printed: the `fork commit:` of build.sh), WORK (a new mktemp -d), ITERS (600), RUNS (8), TOL_MAP, TOL_P, TOL_BOX.
+# Env: FORK_COMMIT (printed: the `fork commit:` of build.sh), WORK (a new mktemp -d), ITERS (600), RUNS (8), TOL_MAP, TOL_P, TOL_BOX, TOL_IOU.
 # Exit 1 on any difference beyond the tolerances (each printed), 2 on bad usage.
 set -eu
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,6 +54,7 @@ RUNS=${RUNS:-8}
 TOL_MAP=${TOL_MAP:-0.001}
 TOL_P=${TOL_P:-0.001}
 TOL_BOX=${TOL_BOX:-0.1}
+TOL_IOU=${TOL_IOU:-0.01}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
@@ -103,7 +107,7 @@ for S in 64 32; do
     done
     echo "-width $S: ours mean IoU $oi, anchors $oa ($ou)"
     awk -v oi="$oi" -v ou="$ou" -v S="$S" '
-        BEGIN { no = split(ou, o, /, */) }   # w,h pairs
+        BEGIN { no = split(ou, o, /, *|,/) }   # w1 h1 w2 h2 ...
         { n++; iou[n] = $2; a[n] = $3; if (n == 1 || $2 < lo) lo = $2; if (n == 1 || $2 > hi) hi = $2 }
         END {
             same = 0; worst = 0
@@ -112,8 +116,9 @@ for S in 64 32; do
                 if (d > 1e-4) continue
                 same++
                 m = split(a[i], f, ",")
-                k = 0
-                for (j = 1; j <= no; j++) { split(o[j], wh, ","); ow[++k] = wh[1]; ow[++k] = wh[2] }
+                k = no
+                for (j = 1; j <= no; j++) ow[j] = o[j]
+                if (m != k) worst = 1e9
                 for (j = 1; j <= m && j <= k; j++) {
                     if (S > 32) { if (int(ow[j] + 0) != f[j] + 0) { e = 1 } else e = 0 }
                     else { e = ow[j] - f[j]; if (e < 0) e = -e }
@@ -121,9 +126,9 @@ for S in 64 32; do
                 }
             }
             printf "  fork, %d runs: mean IoU %.6f .. %.6f; %d run(s) at ours (within 1e-4)", n, lo, hi, same
-            if (same) printf ", their anchors vs ours: %s %g", S > 32 ? "truncated ints differing:" : "max |diff| px", worst
+            if (same) printf ", their anchors vs ours: %s %g", (S > 32 ? "whole-pixel anchors differing:" : "max |diff| px"), worst
             printf "\n"
-            ok = oi >= lo - 1e-4 && oi <= hi + 1e-4 && (same == 0 || (S > 32 ? worst == 0 : worst <= 1e-3))
+            ok = oi >= lo - 1e-4 && oi <= hi + 1e-4 && (same == 0 || ((S > 32) ? worst == 0 : worst <= 1e-3))
             exit !ok }' "fork-anchors-$S.txt" || bad "calc_anchors -width $S: ours outside the fork's runs or anchors differ"
 done
 
@@ -142,12 +147,22 @@ for P in 0 11 101; do
         otp=$(sed -n 's/.*(TP \([0-9]*\), FP \([0-9]*\), FN \([0-9]*\)).*/\1\/\2\/\3/p' "ours-map-$P-$I.out")
         fm=$(awk '/^  -- ---/ { t = 1; next } t && NF >= 9 && $1 ~ /^[0-9]+$/ { s += $3; n++ } t && NF < 9 { t = 0 }
                   END { if (n) printf "%.6f", s / n / 100 }' "fork-map-$P-$I.out")
-        ftp=$(sed -n 's/.*conf_thresh=0.25, TP=\([0-9]*\), FP=\([0-9]*\), FN=\([0-9]*\).*/\1\/\2\/\3/p' "fork-map-$P-$I.out")
+        ftp=$(sed -n 's/.*conf_thresh=0.250*, TP=\([0-9]*\), FP=\([0-9]*\), FN=\([0-9]*\).*/\1\/\2\/\3/p' "fork-map-$P-$I.out")
         d=$(awk -v a="${om:-nan}" -v b="${fm:-nan}" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.6f", d }')
         echo "| $P | $I | $om | $fm | $d | $otp | $ftp |"
         if [ -z "$om" ] || [ -z "$fm" ]; then bad "map -points $P -iou_thresh $I: no mAP (ours '$om', fork '$fm')"
-        elif awk -v d="$d" -v t="$TOL_MAP" 'BEGIN { exit !(d > t) }'; then
-            bad "map -points $P -iou_thresh $I: ours $om vs fork $fm"; fi
+        elif [ "$P" = 0 ] || [ "$d" != 0.000000 ]; then
+            # -points 11|101: the fork is built with -Ofast, so its sample points t/(P-1) are
+            # t*(1/(P-1)) and land one ulp above t/(P-1) for some t (3, 6, 7 of 10): where a
+            # class's recall is exactly k/truths = t/(P-1) the fork skips that rank. That can
+            # only lower its AP, so a fork below ours at -points 11|101 is reported, not failed
+            # (bench/RESULTS.md, issue 26: replayed by hand on this set, it is that exactly);
+            # a fork above ours, or any all-point difference, beyond TOL_MAP fails.
+            if [ "$P" != 0 ] && awk -v a="$om" -v b="$fm" -v t="$TOL_MAP" 'BEGIN { exit !(b <= a + t) }'; then
+                echo "  (-points $P -iou_thresh $I: ours - fork = $d, fork lower: the fork's -Ofast sample points, not checked)"
+            elif awk -v d="$d" -v t="$TOL_MAP" 'BEGIN { exit !(d > t) }'; then
+                bad "map -points $P -iou_thresh $I: ours $om vs fork $fm"; fi
+        fi
     done
 done
 
@@ -161,10 +176,21 @@ rm -rf results; mkdir -p results
 for c in $(cat set/shapes.names); do
     [ -f "results/comp4_det_test_$c.txt" ] || { bad "fork wrote no results/comp4_det_test_$c.txt"; continue; }
     [ -f "results/ours_$c.txt" ] || { bad "ours wrote no results/ours_$c.txt"; continue; }
-    awk -v tp="$TOL_P" -v tb="$TOL_BOX" -v c="$c" '
+    awk -v tp="$TOL_P" -v tb="$TOL_BOX" -v ti="$TOL_IOU" -v nms=0.6 -v c="$c" '
         FNR == NR { n++; id[n] = $1; p[n] = $2; x0[n] = $3; y0[n] = $4; x1[n] = $5; y1[n] = $6; next }
         { m++; fid[m] = $1; fp[m] = $2; fx0[m] = $3; fy0[m] = $4; fx1[m] = $5; fy1[m] = $6 }
         function ab(v) { return v < 0 ? -v : v }
+        function iou(a0, b0, a1, b1, c0, d0, c1, d1,   iw, ih, i) {
+            iw = (a1 < c1 ? a1 : c1) - (a0 > c0 ? a0 : c0); ih = (b1 < d1 ? b1 : d1) - (b0 > d0 ? b0 : d0)
+            if (iw <= 0 || ih <= 0) return 0
+            i = iw * ih; return i / ((a1 - a0) * (b1 - b0) + (c1 - c0) * (d1 - d0) - i) }
+        # A line of one file only whose box overlaps a better-scored box of the same image in
+        # the other file at an IoU within TOL_IOU of the NMS threshold: an NMS decision the
+        # rounding of the boxes may turn either way.
+        function at_nms(im, pr, a0, b0, a1, b1, other,   i) {
+            if (other == "ours") { for (i = 1; i <= n; i++) if (id[i] == im && p[i] > pr && ab(iou(a0, b0, a1, b1, x0[i], y0[i], x1[i], y1[i]) - nms) <= ti) return 1 }
+            else { for (i = 1; i <= m; i++) if (fid[i] == im && fp[i] > pr && ab(iou(a0, b0, a1, b1, fx0[i], fy0[i], fx1[i], fy1[i]) - nms) <= ti) return 1 }
+            return 0 }
         END {
             for (j = 1; j <= m; j++) {
                 best = -1; bd = 1e30
@@ -178,13 +204,15 @@ for c in $(cat set/shapes.names); do
                 }
                 if (best > 0 && bd <= 1) { used[best] = 1; ok++; if (bdp > mp) mp = bdp; if (bdb > mb) mb = bdb }
                 else if (fp[j] <= 0.001 + tp) edge++
+                else if (at_nms(fid[j], fp[j], fx0[j], fy0[j], fx1[j], fy1[j], "ours")) nmsedge++
                 else { miss++; if (miss <= 3) printf "  fork only: %s %s %s %s %s %s\n", fid[j], fp[j], fx0[j], fy0[j], fx1[j], fy1[j] }
             }
             for (i = 1; i <= n; i++) if (!used[i]) {
                 if (p[i] <= 0.001 + tp) edge++
+                else if (at_nms(id[i], p[i], x0[i], y0[i], x1[i], y1[i], "fork")) nmsedge++
                 else { extra++; if (extra <= 3) printf "  ours only: %s %s %s %s %s %s\n", id[i], p[i], x0[i], y0[i], x1[i], y1[i] } }
-            printf "  %-9s ours %5d lines, fork %5d: %5d matched (max |dprob| %.2g, max |dcorner| %.2g px), %d at the threshold, %d fork only, %d ours only\n",
-                   c, n, m, ok, mp, mb, edge, miss, extra
+            printf "  %-9s ours %5d lines, fork %5d: %5d matched (max |dprob| %.2g, max |dcorner| %.2g px), %d at the threshold, %d at the NMS IoU, %d fork only, %d ours only\n",
+                   c, n, m, ok, mp, mb, edge, nmsedge, miss, extra
             exit (miss + extra) > 0 }' "results/ours_$c.txt" "results/comp4_det_test_$c.txt" ||
         bad "valid, class $c: lines beyond the tolerances"
 done
