@@ -3,7 +3,9 @@
  * -height H`, the fork's command: k-means on the sizes of the train list's
  * label boxes (in network pixels, W x H) with 1 - IoU as the distance (two
  * boxes compared as if they shared a centre), the anchors printed in the
- * cfg's format and the mean IoU of every box with its nearest anchor.
+ * cfg's format as the fork prints them (truncated to whole pixels above a
+ * width of 32, 4 decimals otherwise) and the mean IoU of every box with its
+ * nearest anchor.
  *
  * Deterministic, unlike the fork's random start: the clusters start at the
  * boxes at the quantiles (2k+1)/(2N) of the box areas, then alternate
@@ -128,8 +130,9 @@ int sdnn_cmd_detector_calc_anchors(int argc, char **argv)
         .name = "detector calc_anchors", .args = "DATA", .min_pos = 1, .max_pos = 1,
         SDNN_CMD_FLAGS(flags),
         .notes = "k-means with 1 - IoU as the distance on the train= list's label boxes,\n"
-                 "started at area quantiles (deterministic); prints anchors = w,h, ... and the\n"
-                 "mean IoU of each box with its nearest anchor.\n",
+                 "started at area quantiles (deterministic); prints anchors = w,h, ... as the fork\n"
+                 "(whole pixels cut down above -width 32, else 4 decimals), the unrounded anchors\n"
+                 "and the mean IoU of each box with its nearest anchor.\n",
     };
     const char *pos[1] = {0};
     int np;
@@ -208,9 +211,13 @@ int sdnn_cmd_detector_calc_anchors(int argc, char **argv)
     }
     printf("calc_anchors: %d boxes of %s at %dx%d, %d clusters, %d rounds\n", n, train, W, H, k,
            rounds);
+    /* The fork's line: whole pixels cut down (C's int conversion, not
+     * rounded) above a width of 32, 4 decimals at 32 and below. */
     printf("anchors = ");
-    for (int j = 0; j < k; ++j)
-        printf("%s%d,%d", j ? ", " : "", (int)lround(c[j].w), (int)lround(c[j].h));
+    for (int j = 0; j < k; ++j) {
+        if (W > 32) printf("%s%d,%d", j ? ", " : "", (int)c[j].w, (int)c[j].h);
+        else printf("%s%.4f,%.4f", j ? ", " : "", c[j].w, c[j].h);
+    }
     printf("\n");
     printf("anchors (unrounded) = ");
     for (int j = 0; j < k; ++j) printf("%s%.4f,%.4f", j ? ", " : "", c[j].w, c[j].h);

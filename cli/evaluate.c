@@ -728,9 +728,13 @@ out:
 
 /* ---- detector valid and recall (Darknet's commands) ----------------------- */
 
-/* The boxes of one image after NMS (caller frees with free_detections). */
+/* The boxes of one image after NMS (caller frees with free_detections):
+ * by_objectness 0 is the detector's (sdnn_dialect_nms: per class, the last
+ * [yolo]'s nms_kind), 1 is Darknet's do_nms_obj, which recall uses in both
+ * Debian's darknet and the fork: boxes ranked by objectness, a box
+ * overlapping a better one by more than nms loses its objectness. */
 static detection *predict(network *net, const char *path, int letter_box, float thresh, float nms,
-                          int classes, int *nboxes, int *w, int *h)
+                          int by_objectness, int classes, int *nboxes, int *w, int *h)
 {
     image im = load_image((char *)path, 0, 0, net->c);
     image sized = sdnn_detector_input(net, im, letter_box);
@@ -738,7 +742,8 @@ static detection *predict(network *net, const char *path, int letter_box, float 
     *w = im.w;
     *h = im.h;
     detection *d = sdnn_detector_boxes(net, im, letter_box, thresh, .5f, nboxes);
-    if (nms > 0) sdnn_dialect_nms(net, d, *nboxes, classes, nms);
+    if (nms > 0 && by_objectness) do_nms_obj(d, *nboxes, classes, nms);
+    else if (nms > 0) sdnn_dialect_nms(net, d, *nboxes, classes, nms);
     free_image(sized);
     free_image(im);
     return d;
@@ -786,14 +791,18 @@ static int check_images(char **paths, int n)
 
 int sdnn_cmd_detector_valid(int argc, char **argv)
 {
-    eval_args a = {.thresh = .005f, .nms = .45f, .gpus = "0"};
+    /* The fork's validate_detector: probability > 0.001, NMS 0.6 (Debian's
+     * darknet: 0.005 and 0.45, -thresh 0.005 -nms 0.45 here). */
+    eval_args a = {.thresh = .001f, .nms = .6f, .gpus = "0"};
     const char *prefix = "comp4_det_test_";
     const sdnn_flag flags[] = {
         {.name = "-out", .kind = SDNN_FLAG_STR, .dst = &prefix, .meta = "PREFIX",
          .help = "the files are RESULTS/PREFIXCLASS.txt (comp4_det_test_)"},
         {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &a.thresh, .lo = 0, .hi = 1,
-         .hi_open = 1, .meta = "T", .help = "boxes with probability above T (0.005)"},
-        SDNN_DETECTOR_FLAG_NMS(&a.nms),
+         .hi_open = 1, .meta = "T",
+         .help = "boxes with probability above T (0.001, the fork's; Debian's darknet: 0.005)"},
+        {.name = "-nms", .kind = SDNN_FLAG_FLOAT, .dst = &a.nms, .lo = 0, .lo_open = 1, .hi = 1,
+         .meta = "X", .help = "non-maximum suppression threshold (0.6, the fork's; Debian's: 0.45)"},
         SDNN_DETECTOR_FLAG_LETTER_BOX(&a.letter_box),
         {.name = "-gpus", .kind = SDNN_FLAG_CUSTOM, .dst = &a.gpus, .parse = sdnn_flag_parse_gpus,
          .meta = "LIST", .help = "accepted: the prediction runs on the CPU"},
@@ -850,8 +859,8 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
     long written = 0;
     for (int i = 0; i < L.plist->size; ++i) {
         int nboxes = 0, w, h;
-        detection *d = predict(L.net, L.paths[i], a.letter_box, a.thresh, a.nms, classes, &nboxes,
-                               &w, &h);
+        detection *d = predict(L.net, L.paths[i], a.letter_box, a.thresh, a.nms, 0, classes,
+                               &nboxes, &w, &h);
         char *id = basecfg(L.paths[i]);
         for (int b = 0; b < nboxes; ++b) {
             box bb = d[b].bbox;
@@ -924,8 +933,10 @@ int sdnn_cmd_detector_recall(int argc, char **argv)
     const sdnn_command cmd = {
         .name = "detector recall", .args = "DATA CFG WEIGHTS", .min_pos = 3, .max_pos = 3,
         SDNN_CMD_FLAGS(flags),
-        .notes = "As Darknet's validate_detector_recall: per image, the truths found by any\n"
-                 "proposal (class not compared), proposals per image, mean best IoU, recall.\n",
+        .notes = "As Darknet's and the fork's validate_detector_recall: the image stretched to the\n"
+                 "network's size, boxes with objectness above -thresh after NMS by objectness at\n"
+                 "0.4 (do_nms_obj); per image, the truths found by any proposal (class not\n"
+                 "compared), proposals per image, mean best IoU, recall.\n",
     };
     int st = sdnn_detector_args(&cmd, argc, argv, a.pos, &a.npos, &a.dont_show, &a.show_imgs);
     if (st >= 0) return st;
@@ -952,7 +963,7 @@ int sdnn_cmd_detector_recall(int argc, char **argv)
             goto out;
         }
         int nboxes = 0, w, h;
-        detection *d = predict(L.net, L.paths[i], 0, a.thresh, a.nms, classes, &nboxes, &w, &h);
+        detection *d = predict(L.net, L.paths[i], 0, a.thresh, a.nms, 1, classes, &nboxes, &w, &h);
         for (int b = 0; b < nboxes; ++b) proposals += d[b].objectness > a.thresh;
         for (int t = 0; t < truths.n; ++t) {
             ++total;

@@ -26,8 +26,9 @@ typedef struct sdnn_map_eval_opts {
     int letter_box; /* 1: letterboxed input (aspect kept), 0: stretched (sdnn_detector_input) */
 } sdnn_map_eval_opts;
 
-/* Training's -map letterboxes, as Debian's darknet always does. */
-#define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f, .letter_box = 1 }
+/* The defaults of detector map (stretched, as the fork); training's -map
+ * sets letter_box from [net] letter_box / -letter_box (train.c). */
+#define SDNN_MAP_EVAL_OPTS_INIT { .iou = 0.5f, .thresh = 0.005f, .nms = 0.45f, .letter_box = 0 }
 
 /* The network's input made of an image: letter_box 0 stretches it to the
  * network's size (resize_image, the fork's default), 1 letterboxes it
@@ -72,8 +73,8 @@ int sdnn_detector_classes(const network *net);
 /* mAP of `net` over the images paths[0..n) with their Darknet label files
  * (sdnn_label_path).  Every image and label file is checked and read first
  * (nothing calls exit: a missing or malformed file is SDNN_ERR_IO /
- * SDNN_ERR_INVALID naming it), then each image is letterboxed to the
- * network's size and run with batch 1.  The network is not freed; its batch
+ * SDNN_ERR_INVALID naming it), then each image is made the network's input
+ * (opts->letter_box: letterboxed or stretched) and run with batch 1.  The network is not freed; its batch
  * size is restored before returning, so a training replica can be passed
  * between steps (not while a step runs on it).  per_class: NULL or
  * sdnn_detector_classes(net) entries. */

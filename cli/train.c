@@ -256,6 +256,7 @@ typedef struct run {
     int train_count;
     double last_eval_s;
     double best_map;         /* -map: the best so far (NAME_best.weights), -1 before */
+    int map_letter_box;      /* -map letterboxes: [net] letter_box=1 or -letter_box, as the fork */
     sdnn_chart chart;        /* chart.png (detector) */
 } run;
 
@@ -326,6 +327,7 @@ static int evaluate_map(run *R, double *map)
     if (R->job->task == SDNN_TASK_DETECTOR) {
         sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
         o.iou = R->job->iou_thresh > 0 ? R->job->iou_thresh : o.iou;
+        o.letter_box = R->map_letter_box;
         sdnn_map_result res;
         sdnn_map_pr pr = {.conf = R->job->conf_thresh > 0 ? R->job->conf_thresh : .25f};
         if (sdnn_detector_map_eval_pr(net, R->valid, R->nvalid, &o, NULL, &res, &pr) != SDNN_OK) {
@@ -424,6 +426,15 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     sdnn_batch_net_keys nk;
     if (sdnn_batch_read_net_keys(R->job->cfgfile, &nk) != SDNN_OK) return fail_status();
     if (R->job->letter_box) nk.letter_box = 1;   /* the fork's -letter_box */
+    /* -map sees the images as training does: letterboxed with [net]
+     * letter_box=1 or -letter_box, stretched otherwise (the fork passes its
+     * net's letter_box to the mAP of a training run). */
+    R->map_letter_box = nk.letter_box != 0;
+    if (R->job->map_every > 0 && R->rank == 0 && R->job->task == SDNN_TASK_DETECTOR)
+        printf("scalednn: -map evaluates %s images (%s)\n",
+               R->map_letter_box ? "letterboxed" : "stretched",
+               R->map_letter_box ? "[net] letter_box=1 or -letter_box"
+                                 : "no letter_box=1 in [net], no -letter_box");
     int aug = nk.mosaic || nk.letter_box || !nk.flip;
     if (aug && R->job->task != SDNN_TASK_DETECTOR) {
         fprintf(stderr, "error: %s: [net] mosaic, letter_box and flip=0 are built for detector "
