@@ -22,11 +22,21 @@ OUT=${OUT:-runs/bench-cpu-conv}
 mkdir -p "$OUT/backup"
 [ -x ./darknet ] || make -j2 >/dev/null
 [ -f data/shapes/train.txt ] || ./darknet scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null
-if ! python3 -c "import torch" 2>/dev/null; then
+# Debian's PyTorch is the system interpreter's (a python3 earlier in PATH,
+# e.g. pyenv's, does not see it): PYTHON, else the first that imports torch.
+pick_python() {
+    for py in ${PYTHON:-} python3 /usr/bin/python3; do
+        "$py" -c "import torch" 2>/dev/null && { echo "$py"; return; }
+    done
+}
+PY=$(pick_python)
+if [ -z "$PY" ]; then
     echo "bench_cpu_conv: installing python3-torch (Debian's PyTorch)" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-torch >/dev/null
+    PY=$(pick_python)
 fi
+[ -n "$PY" ] || { echo "bench_cpu_conv: no python3 with torch" >&2; exit 1; }
 sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
 anchors=$(sed -n 's/^anchors *= *//p' cfg/shapes.cfg | head -1 | tr -d ' ' | tr , '\n' |
           awk -v s="$RES" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 * s / 64 + 0.5 }')
@@ -54,7 +64,7 @@ sdnn_run() { # path replicas round -> "img/s rss_mib_per_replica"
         END { printf "%.2f %.0f\n", k * imgs / t, rss / 1024 / n }' "$log.csv"
 }
 torch_run() { # replicas
-    python3 bench/torch_ddp_cpu.py "$base" --nproc "$1" --batch "$BATCH" --size "$RES" \
+    "$PY" bench/torch_ddp_cpu.py "$base" --nproc "$1" --batch "$BATCH" --size "$RES" \
         --steps "$ITERS" --threads 1 2>"$OUT/torch-$1.err" |
         sed -n 's/^RESULT torch images_per_s=\([0-9.]*\) rss_mib_per_replica=\([0-9]*\).*/\1 \2/p'
 }
