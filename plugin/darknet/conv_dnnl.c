@@ -69,13 +69,16 @@ int sdnn_conv_dnnl_built(void) { return 1; }
  * in the direction the argument flows. */
 typedef struct arg_slot {
     dnnl_memory_t user;      /* plain layout, handle set per call */
-    dnnl_memory_t prim;      /* the primitive's layout (== user when the same) */
+    dnnl_memory_t prim;      /* the primitive's layout (== user when the same);
+                              * its buffer is the thread's arena's, set per call */
+    size_t bytes;            /* prim's size when it is not user, else 0 */
     dnnl_primitive_t reorder;   /* user -> prim (inputs) or prim -> user (outputs) */
 } arg_slot;
 
 typedef struct prim_set {
     dnnl_primitive_t p;
-    dnnl_memory_t scratch;
+    dnnl_memory_t scratch;   /* buffer from the thread's arena, set per call */
+    size_t scratch_bytes;
     arg_slot a[3];           /* fwd: src, weights, dst; bwd data: diff_dst, weights,
                               * diff_src; bwd weights: src, diff_dst, diff_weights */
 } prim_set;
@@ -90,9 +93,8 @@ typedef struct conv_state {
     int built;
     dnnl_stream_t stream;
     prim_set fwd, bwd_data, bwd_w;
-    float *dw;               /* the weight gradient before it is added */
-    float *dx;               /* the input gradient before it is added */
-    size_t ndw, ndx;
+    size_t ndw, ndx;         /* floats of the weight and input gradients, made in
+                              * the arena before they are added */
     struct conv_state *next;
 } conv_state;
 
@@ -148,12 +150,7 @@ static shape shape_of(const layer *l)
 static void slot_free(arg_slot *a)
 {
     if (a->reorder) dnnl_primitive_destroy(a->reorder);
-    if (a->prim && a->prim != a->user) {
-        void *h = NULL;
-        dnnl_memory_get_data_handle(a->prim, &h);
-        dnnl_memory_destroy(a->prim);
-        free(h);
-    }
+    if (a->prim && a->prim != a->user) dnnl_memory_destroy(a->prim);
     if (a->user) dnnl_memory_destroy(a->user);
     memset(a, 0, sizeof *a);
 }
@@ -161,12 +158,7 @@ static void slot_free(arg_slot *a)
 static void set_free(prim_set *p)
 {
     if (p->p) dnnl_primitive_destroy(p->p);
-    if (p->scratch) {
-        void *h = NULL;
-        dnnl_memory_get_data_handle(p->scratch, &h);
-        dnnl_memory_destroy(p->scratch);
-        free(h);
-    }
+    if (p->scratch) dnnl_memory_destroy(p->scratch);
     for (int k = 0; k < 3; ++k) slot_free(&p->a[k]);
     memset(p, 0, sizeof *p);
 }
@@ -176,9 +168,6 @@ static void state_clear(conv_state *c)
     set_free(&c->fwd);
     set_free(&c->bwd_data);
     set_free(&c->bwd_w);
-    free(c->dw);
-    free(c->dx);
-    c->dw = c->dx = NULL;
     c->built = 0;
 }
 
@@ -189,15 +178,51 @@ static void state_free(conv_state *c)
     free(c);
 }
 
-/* A memory of `md` with a buffer of its own (freed by slot_free/set_free). */
-static sdnn_status owned_memory(const dnnl_memory_desc_t *md, dnnl_memory_t *out)
+/* Every buffer a primitive needs only while it runs (the arguments in
+ * oneDNN's layouts, the scratchpad, the gradients before they are added)
+ * comes from one arena per thread, grown to the largest call: the layers
+ * of a network run one after another in their replica's thread, so a
+ * replica holds one arena, not one set of buffers per layer. */
+typedef struct arena {
+    char *p;
+    size_t cap;
+} arena;
+static pthread_key_t g_arena_key;
+static pthread_once_t g_arena_once = PTHREAD_ONCE_INIT;
+static int g_arena_ok;
+
+static void arena_free(void *v)
 {
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    void *h = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    if (!h) return SDNN_ERROR(SDNN_ERR_NOMEM, "oneDNN: no memory for %zu bytes", bytes);
-    sdnn_status st = dn(dnnl_memory_create(out, md, g_engine, h), "memory create");
-    if (st != SDNN_OK) free(h);
-    return st;
+    arena *a = v;
+    if (a) free(a->p);
+    free(a);
+}
+
+static void arena_init(void) { g_arena_ok = pthread_key_create(&g_arena_key, arena_free) == 0; }
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* The calling thread's arena with at least n bytes, or NULL. */
+static char *arena_get(size_t n)
+{
+    pthread_once(&g_arena_once, arena_init);
+    if (!g_arena_ok) return NULL;
+    arena *a = pthread_getspecific(g_arena_key);
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a || pthread_setspecific(g_arena_key, a) != 0) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (a->cap < n) {
+        char *p = aligned_alloc(64, round64(n));
+        if (!p) return NULL;
+        free(a->p);
+        a->p = p;
+        a->cap = round64(n);
+    }
+    return a->p;
 }
 
 /* Slot k of `ps` for the primitive's argument described by `want`, the
@@ -213,7 +238,9 @@ static sdnn_status slot_make(arg_slot *a, const dnnl_memory_desc_t *plain,
         a->prim = a->user;
         return SDNN_OK;
     }
-    if ((st = owned_memory(want, &a->prim)) != SDNN_OK) goto fail;
+    DN(dnnl_memory_create(&a->prim, want, g_engine, DNNL_MEMORY_NONE), "memory create", st,
+       fail);
+    a->bytes = dnnl_memory_desc_get_size(want);
     dnnl_primitive_desc_t rpd = NULL;
     DN(in ? dnnl_reorder_primitive_desc_create(&rpd, plain, g_engine, want, g_engine, NULL)
           : dnnl_reorder_primitive_desc_create(&rpd, want, g_engine, plain, g_engine, NULL),
@@ -239,9 +266,12 @@ static sdnn_status set_make(prim_set *ps, dnnl_primitive_desc_t pd,
         if ((st = slot_make(&ps->a[k], plain[k], want, in[k])) != SDNN_OK) return st;
     }
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (sp && dnnl_memory_desc_get_size(sp) > 0 &&
-        (st = owned_memory(sp, &ps->scratch)) != SDNN_OK)
-        return st;
+    if (sp && dnnl_memory_desc_get_size(sp) > 0) {
+        ps->scratch_bytes = dnnl_memory_desc_get_size(sp);
+        if ((st = dn(dnnl_memory_create(&ps->scratch, sp, g_engine, DNNL_MEMORY_NONE),
+                     "memory create")) != SDNN_OK)
+            return st;
+    }
     return dn(dnnl_primitive_create(&ps->p, pd), "primitive create");
 }
 
@@ -309,12 +339,6 @@ static sdnn_status build(conv_state *c, const layer *l)
     }
     c->ndw = (size_t)l->nweights;
     c->ndx = (size_t)s.batch * (size_t)s.c * (size_t)s.h * (size_t)s.w;
-    c->dw = malloc(c->ndw * sizeof *c->dw);
-    c->dx = malloc(c->ndx * sizeof *c->dx);
-    if (!c->dw || !c->dx) {
-        st = SDNN_ERROR(SDNN_ERR_NOMEM, "oneDNN: no memory for a layer's gradients");
-        goto out;
-    }
     if (!c->stream)
         DN(dnnl_stream_create(&c->stream, g_engine, dnnl_stream_default_flags), "stream", st, out);
     c->built = 1;
@@ -417,9 +441,22 @@ static void bound_threads(void)
 /* Run ps on the buffers b[3] (plain layout): reorders in, the primitive,
  * reorders out. */
 static sdnn_status run(conv_state *c, prim_set *ps, float *b[3], const int in[3],
-                       const int argk[3])
+                       const int argk[3], size_t grad_floats)
 {
     sdnn_status st;
+    size_t need = round64(grad_floats * sizeof(float)) + round64(ps->scratch_bytes);
+    for (int k = 0; k < 3; ++k) need += round64(ps->a[k].bytes);
+    char *ar = arena_get(need);
+    if (!ar) return SDNN_ERROR(SDNN_ERR_NOMEM, "oneDNN: no memory for %zu bytes", need);
+    size_t off = round64(grad_floats * sizeof(float));
+    for (int k = 0; k < 3; ++k) {
+        if (b[k] == NULL) b[k] = (float *)ar;   /* the gradient, at the arena's start */
+        if (!ps->a[k].bytes) continue;
+        DN(dnnl_memory_set_data_handle(ps->a[k].prim, ar + off), "set handle", st, fail);
+        off += round64(ps->a[k].bytes);
+    }
+    if (ps->scratch)
+        DN(dnnl_memory_set_data_handle(ps->scratch, ar + off), "set handle", st, fail);
     for (int k = 0; k < 3; ++k) {
         arg_slot *a = &ps->a[k];
         DN(dnnl_memory_set_data_handle(a->user, b[k]), "set handle", st, fail);
@@ -457,7 +494,7 @@ sdnn_status sdnn_conv_dnnl_forward(layer l, network net)
      * writes the output whole. */
     float *b[3] = {net.input, l.weights, l.output};
     static const int argk[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-    sdnn_status st = run(c, &c->fwd, b, k_io, argk);
+    sdnn_status st = run(c, &c->fwd, b, k_io, argk, 0);
     if (st != SDNN_OK) return st;
     if (l.batch_normalize) forward_batchnorm_layer(l, net);
     else add_bias(l.output, l.biases, l.batch, l.n, l.out_h * l.out_w);
@@ -474,25 +511,26 @@ sdnn_status sdnn_conv_dnnl_backward(layer l, network net)
     if (l.batch_normalize) backward_batchnorm_layer(l, net);
     else backward_bias(l.bias_updates, l.delta, l.batch, l.n, l.out_w * l.out_h);
 
-    float *bw[3] = {net.input, l.delta, c->dw};
+    /* the gradients are made at the arena's start (NULL: run() sets it) */
+    float *bw[3] = {net.input, l.delta, NULL};
     static const int wk[3] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-    sdnn_status st = run(c, &c->bwd_w, bw, k_io, wk);
+    sdnn_status st = run(c, &c->bwd_w, bw, k_io, wk, c->ndw);
     if (st != SDNN_OK) return st;
     /* Darknet adds the batch's weight gradient into the updates. */
     {
         float *restrict u = l.weight_updates;
-        const float *restrict g = c->dw;
+        const float *restrict g = bw[2];
         for (size_t k = 0; k < c->ndw; ++k) u[k] += g[k];
     }
     if (!net.delta) return SDNN_OK;
-    float *bd[3] = {l.delta, l.weights, c->dx};
+    float *bd[3] = {l.delta, l.weights, NULL};
     static const int dk[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-    st = run(c, &c->bwd_data, bd, k_io, dk);
+    st = run(c, &c->bwd_data, bd, k_io, dk, c->ndx);
     if (st != SDNN_OK) return st;
     /* ... and the input gradient into the previous layer's delta (col2im
      * adds; every consumer's share stays, as with the 1x1 fix). */
     float *restrict d = net.delta;
-    const float *restrict g = c->dx;
+    const float *restrict g = bd[2];
     for (size_t k = 0; k < c->ndx; ++k) d[k] += g[k];
     return SDNN_OK;
 }
