@@ -205,6 +205,7 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 /* The calling thread's arena with at least n bytes, or NULL. */
 static char *arena_get(size_t n)
 {
+    if (n < 64) n = 64;   /* a call that needs nothing still gets a valid pointer */
     pthread_once(&g_arena_once, arena_init);
     if (!g_arena_ok) return NULL;
     arena *a = pthread_getspecific(g_arena_key);
