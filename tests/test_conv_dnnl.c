@@ -165,7 +165,9 @@ static void check_geom(const geom *g)
     fill(u0, nw, &seed);
     fill(b0, (size_t)g->n, &seed);
 
-    /* forward (Darknet's network struct as forward_network hands it over) */
+    /* forward (Darknet's network struct as forward_network hands it over;
+     * the network's own input buffer is put back before it is freed) */
+    float *in_a = a->input, *in_d = d->input;
     a->input = x;
     d->input = x;
     forward_convolutional_layer(*la, *a);
@@ -228,12 +230,13 @@ static void check_geom(const geom *g)
 
     sdnn_conv_dnnl_detach(d);
     assert_false(sdnn_conv_dnnl_owns(ld));
-    a->input = d->input = NULL;
+    a->input = in_a;
+    d->input = in_d;
     a->delta = d->delta = NULL;
     free(x); free(delta); free(pd_a); free(pd_d); free(u0); free(b0); free(p0);
     free(out); free(so); free(dw); free(sw); free(dx); free(sx); free(outa);
-    free_network(a);
-    free_network(d);
+    sdnn_network_free(a);
+    sdnn_network_free(d);
 }
 
 static void test_geometries(void **state)
@@ -276,6 +279,7 @@ static void test_conv_resize(void **state)
     float *x = malloc(nin * sizeof *x);
     assert_non_null(x);
     fill(x, nin, &seed);
+    float *in_a = a->input, *in_d = d->input;
     a->input = d->input = x;
     forward_convolutional_layer(*la, *a);
     assert_int_equal(sdnn_conv_dnnl_forward(*ld, *d), SDNN_OK);
@@ -286,11 +290,12 @@ static void test_conv_resize(void **state)
     for (size_t i = 0; i < nout; ++i) e = fmax(e, fabs((double)la->output[i] - ld->output[i]));
     print_message("resize to 12x10: largest difference %.3g (bound %.3g)\n", e, bound);
     assert_true(e <= bound);
-    a->input = d->input = NULL;
+    a->input = in_a;
+    d->input = in_d;
     sdnn_conv_dnnl_detach(d);
     free(x);
-    free_network(a);
-    free_network(d);
+    sdnn_network_free(a);
+    sdnn_network_free(d);
 }
 
 /* The double-precision gradient check passes with cpu_conv=onednn on a
