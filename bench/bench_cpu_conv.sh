@@ -70,9 +70,13 @@ torch_run() { # replicas
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-for n in 1 2; do
-    : >"$OUT/darknet-$n.runs"; : >"$OUT/onednn-$n.runs"; : >"$OUT/torch-$n.runs"
-done
+# TABLE_ONLY=1: print the table of the runs already in $OUT again.
+[ "${TABLE_ONLY:-0}" = 1 ] && RUNS=0
+if [ "$RUNS" -gt 0 ]; then
+    for n in 1 2; do
+        : >"$OUT/darknet-$n.runs"; : >"$OUT/onednn-$n.runs"; : >"$OUT/torch-$n.runs"
+    done
+fi
 r=1
 while [ "$r" -le "$RUNS" ]; do
     for n in 1 2; do
@@ -83,7 +87,7 @@ while [ "$r" -le "$RUNS" ]; do
     r=$((r + 1))
 done
 
-echo "yolov3-tiny-shaped, ${RES}x${RES}, batch $BATCH per replica, 1 thread per replica, $RUNS alternating rounds of $ITERS iterations (first $WARM left out), medians"
+echo "yolov3-tiny-shaped, ${RES}x${RES}, batch $BATCH per replica, 1 thread per replica, $(wc -l <"$OUT/darknet-1.runs") alternating rounds of $ITERS iterations (first $WARM left out), medians"
 echo "| replicas | scalednn darknet img/s | scalednn onednn img/s | PyTorch DDP img/s | onednn / darknet | onednn / PyTorch | MiB per replica (darknet / onednn / PyTorch) |"
 echo "|---|---|---|---|---|---|---|"
 for n in 1 2; do
@@ -95,7 +99,7 @@ for n in 1 2; do
     mt=$(awk '{ print $2 }' "$OUT/torch-$n.runs" | median)
     awk -v n="$n" -v d="${d:-0}" -v o="${o:-0}" -v t="${t:-0}" -v md="$md" -v mo="$mo" -v mt="$mt" 'BEGIN {
         printf "| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %s / %s / %s |\n", n, d, o, t,
-            d > 0 ? o / d : 0, t > 0 ? o / t : 0, md, mo, mt }'
+            (d > 0 ? o / d : 0), (t > 0 ? o / t : 0), md, mo, mt }'
 done
 if [ -n "${FORK_BUILD:-}" ] && [ -x "$FORK_BUILD/prefix/bin/darknet" ]; then
     echo "fork: FORK_BUILD is set, but this script does not run the fork yet (see bench/fork/train.sh for its CLI)"
