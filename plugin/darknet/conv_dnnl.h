@@ -17,9 +17,9 @@
  * Each layer of a network gets a state, keyed by its weights pointer (the
  * one pointer each copy of the layer struct Darknet passes around shares):
  * the forward, backward-data and backward-weights primitives, the reorders
- * between Darknet's plain formats and the ones oneDNN picks for speed, and
- * their buffers, made once per shape and rebuilt when the shape changes
- * (resize_network).  Each replica trains its own network in its own
+ * between Darknet's plain formats and the ones oneDNN picks for speed, made
+ * once per shape and rebuilt when the shape changes (resize_network); the
+ * buffers they need only while they run come from one arena per thread.  Each replica trains its own network in its own
  * thread, so a state is only ever used by one thread at a time.
  *
  * Threads: Debian's libdnnl runs on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp).
