@@ -9,6 +9,7 @@
 #   make clean
 #
 # Switches: BLAS=0|1 (OpenBLAS gemm replaces Darknet's; default 1 when found)
+#           ONEDNN=0|1 (cpu_conv=onednn: convolutions on oneDNN; default 1 when found)
 #           MPI=0|1, GPU=0|1|sim (sim: simulated devices, BUILD=build-sim), DEBUG=1
 # Paths:    DARKNET_HOME (Debian's darknet), CUDA_HOME, MPI_HOME
 
@@ -31,6 +32,7 @@ HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lopenb
 HAVE_CMOCKA := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lcmocka -o /dev/null 2>/dev/null && echo 1)
 HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+HAVE_DNNL := $(shell printf '\043include <dnnl.h>\nint main(void){return dnnl_version()==0;}\n' | $(CC) -x c - -ldnnl -o /dev/null 2>/dev/null && echo 1)
 
 ifeq ($(HAVE_MPI),1)
 MPI ?= 1
@@ -44,6 +46,12 @@ else
 BLAS ?= 0
 endif
 
+ifeq ($(HAVE_DNNL),1)
+ONEDNN ?= 1
+else
+ONEDNN ?= 0
+endif
+
 ifneq ($(HAVE_DARKNET),1)
 $(error Debian's darknet is not installed under $(DARKNET_HOME): run scripts/setup.sh (apt-get install darknet))
 endif
@@ -54,6 +62,7 @@ endef
 $(info ---------------------------------------------------------------)
 $(info $(call found,$(HAVE_DARKNET),darknet,) ($(DARKNET_HOME)))
 $(info $(call found,$(HAVE_OPENBLAS),OpenBLAS,(BLAS=0: Darknet's own gemm)) BLAS=$(BLAS))
+$(info $(call found,$(HAVE_DNNL),oneDNN,(cpu_conv=onednn needs libdnnl-dev)) ONEDNN=$(ONEDNN))
 $(info $(call found,$(HAVE_CMOCKA),CMocka,(make test needs libcmocka-dev)))
 $(info $(call found,$(HAVE_MPI),OpenMPI,) MPI=$(MPI))
 $(info $(call found,$(HAVE_NVCC),nvcc,) GPU=$(GPU))
@@ -86,9 +95,15 @@ BLASLIB := -lopenblas
 else
 BLASLIB :=
 endif
+ifeq ($(ONEDNN),1)
+CFLAGS += -DSDNN_ONEDNN=1
+DNNLLIB := -ldnnl -lgomp
+else
+DNNLLIB :=
+endif
 LDFLAGS += $(SANFLAGS) -pthread
 # Our gemm (in libscalednn) must come before -ldarknet.
-LDLIBS := $(BLASLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
+LDLIBS := $(BLASLIB) $(DNNLLIB) -L$(DARKNET_HOME) -Wl,-rpath,$(DARKNET_HOME) -ldarknet -lm
 
 # Optional parts: each fragment adds its flags, EXTRA_LIB_OBJ / EXTRA_PIC_OBJ
 # (objects of libscalednn) and their rules when its switch is on.

@@ -3,7 +3,7 @@
 # Idempotent: when everything is present it only checks and returns.
 set -eu
 PKGS="build-essential darknet libcmocka-dev libopenblas-dev libopenmpi-dev openmpi-bin \
-dataset-fashion-mnist gnuplot-nox iproute2 gzip"
+dataset-fashion-mnist gnuplot-nox iproute2 gzip libdnnl-dev"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

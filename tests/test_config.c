@@ -734,7 +734,7 @@ static void test_describe(void **state)
     sdnn_config cfg = SDNN_CONFIG_INIT;
     char buf[256];
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=scalednn backend=local preload=2 split=cpu bucket_mb=auto overlap=1 "
+    assert_string_equal(buf, "mode=scalednn backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 "
                              "interval=4 compress=none csv=-");
     cfg.mode = SDNN_MODE_STOCK;
     cfg.bucket_mb = 0.5;
@@ -742,7 +742,7 @@ static void test_describe(void **state)
     cfg.interval = 16;
     snprintf(cfg.csv, sizeof cfg.csv, "/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=stock backend=local preload=2 split=cpu bucket_mb=0.5 overlap=0 "
+    assert_string_equal(buf, "mode=stock backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=0.5 overlap=0 "
                              "interval=16 compress=none csv=/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, 10);
     assert_string_equal(buf, "mode=stoc");
@@ -851,7 +851,7 @@ static void test_describe_codec_keys(void **state)
     free(parse_ok("[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
                   "topk_warmup=100\ncompress_min_kb=16\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
-    assert_string_equal(desc, "mode=scalednn backend=local preload=2 split=cpu bucket_mb=auto overlap=1 interval=4 "
+    assert_string_equal(desc, "mode=scalednn backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 interval=4 "
                               "compress=topk csv=- topk_ratio=0.05 topk_momentum=0.9 "
                               "topk_warmup=100 error_feedback=1 compress_min_kb=16");
     free(parse_ok("[scalednn]\ncompress=int8\nint8_chunk=64\n", &cfg));

@@ -14,6 +14,7 @@
 #include "cfgcheck.h"
 #include "cfgkeys.h"
 
+#include "conv_dnnl.h"
 #include "engine.h"
 #include "codec.h"
 #include "comm.h"
@@ -103,7 +104,7 @@ struct key_spec {
 };
 
 enum {
-    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_FIX_BN_DELTA, K_BUCKET_MB, K_OVERLAP,
+    K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_FIX_BN_DELTA, K_CPU_CONV, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
     K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
@@ -151,6 +152,8 @@ static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr);
 static sdnn_status check_link(const key_spec *k, const line_ref *lr);
 static sdnn_status check_split(const key_spec *k, const line_ref *lr);
 static const char *split_names(void) { return "cpu, device0"; }
+static sdnn_status check_cpu_conv(const key_spec *k, const line_ref *lr);
+static const char *cpu_conv_names(void) { return "darknet, onednn, auto"; }
 
 #define F(field) offsetof(sdnn_config, field), sizeof ((sdnn_config *)0)->field
 
@@ -201,6 +204,12 @@ static const key_spec g_keys[N_KEYS] = {
         .expect = "0 (Darknet's batch-norm backward, off by about 1/N) or 1 (exact, the default)",
         .help = "1: batch norm's backward is the exact derivative of its forward (variance "
             "over N-1); 0: Debian's libdarknet, which differentiates as if over N" },
+    [K_CPU_CONV] = {
+        .key = "cpu_conv", .type = KT_NAME, F(cpu_conv), .check = check_cpu_conv,
+        .names = cpu_conv_names, .allowed = "darknet, onednn or auto", .shown = 1,
+        .help = "engine=cpu: darknet: libdarknet's im2col + gemm convolutions (the default, "
+            "bit for bit as before); onednn: oneDNN's (builds with libdnnl-dev); auto: onednn "
+            "where the build has it, else darknet" },
     [K_BUCKET_MB] = {
         .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0, .hi = 4096.0, .lo_open = 1,
         .auto_zero = 1, .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,
@@ -356,6 +365,25 @@ static sdnn_status check_split(const key_spec *k, const line_ref *lr)
     (void)k;
     if (strcmp(lr->value, "cpu") == 0 || strcmp(lr->value, "device0") == 0) return SDNN_OK;
     return line_error(lr, SDNN_ERR_INVALID, "unknown split (cpu, device0)");
+}
+
+/* cpu_conv=: darknet, onednn (only in a build with oneDNN) or auto. */
+static sdnn_status check_cpu_conv(const key_spec *k, const line_ref *lr)
+{
+    (void)k;
+    if (strcmp(lr->value, "darknet") == 0 || strcmp(lr->value, "auto") == 0) return SDNN_OK;
+    if (strcmp(lr->value, "onednn") == 0) {
+        if (sdnn_conv_dnnl_built()) return SDNN_OK;
+        return line_error(lr, SDNN_ERR_UNSUPPORTED, "this build has no oneDNN (install "
+                          "libdnnl-dev, scripts/setup.sh, and rebuild; or use darknet, auto)");
+    }
+    return line_error(lr, SDNN_ERR_INVALID, "unknown convolution path (darknet, onednn, auto)");
+}
+
+int sdnn_config_cpu_conv_onednn(const sdnn_config *c)
+{
+    if (strcmp(c->cpu_conv, "onednn") == 0) return 1;
+    return strcmp(c->cpu_conv, "auto") == 0 && sdnn_conv_dnnl_built();
 }
 
 /* compress=: a codec of the registry (codec.c) or auto. */

@@ -64,6 +64,9 @@ typedef struct sdnn_config {
                          * holds on the devices ahead of training */
     char split[16];     /* split=cpu|device0: the host splits each batch to
                          * the devices, or device 0 gets it and scatters */
+    char cpu_conv[16];  /* cpu_conv=darknet|onednn|auto: the cpu engine's
+                         * convolutions (conv_dnnl.h); see
+                         * sdnn_config_cpu_conv_onednn */
 } sdnn_config;
 
 /* Defaults: the values a [scalednn] section without keys gets (the key
@@ -76,7 +79,8 @@ typedef struct sdnn_config {
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, \
-      .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu" }
+      .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu", \
+      .cpu_conv = "darknet" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {
@@ -116,6 +120,10 @@ sdnn_status sdnn_config_check_devices(const sdnn_config *cfg, const int *devices
 /* One line describing the settings, for the start-of-training banner:
  * the key table's shown keys that apply to cfg's codec, "key=value ...". */
 void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len);
+
+/* 1 when the cpu engine's convolutions run on oneDNN: cpu_conv=onednn, or
+ * auto in a build with oneDNN (conv_dnnl.h). */
+int sdnn_config_cpu_conv_onednn(const sdnn_config *c);
 
 /* The key table (config.c), the only list of the section's keys: how many,
  * the i-th name (NULL past the end), and every key with what it may be, its

@@ -7,9 +7,11 @@
 #include "hooks.h"
 #include "bnfix.h"
 #include "clock.h"
+#include "conv_dnnl.h"
 #include "replicas.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +53,53 @@ static const sdnn_engine_callbacks *callbacks(const sdnn_hook_ctx *c)
     return c ? c->cb : NULL;
 }
 
+/* A failure inside a layer: the step stops through the callbacks, or
+ * (stock mode, no scheduler) the message is printed. */
+static void layer_failed(int index, sdnn_status st)
+{
+    sdnn_hook_ctx *c = tl_ctx;
+    const sdnn_engine_callbacks *cb = callbacks(c);
+    if (cb && cb->abort) {
+        cb->abort(cb->user, c->replica, st);
+        return;
+    }
+    fprintf(stderr, "scalednn: layer %d: %s\n", index, sdnn_last_error());
+}
+
+/* cpu_conv=onednn (conv_dnnl.h): a convolution with a oneDNN state runs
+ * there; when its primitives cannot be made for the present shape the
+ * layer runs Darknet's own function, said once per process. */
+static int dnnl_usable(const layer *l, int index)
+{
+    if (l->type != CONVOLUTIONAL || !sdnn_conv_dnnl_owns(l)) return 0;
+    if (sdnn_conv_dnnl_ready(l) == SDNN_OK) return 1;
+    static _Atomic int said;
+    if (!said++)
+        fprintf(stderr, "scalednn: layer %d runs Darknet's convolution: %s\n", index,
+                sdnn_last_error());
+    return 0;
+}
+
+static void conv_forward(layer l, network net)
+{
+    if (!dnnl_usable(&l, net.index)) {
+        g_forward[l.type](l, net);
+        return;
+    }
+    sdnn_status st = sdnn_conv_dnnl_forward(l, net);
+    if (st != SDNN_OK) layer_failed(net.index, st);
+}
+
+static void conv_backward(layer l, network net)
+{
+    if (!dnnl_usable(&l, net.index)) {
+        g_backward[l.type](l, net);
+        return;
+    }
+    sdnn_status st = sdnn_conv_dnnl_backward(l, net);
+    if (st != SDNN_OK) layer_failed(net.index, st);
+}
+
 /* Darknet's maxpool keeps index -1 for a window of NaNs and its backward
  * then writes before the start of the input's delta; catch that first. */
 static int maxpool_indexes_valid(const layer *l)
@@ -74,12 +123,13 @@ static int subdivision(const network *net)
 static void hook_forward(layer l, network net)
 {
     sdnn_hook_ctx *c = tl_ctx;
+    forward_fn f = l.type == CONVOLUTIONAL ? conv_forward : g_forward[l.type];
     if (!c || (!c->tl && !c->prof)) {
-        g_forward[l.type](l, net);
+        f(l, net);
         return;
     }
     double t0 = sdnn_now_s();
-    g_forward[l.type](l, net);
+    f(l, net);
     double t1 = sdnn_now_s();
     if (c->prof) c->prof[3 * net.index] += t1 - t0;
     if (c->tl)
@@ -117,9 +167,12 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn)
             if (cb && cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_NOMEM);
             return;
         }
-        void (*rest)(layer, network) = sdnn_bn_fix_backward(&l, &net, sink, g_backward[l.type]);
+        backward_fn own = l.type == CONVOLUTIONAL ? conv_backward : g_backward[l.type];
+        void (*rest)(layer, network) = sdnn_bn_fix_backward(&l, &net, sink, own);
         if (rest) rest(l, net);
         free(sink);
+    } else if (l.type == CONVOLUTIONAL) {
+        conv_backward(l, net);
     } else {
         g_backward[l.type](l, net);
     }
@@ -338,9 +391,20 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
      * backward pointers.  fix[i]: bit 0 the 1x1 fix, bit 1 the BN fix. */
     unsigned char *fix = fixes ? calloc((size_t)net->n + 1, 1) : NULL;
     if (fixes && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
+    int ndnnl = 0;
+    if (fixes & SDNN_HOOK_ONEDNN) {
+        /* Before any pointer changes: eligibility reads Darknet's own. */
+        st = sdnn_conv_dnnl_attach(net, &ndnnl);
+        if (st != SDNN_OK) {
+            free(fix);
+            return st;
+        }
+    }
     int nfix = 0;
     for (int i = 0; fix && i < net->n; ++i) {
-        int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i);
+        /* oneDNN's backward adds the input gradient: no 1x1 fix needed. */
+        int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i) &&
+                  !(ndnnl && sdnn_conv_dnnl_owns(&net->layers[i]));
         nfix += one;
         fix[i] = (unsigned char)(one | ((fixes & SDNN_FIX_BN) && sdnn_bn_fix_applies(net, i) ? 2 : 0));
     }
@@ -353,7 +417,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "layer %d has unknown type %d", i, t);
             break;
         }
-        if (forward && l->forward && l->forward != hook_forward) {
+        int own_fwd = forward || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
+        if (own_fwd && l->forward && l->forward != hook_forward) {
             if (g_forward[t] && g_forward[t] != l->forward) {
                 st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                                 "layer %d (%s) has its own forward function; cannot hook it", i,
@@ -399,4 +464,5 @@ void sdnn_hooks_uninstall(network *net)
     }
     drop_scratch(net);
     pthread_mutex_unlock(&g_lock);
+    sdnn_conv_dnnl_detach(net);
 }

@@ -49,10 +49,12 @@ typedef struct sdnn_hook_ctx {
  * layer with parameters and, when `forward` is set, the forward pointer of
  * every layer.  With fix_1x1_delta, the layers sdnn_fix_1x1_needed names
  * get the fixing wrapper instead (it does everything the plain one does). */
-enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2 };
+enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2, SDNN_HOOK_ONEDNN = 4 };
 /* `fixes`: SDNN_FIX_1X1 (fix_1x1_delta) and/or SDNN_FIX_BN (fix_bn_delta:
  * the layers sdnn_bn_fix_applies names get the exact batch-norm backward,
- * bnfix.h). */
+ * bnfix.h), SDNN_HOOK_ONEDNN (cpu_conv=onednn: the convolutions
+ * sdnn_conv_dnnl_eligible names run on oneDNN, conv_dnnl.h; their forward
+ * is wrapped too, and they need no 1x1 fix since oneDNN's backward adds). */
 sdnn_status sdnn_hooks_install(network *net, int forward, int fixes);
 /* 1 when the hooks are installed on `net`. */
 int sdnn_hooks_installed(const network *net);

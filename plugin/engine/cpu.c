@@ -5,6 +5,7 @@
  */
 #include "engine.h"
 #include "blas.h"
+#include "conv_dnnl.h"
 #include "hooks.h"
 #include "replicas.h"
 
@@ -35,7 +36,7 @@ static void cpu_describe_device(int dev, char *buf, size_t len)
 {
     (void)dev;   /* an id names no device here */
     snprintf(buf, len, "CPU replica, a thread of its own (a -gpus id only counts replicas); "
-             "gemm: %s", sdnn_blas_name());
+             "gemm: %s; oneDNN: %s", sdnn_blas_name(), sdnn_conv_dnnl_name());
 }
 
 static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
@@ -51,8 +52,10 @@ static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
     cpu_engine *c = calloc(1, sizeof *c);
     if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cpu engine");
     e->impl = c;
-    int need = o->hooks || sdnn_engine_fixes_needed(o, e->nets[0]);
-    int fixes = (o->fix_1x1_delta ? SDNN_FIX_1X1 : 0) | (o->fix_bn_delta ? SDNN_FIX_BN : 0);
+    /* cpu_conv=onednn: the convolutions run on oneDNN through the hooks. */
+    int need = o->hooks || o->cpu_conv_onednn || sdnn_engine_fixes_needed(o, e->nets[0]);
+    int fixes = (o->fix_1x1_delta ? SDNN_FIX_1X1 : 0) | (o->fix_bn_delta ? SDNN_FIX_BN : 0) |
+                (o->cpu_conv_onednn ? SDNN_HOOK_ONEDNN : 0);
     if (need) {
         for (int r = 0; r < e->n; ++r) {
             sdnn_status st = sdnn_hooks_install(e->nets[r], o->hook_forward, fixes);

@@ -138,10 +138,14 @@ typedef struct sdnn_engine_opts {
     int preload;            /* [scalednn] preload=K: step batches a device
                              * engine holds fed ahead of train (1..8) */
     sdnn_engine_split split; /* [scalednn] split=: how feed() splits a batch */
+    /* Added for oneDNN (issue 27): */
+    int cpu_conv_onednn;    /* cpu: 1 runs the convolutions on oneDNN
+                             * (cpu_conv=onednn, or auto where built) */
 } sdnn_engine_opts;
 
 #define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_bn_delta = 0, .hook_forward = 0, .hooks = 0, \
-                                .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU }
+                                .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU, \
+                                .cpu_conv_onednn = 0 }
 
 /* Where a non-finite value was found by pack(). */
 typedef struct sdnn_engine_bad {

@@ -1,0 +1,72 @@
+/*
+ * conv_dnnl: Darknet's convolutional layer on oneDNN (cpu_conv=onednn,
+ * issue 27).
+ *
+ * The cpu engine runs libdarknet's layers; with cpu_conv=onednn the hooks
+ * (hooks.c) call these functions in place of forward_convolutional_layer
+ * and backward_convolutional_layer on the layers sdnn_conv_dnnl_eligible
+ * names.  Everything the rest of the project sees stays Darknet's: the
+ * weights and their updates in Darknet's layout (oihw, goihw with groups),
+ * l.output and l.delta in NCHW, the same accumulate semantics (the weight
+ * gradient and the input gradient are ADDED into l.weight_updates and
+ * net.delta), and batch norm, bias and activation through libdarknet's own
+ * functions around the convolution (nothing is fused: oneDNN's fused batch
+ * norm divides the variance by N and Darknet's forward by N-1, so a fusion
+ * would not be the same layer).
+ *
+ * Each layer of a network gets a state, keyed by its weights pointer (the
+ * one pointer each copy of the layer struct Darknet passes around shares):
+ * the forward, backward-data and backward-weights primitives, the reorders
+ * between Darknet's plain formats and the ones oneDNN picks for speed, made
+ * once per shape and rebuilt when the shape changes (resize_network); the
+ * buffers they need only while they run come from one arena per thread.  Each replica trains its own network in its own
+ * thread, so a state is only ever used by one thread at a time.
+ *
+ * Threads: Debian's libdnnl runs on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp).
+ * Each call bounds the calling thread's OpenMP team to the number of
+ * threads OpenBLAS has (sdnn_blas_get_threads: the trainer gives each of
+ * several replicas one thread, a single replica the process's cores), so
+ * replicas x threads never oversubscribe the cores.
+ *
+ * Without oneDNN (the build did not find libdnnl-dev) every function here
+ * says so: sdnn_conv_dnnl_built() is 0 and attaching fails with the reason.
+ */
+#ifndef SDNN_CONV_DNNL_H
+#define SDNN_CONV_DNNL_H
+
+#include "scalednn.h"
+#include <darknet.h>
+
+/* 1 when this build has oneDNN (SDNN_ONEDNN). */
+int sdnn_conv_dnnl_built(void);
+/* "oneDNN 2.6.3 (OpenMP)" or "not built (no libdnnl-dev)". */
+const char *sdnn_conv_dnnl_name(void);
+
+/* 1 when layer i of `net` can run on oneDNN: a convolution whose forward
+ * and backward are still libdarknet's own (not xnor/binary, not a layer
+ * the dialect wrapped for mish/swish). */
+int sdnn_conv_dnnl_eligible(const network *net, int i);
+
+/* Make the state of every eligible layer of `net` at its present shape
+ * (primitives created now, so an unsupported layer fails here, not in the
+ * middle of a step); *count gets how many.  An error leaves nothing
+ * attached. */
+sdnn_status sdnn_conv_dnnl_attach(network *net, int *count);
+/* Free the states of `net`'s layers. */
+void sdnn_conv_dnnl_detach(network *net);
+/* 1 when layer l (a copy of a network's layer) has a state. */
+int sdnn_conv_dnnl_owns(const layer *l);
+
+/* Make l's primitives match its present shape (rebuilt after a resize);
+ * SDNN_OK when the layer can run on oneDNN now.  On an error nothing has
+ * changed and the caller runs Darknet's own function instead. */
+sdnn_status sdnn_conv_dnnl_ready(const layer *l);
+
+/* Darknet's forward/backward of a convolutional layer, the convolution on
+ * oneDNN (see the top of this file); call after sdnn_conv_dnnl_ready.  An
+ * error here (a primitive failed to run) leaves the layer's buffers
+ * undefined: the step must stop. */
+sdnn_status sdnn_conv_dnnl_forward(layer l, network net);
+sdnn_status sdnn_conv_dnnl_backward(layer l, network net);
+
+#endif
