@@ -191,8 +191,18 @@ $(BUILD)/bench/gpu/%: bench/gpu/%.c $$(LIBA) $(wildcard tests/gpu/*.h) $(GPU_HDR
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_CFLAGS) -Itests/gpu $< $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 
+# Simulated devices only: C++ programs built against the CUDA shim that
+# check the kernel executor itself (tests/gpu/sim/*.cu, run by run_sim.sh).
+ifeq ($(GPU),sim)
+GPU_SIM_TEST_SRC := $(wildcard tests/gpu/sim/*.cu)
+GPU_SIM_TEST_BIN := $(GPU_SIM_TEST_SRC:tests/gpu/sim/%.cu=$(BUILD)/tests/gpu/sim/%)
+$(BUILD)/tests/gpu/sim/%: tests/gpu/sim/%.cu $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+endif
+
 .PHONY: gpu-tests gpu-bench
-gpu-tests: $(GPU_TEST_BIN) $$(DARKNET_BIN)
+gpu-tests: $(GPU_TEST_BIN) $(GPU_SIM_TEST_BIN) $$(DARKNET_BIN)
 gpu-bench: $(GPU_BENCH_BIN) $$(DARKNET_BIN)
 
 # Keep `make` (no goal) building `all`, not the first rule above.

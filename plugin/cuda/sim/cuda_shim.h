@@ -172,6 +172,13 @@ inline void sdnn_ex_slot_read(sdnn_ex_slot *m, const char *name, size_t i)
     if (m->epoch == sdnn_ex.epoch && m->writer != sdnn_ex.flat)
         sdnn_ex_trap(sdnn_ex_fail("reads shared %s[%zu], which thread %u wrote with no "
                                   "__syncthreads between (a race)", name, i, m->writer));
+    if (m->rblock == sdnn_ex.block && m->repoch == sdnn_ex.epoch) {
+        if (m->reader != sdnn_ex.flat) m->reader = ~0u;    /* several readers */
+        return;
+    }
+    m->rblock = sdnn_ex.block;
+    m->reader = sdnn_ex.flat;
+    m->repoch = sdnn_ex.epoch;
 }
 
 inline void sdnn_ex_slot_write(sdnn_ex_slot *m, const char *name, size_t i, int atomic)
@@ -180,6 +187,11 @@ inline void sdnn_ex_slot_write(sdnn_ex_slot *m, const char *name, size_t i, int 
         m->writer != sdnn_ex.flat)
         sdnn_ex_trap(sdnn_ex_fail("writes shared %s[%zu], which thread %u wrote with no "
                                   "__syncthreads between (a race)", name, i, m->writer));
+    if (!atomic && m->rblock == sdnn_ex.block && m->repoch == sdnn_ex.epoch &&
+        m->reader != sdnn_ex.flat)
+        sdnn_ex_trap(sdnn_ex_fail("writes shared %s[%zu], which %s read with no "
+                                  "__syncthreads between (a race)", name, i,
+                                  m->reader == ~0u ? "other threads" : "another thread"));
     m->block = sdnn_ex.block;
     m->writer = sdnn_ex.flat;
     m->epoch = sdnn_ex.epoch;

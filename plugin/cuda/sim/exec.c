@@ -352,13 +352,18 @@ typedef struct order {
     uint64_t a, b, n;
 } order;
 
+static atomic_int g_force = -1;
+
+void sdnn_ex_force_order(int mode) { atomic_store(&g_force, mode); }
+
 static order pick_order(uint64_t launch, uint64_t n)
 {
     order o = {0, 1, 0, n};
-    unsigned long long seed;
-    if (!sdnn_sim_jitter_seed(&seed) || n < 2) return o;
+    unsigned long long seed = 0;
+    int force = atomic_load(&g_force);
+    if (n < 2 || (force < 0 && !sdnn_sim_jitter_seed(&seed))) return o;
     uint64_t r = mix(seed ^ mix(launch));
-    o.mode = (int)(r % 3);
+    o.mode = force >= 0 ? force : (int)(r % 3);
     if (o.mode == 2) {
         o.a = mix(r) % n;
         if (o.a == 0) o.a = 1;

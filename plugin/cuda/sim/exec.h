@@ -42,11 +42,14 @@ typedef struct sdnn_ex_dim {
 
 /* One shared-memory slot's history: the block (a serial unique per block
  * run on this OS thread; 0 = never written), the writing thread (flat
- * index) and the barrier epoch of the write. */
+ * index) and the barrier epoch of the write; the same for the last read. */
 typedef struct sdnn_ex_slot {
     uint64_t block;
     unsigned writer;
     unsigned epoch;
+    uint64_t rblock;
+    unsigned reader;
+    unsigned repoch;
 } sdnn_ex_slot;
 
 /* The thread the executor runs now on this OS thread (read by the shim's
@@ -109,6 +112,10 @@ void sdnn_ex_set_launch_error(sdnn_status st);
 
 /* Launches run since the process started (tests read it). */
 uint64_t sdnn_ex_launches(void);
+
+/* For tests: run every later launch's blocks forward (0), reversed (1) or
+ * shuffled (2) whatever SDNN_SIM_JITTER says; -1 goes back to it. */
+void sdnn_ex_force_order(int mode);
 
 #define SDNN_EX_MAX_THREADS 1024
 #define SDNN_EX_SHARED_LIMIT ((size_t)48 << 10)
