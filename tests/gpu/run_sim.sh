@@ -6,7 +6,10 @@
 # summary line; the exit status is the number of programs that failed.
 #
 # What passes here is the engine's host logic, ordering and arithmetic on
-# simulated devices, never the CUDA kernels, cuDNN or real NCCL.
+# simulated devices: the kernels of the .cu files mk/gpu.mk lists in
+# GPU_SIM_CU run as themselves on the simulated executor (host arithmetic,
+# CUDA's launch and barrier rules), the others as C stand-ins; never cuDNN
+# or real NCCL, never a GPU's timing or memory model.
 #
 # From run.sh with SDNN_BUNDLE: SDNN_SIM_MAKE_EXTRA (DARKNET_HOME=bundle,
 # BLAS=), SDNN_SIM_BUILD (build-sim-bundle), SDNN_IMGLOAD (preloaded into
@@ -113,6 +116,12 @@ for src in tests/gpu/*.c; do
     codecs|layers) run "$name" 300 ;;
     *) run "$name" 240 ;;
     esac
+done
+# The executor's own programs (C++ against the CUDA shim, simulated
+# devices only): tests/gpu/sim/*.cu.
+for src in tests/gpu/sim/*.cu; do
+    [ -e "$src" ] || continue
+    run "sim/$(basename "$src" .cu)" 240
 done
 # The scripts of tests/gpu (each prints "NAME: ok ..." per check, "FAIL" on
 # a failure, and exits non-zero on any).
