@@ -172,34 +172,6 @@ __global__ void k_topk_hist(const float *x, size_t n, topk_state *s, int above, 
         if (h[b]) atomicAdd(&s->hist[b], h[b]);
 }
 
-/* The host's bin walk, by one thread. */
-__global__ void k_topk_walk(topk_state *s, int width, int shift, int last)
-{
-    if (s->done) return;
-    uint32_t mask = (1u << width) - 1u, b = mask, need = s->need;
-    while (s->hist[b] < need) need -= s->hist[b--];
-    uint32_t prefix = (s->prefix << width) | b;
-    s->prefix = prefix;
-    s->need = need;
-    if (s->hist[b] == need) {
-        s->gt = prefix << shift;
-        s->eq = TOPK_NO_KEY;
-        s->budget = 0;
-        s->done = 1;
-    } else if (last) {
-        s->gt = prefix + 1;
-        s->eq = prefix;
-        s->budget = need;
-        s->done = 1;
-    }
-}
-
-__device__ static inline int topk_is_gt(uint32_t key, const topk_state *s) { return key >= s->gt; }
-__device__ static inline int topk_is_eq(uint32_t key, const topk_state *s)
-{
-    return s->budget && key == s->eq && key < s->gt;
-}
-
 /* Exclusive scan over the block (SDNN_THREADS threads); returns the total. */
 __device__ static uint32_t block_scan(uint32_t v, uint32_t *excl)
 {
@@ -220,6 +192,61 @@ __device__ static uint32_t block_scan(uint32_t v, uint32_t *excl)
     __syncthreads();
     *excl = before + inc - v;
     return total;
+}
+
+/* The host's bin walk (from the top bin down, stop at the first bin whose
+ * count reaches what is still needed), by one block: thread t holds the
+ * bins mask - 8t .. mask - 8t - 7, a scan gives each thread the count of
+ * the bins above its own, and the one thread whose bins cross `need` finds
+ * the bin.  The inclusive count from the top grows with every bin, so
+ * exactly one bin is the first to reach `need` (the histogram holds at
+ * least `need` keys by construction); the result is the loop's. */
+#define TOPK_WALK_PER_THREAD (TOPK_BINS / SDNN_THREADS)
+static_assert(TOPK_BINS % SDNN_THREADS == 0, "topk walk: whole bins per thread");
+
+__global__ void k_topk_walk(topk_state *s, int width, int shift, int last)
+{
+    __shared__ uint32_t found_bin, found_need;
+    if (s->done) return;
+    uint32_t mask = (1u << width) - 1u, need = s->need;
+    uint32_t r0 = threadIdx.x * TOPK_WALK_PER_THREAD, mine = 0;
+    for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD; ++j)
+        if (r0 + j <= mask) mine += s->hist[mask - (r0 + j)];
+    if (threadIdx.x == 0) found_bin = TOPK_NO_KEY;
+    uint32_t above;
+    block_scan(mine, &above);
+    for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD && r0 + j <= mask; ++j) {
+        uint32_t b = mask - (r0 + j), h = s->hist[b];
+        if (above < need && h >= need - above) {
+            found_bin = b;
+            found_need = need - above;
+        }
+        above += h;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0 || found_bin == TOPK_NO_KEY) return;
+    uint32_t b = found_bin;
+    need = found_need;
+    uint32_t prefix = (s->prefix << width) | b;
+    s->prefix = prefix;
+    s->need = need;
+    if (s->hist[b] == need) {
+        s->gt = prefix << shift;
+        s->eq = TOPK_NO_KEY;
+        s->budget = 0;
+        s->done = 1;
+    } else if (last) {
+        s->gt = prefix + 1;
+        s->eq = prefix;
+        s->budget = need;
+        s->done = 1;
+    }
+}
+
+__device__ static inline int topk_is_gt(uint32_t key, const topk_state *s) { return key >= s->gt; }
+__device__ static inline int topk_is_eq(uint32_t key, const topk_state *s)
+{
+    return s->budget && key == s->eq && key < s->gt;
 }
 
 /* Per tile: keys above the cut and keys equal to it. */
@@ -244,18 +271,28 @@ __global__ void k_topk_count(const float *x, size_t n, const topk_state *s, uint
     }
 }
 
-/* Tile offsets: equal keys before each tile, and output position. */
+/* Tile offsets: equal keys before each tile (an exclusive scan of eq_cnt)
+ * and output position.  Tiles take equal keys in index order until the
+ * budget is spent, so the equal keys all tiles before t took come to
+ * min(eq_off[t], budget), and out_off[t] = (keys above the cut before t) +
+ * that.  One block scans SDNN_THREADS tiles a round, carrying the totals. */
 __global__ void k_topk_offsets(const topk_state *s, size_t tiles, const uint32_t *gt_cnt,
                                const uint32_t *eq_cnt, uint32_t *eq_off, uint32_t *out_off)
 {
-    uint32_t eqs = 0, outs = 0, budget = s->budget;
-    for (size_t t = 0; t < tiles; ++t) {
-        eq_off[t] = eqs;
-        out_off[t] = outs;
-        uint32_t left = budget > eqs ? budget - eqs : 0;
-        uint32_t take = eq_cnt[t] < left ? eq_cnt[t] : left;
-        eqs += eq_cnt[t];
-        outs += gt_cnt[t] + take;
+    uint32_t budget = s->budget, eq_carry = 0, gt_carry = 0;
+    for (size_t base = 0; base < tiles; base += SDNN_THREADS) {
+        size_t t = base + threadIdx.x;
+        uint32_t e = t < tiles ? eq_cnt[t] : 0, g = t < tiles ? gt_cnt[t] : 0;
+        uint32_t e_before, g_before;
+        uint32_t e_total = block_scan(e, &e_before);
+        uint32_t g_total = block_scan(g, &g_before);
+        if (t < tiles) {
+            uint32_t eqs = eq_carry + e_before;
+            eq_off[t] = eqs;
+            out_off[t] = gt_carry + g_before + (eqs < budget ? eqs : budget);
+        }
+        eq_carry += e_total;
+        gt_carry += g_total;
     }
 }
 
@@ -305,21 +342,32 @@ __global__ void k_topk_scatter(const uint32_t *idx, const float *val, size_t k, 
     }
 }
 
-/* tmp[j] = val[j] + a[idx[j]] (decode_add of aliased buffers reads a first). */
-__global__ void k_topk_gather_add(const uint32_t *idx, const float *val, size_t k, size_t n,
-                                  const float *a, float *tmp)
+/* y[idx[j]] = val[j] + a[idx[j]], y and a apart (decode_add after k_add_zero). */
+__global__ void k_topk_scatter_add(const uint32_t *idx, const float *val, size_t k, size_t n,
+                                   const float *a, float *y)
 {
     SDNN_FOR(j, k) {
         uint32_t i = idx[j];
-        tmp[j] = i < n ? __fadd_rn(val[j], a[i]) : 0.0f;
+        if (i < n) y[i] = __fadd_rn(val[j], a[i]);
     }
 }
 
-__global__ void k_topk_put(const uint32_t *idx, const float *tmp, size_t k, size_t n, float *y)
+/* decode_add in place (y == a): each element finds its entry, if any, by a
+ * binary search of the ascending indices (the first of equal ones, as the
+ * host's pass in index order keeps), so every element is read and written
+ * by one thread and no scratch is needed. */
+__global__ void k_topk_merge_add(const uint32_t *idx, const float *val, size_t k, size_t n,
+                                 float *y)
 {
-    SDNN_FOR(j, k) {
-        uint32_t i = idx[j];
-        if (i < n) y[i] = tmp[j];
+    SDNN_FOR(i, n) {
+        size_t lo = 0, hi = k;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (idx[mid] < i) lo = mid + 1;
+            else hi = mid;
+        }
+        float d = lo < k && idx[lo] == i ? val[lo] : 0.0f;
+        y[i] = __fadd_rn(d, y[i]);
     }
 }
 
@@ -392,13 +440,13 @@ static sdnn_status topk_encode(sdnn_dctx *c, cudaStream_t st, const sdnn_codec_p
             k_topk_hist<<<grid, SDNN_THREADS, 0, st>>>(x, n, s, above, shifts[level],
                                                        (1u << widths[level]) - 1u, level);
             SDNN_LAUNCHED("topk histogram");
-            k_topk_walk<<<1, 1, 0, st>>>(s, widths[level], shifts[level], level == 2);
+            k_topk_walk<<<1, SDNN_THREADS, 0, st>>>(s, widths[level], shifts[level], level == 2);
             SDNN_LAUNCHED("topk walk");
         }
     }
     k_topk_count<<<(unsigned)tiles, SDNN_THREADS, 0, st>>>(x, n, s, gt_cnt, eq_cnt);
     SDNN_LAUNCHED("topk count");
-    k_topk_offsets<<<1, 1, 0, st>>>(s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
+    k_topk_offsets<<<1, SDNN_THREADS, 0, st>>>(s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
     SDNN_LAUNCHED("topk offsets");
     uint32_t *idx = (uint32_t *)out;
     float *val = (float *)(idx + k);
@@ -496,22 +544,18 @@ extern "C" sdnn_status sdnn_dcodec_decode_add(sdnn_dctx *c, int stream, int code
     size_t k = topk_k(p, n);
     const uint32_t *idx = (const uint32_t *)in;
     const float *val = (const float *)(idx + k);
-    /* The kept entries are val + add (add read before y overwrites it),
-     * the gaps 0 + add, as the host's one pass in index order. */
-    float *tmp = NULL;
-    SDNN_CU(cudaMallocAsync((void **)&tmp, (k ? k : 1) * sizeof(float), st));
-    k_topk_gather_add<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, val, k, n, add, tmp);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        k_add_zero<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(add, n, y);
-        e = cudaGetLastError();
+    /* The kept entries are val + add, the gaps 0 + add, as the host's one
+     * pass in index order; no allocation on this path (it runs once per
+     * ring hop). */
+    if (y == add) {
+        k_topk_merge_add<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(idx, val, k, n, y);
+        SDNN_LAUNCHED("topk decode_add in place");
+        return SDNN_OK;
     }
-    if (e == cudaSuccess) {
-        k_topk_put<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, tmp, k, n, y);
-        e = cudaGetLastError();
-    }
-    cudaFreeAsync(tmp, st);
-    if (e != cudaSuccess) return sdnn_cuda_fail(e, __FILE__, __LINE__, "topk decode_add");
+    k_add_zero<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(add, n, y);
+    SDNN_LAUNCHED("topk decode_add gaps");
+    k_topk_scatter_add<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, val, k, n, add, y);
+    SDNN_LAUNCHED("topk decode_add entries");
     return SDNN_OK;
 }
 
