@@ -11,7 +11,6 @@
 #include "layers.cuh"
 #include "ops.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,8 +18,8 @@
 
 /* The (int) casts below hand an element index to ops.h's int index maps
  * (libdarknet sizes its buffers with int); sdnn_dl_setup refuses a layer
- * whose input or output (times the batch) exceeds INT_MAX, so every index
- * these kernels cast is below that bound. */
+ * whose input or output times the batch exceeds INT_MAX
+ * (sdnn_dl_check_size), so every index these kernels cast is below it. */
 
 __global__ void k_maxpool_fwd(const float *in, sdnn_pool_geom g, size_t n, float *out, int *idx)
 {
@@ -154,13 +153,9 @@ extern "C" sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
     sdnn_dl_impl *im = (sdnn_dl_impl *)calloc(1, sizeof *im);
     if (!im) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for layer %d", l->index);
     l->impl = im;
+    SDNN_CHECK(sdnn_dl_check_size(l));
     size_t out = (size_t)l->outputs * l->batch;
     size_t in = (size_t)l->inputs * l->batch;
-    if (l->outputs < 0 || l->inputs < 0 || l->batch < 0 || out > INT_MAX || in > INT_MAX)
-        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
-                          "layer %d (%s): %zu inputs and %zu outputs a batch; the device "
-                          "kernels index with int, at most %d",
-                          l->index, sdnn_dl_kind_name(l->kind), in, out, INT_MAX);
     if (l->kind != SDNN_DL_DROPOUT) {
         ALLOC(l->output, out);
         ALLOC(l->delta, out);
