@@ -58,7 +58,10 @@ endif
 # The rest of libscalednn sees the switch (the comm registry, the trainer).
 CFLAGS += -DSDNN_GPU_ENGINE=1
 
-NVCCFLAGS := -std=c++17 $(GPU_ARCH) -O3 -lineinfo $(GPU_DEFS) $(GPU_INC) \
+# --fmad=false: a*b + c keeps its two roundings everywhere, as in ops.h's C
+# formulas and in the simulated executor (-ffp-contract=off), so the GPU
+# rounds as the formulas the tests check do.
+NVCCFLAGS := -std=c++17 $(GPU_ARCH) -O3 -lineinfo --fmad=false $(GPU_DEFS) $(GPU_INC) \
              -Iinclude $(PLUGIN_INC) -Iplugin/cuda \
              -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings \
              -Xcudafe --display_error_number
@@ -120,14 +123,28 @@ $(info $(call found,1,GPU engine on simulated devices,) GPU=sim)
 
 CFLAGS += -DSDNN_GPU_ENGINE=1
 GPU_CFLAGS := -DSDNN_CUDNN=0 -DSDNN_NCCL=1 -Iplugin/cuda
+# The .cu files whose kernels run as themselves on the simulated device's
+# executor (plugin/cuda/sim/exec.c): the host C++ compiler builds them
+# against plugin/cuda/sim/cuda_shim.h, with no contraction of a*b + c (as
+# nvcc's --fmad=false above).  The rest of plugin/cuda/*.cu has simulated
+# stand-ins in plugin/cuda/sim/*.c.
+GPU_SIM_CU := plugin/cuda/kernels.cu
+CXX ?= g++
+SIM_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -ffp-contract=off \
+                -Iinclude $(PLUGIN_INC) -Iplugin/cuda $(OPT) $(SANFLAGS) \
+                -DSDNN_GPU_ENGINE=1 -DSDNN_SIM_EXEC=1 $(GPU_CFLAGS)
+LDLIBS  += -lstdc++
 GPU_C   := $(wildcard plugin/cuda/*.c) $(wildcard plugin/cuda/sim/*.c)
-GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/sim/*.h include/*.h) $(PLUGIN_HDR)
-GPU_OBJ := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/%.o)
-GPU_PIC := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/pic/%.o)
+GPU_HDR := $(wildcard plugin/cuda/*.h plugin/cuda/*.cuh plugin/cuda/sim/*.h include/*.h) \
+           $(PLUGIN_HDR)
+GPU_OBJ := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/%.o) \
+           $(GPU_SIM_CU:plugin/cuda/%.cu=$(BUILD)/cuda/cu/%.o)
+GPU_PIC := $(GPU_C:plugin/cuda/%.c=$(BUILD)/cuda/pic/%.o) \
+           $(GPU_SIM_CU:plugin/cuda/%.cu=$(BUILD)/cuda/pic/cu/%.o)
 EXTRA_LIB_OBJ += $(GPU_OBJ)
 EXTRA_PIC_OBJ += $(GPU_PIC)
 
-GPU_STAMP := $(BUILD)/cuda/.flags-sim-$(shell echo '$(CC) $(CFLAGS) $(GPU_CFLAGS)' | cksum | cut -d' ' -f1)
+GPU_STAMP := $(BUILD)/cuda/.flags-sim-$(shell echo '$(CC) $(CFLAGS) $(GPU_CFLAGS) $(CXX) $(SIM_CXXFLAGS) $(GPU_SIM_CU)' | cksum | cut -d' ' -f1)
 
 $(GPU_STAMP):
 	@mkdir -p $(BUILD)/cuda
@@ -141,6 +158,14 @@ $(BUILD)/cuda/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 $(BUILD)/cuda/pic/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/cuda/cu/%.o: plugin/cuda/%.cu $(GPU_HDR) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ -c $< -o $@
+
+$(BUILD)/cuda/pic/cu/%.o: plugin/cuda/%.cu $(GPU_HDR) $(GPU_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) -fPIC -x c++ -c $< -o $@
 
 endif
 

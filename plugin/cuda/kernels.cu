@@ -66,6 +66,7 @@ __global__ void k_sub_check(float *y, const float *a, const float *b, size_t n,
 struct mean_args {
     const float *in[SDNN_MEAN_MAX_IN];
 };
+SDNN_STRUCT_POINTERS(mean_args, in, SDNN_MEAN_MAX_IN)
 
 __global__ void k_mean(mean_args a, int nin, float inv, float *out, size_t n)
 {
@@ -87,7 +88,7 @@ __global__ void k_mean(mean_args a, int nin, float inv, float *out, size_t n)
 extern "C" sdnn_status sdnn_k_fill(sdnn_dctx *c, float *x, size_t n, float v)
 {
     if (!n) return SDNN_OK;
-    k_fill<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[0]>>>(x, n, v);
+    SDNN_LAUNCH(k_fill, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, 0), x, n, v);
     SDNN_LAUNCHED("fill");
     return SDNN_OK;
 }
@@ -95,14 +96,14 @@ extern "C" sdnn_status sdnn_k_fill(sdnn_dctx *c, float *x, size_t n, float v)
 extern "C" sdnn_status sdnn_k_copy(sdnn_dctx *c, float *y, const float *x, size_t n)
 {
     if (!n || x == y) return SDNN_OK;
-    SDNN_CU(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, c->s[0]));
+    SDNN_CU(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, sdnn_stream(c, 0)));
     return SDNN_OK;
 }
 
 extern "C" sdnn_status sdnn_k_axpy(sdnn_dctx *c, size_t n, float a, const float *x, float *y)
 {
     if (!n) return SDNN_OK;
-    k_axpy<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[0]>>>(n, a, x, y);
+    SDNN_LAUNCH(k_axpy, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, 0), n, a, x, y);
     SDNN_LAUNCHED("axpy");
     return SDNN_OK;
 }
@@ -110,7 +111,7 @@ extern "C" sdnn_status sdnn_k_axpy(sdnn_dctx *c, size_t n, float a, const float 
 extern "C" sdnn_status sdnn_k_activate(sdnn_dctx *c, float *x, size_t n, int act)
 {
     if (!n || act == SDNN_ACT_LINEAR) return SDNN_OK;
-    k_activate<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[0]>>>(x, n, act);
+    SDNN_LAUNCH(k_activate, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, 0), x, n, act);
     SDNN_LAUNCHED("activate");
     return SDNN_OK;
 }
@@ -119,7 +120,7 @@ extern "C" sdnn_status sdnn_k_gradient(sdnn_dctx *c, const float *y, size_t n, i
                                        float *delta)
 {
     if (!n || act == SDNN_ACT_LINEAR) return SDNN_OK;
-    k_gradient<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[0]>>>(y, n, act, delta);
+    SDNN_LAUNCH(k_gradient, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, 0), y, n, act, delta);
     SDNN_LAUNCHED("gradient");
     return SDNN_OK;
 }
@@ -128,7 +129,7 @@ extern "C" sdnn_status sdnn_k_sub(sdnn_dctx *c, int stream, float *y, const floa
                                   const float *b, size_t n)
 {
     if (!n) return SDNN_OK;
-    k_sub<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(y, a, b, n);
+    SDNN_LAUNCH(k_sub, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), y, a, b, n);
     SDNN_LAUNCHED("sub");
     return SDNN_OK;
 }
@@ -137,7 +138,7 @@ extern "C" sdnn_status sdnn_k_add(sdnn_dctx *c, int stream, float *y, const floa
                                   const float *b, size_t n)
 {
     if (!n) return SDNN_OK;
-    k_add<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(y, a, b, n);
+    SDNN_LAUNCH(k_add, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), y, a, b, n);
     SDNN_LAUNCHED("add");
     return SDNN_OK;
 }
@@ -145,7 +146,7 @@ extern "C" sdnn_status sdnn_k_add(sdnn_dctx *c, int stream, float *y, const floa
 extern "C" sdnn_status sdnn_k_scale(sdnn_dctx *c, int stream, float *x, size_t n, float s)
 {
     if (!n) return SDNN_OK;
-    k_scale<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(x, n, s);
+    SDNN_LAUNCH(k_scale, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), x, n, s);
     SDNN_LAUNCHED("scale");
     return SDNN_OK;
 }
@@ -154,7 +155,7 @@ extern "C" sdnn_status sdnn_k_sub_check(sdnn_dctx *c, int stream, float *y, cons
                                         const float *b, size_t n, unsigned long long *first)
 {
     if (!n) return SDNN_OK;
-    k_sub_check<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(y, a, b, n, first);
+    SDNN_LAUNCH(k_sub_check, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), y, a, b, n, first);
     SDNN_LAUNCHED("sub_check");
     return SDNN_OK;
 }
@@ -165,18 +166,19 @@ extern "C" sdnn_status sdnn_k_count_nonfinite(sdnn_dctx *c, int stream, const fl
     *bad = 0;
     if (!n) return SDNN_OK;
     /* The comm stream may run this while the compute stream uses the
-     * workspace: a small buffer of its own. */
+     * workspace: a word of the stream's own, kept by the context. */
     unsigned long long *d = NULL;
-    SDNN_CU(cudaMallocAsync((void **)&d, sizeof *d, c->s[stream]));
-    cudaError_t e = cudaMemsetAsync(d, 0, sizeof *d, c->s[stream]);
+    cudaError_t e = sdnn_count_slot(c, stream, &d);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(d, 0, sizeof *d, sdnn_stream(c, stream));
     if (e == cudaSuccess) {
-        k_nonfinite<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(x, n, d);
+        SDNN_LAUNCH(k_nonfinite, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), x, n, d);
         e = cudaGetLastError();
     }
     unsigned long long h = 0;
-    if (e == cudaSuccess) e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, c->s[stream]);
-    cudaFreeAsync(d, c->s[stream]);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->s[stream]);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, sdnn_stream(c, stream));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(sdnn_stream(c, stream));
     if (e != cudaSuccess) return sdnn_cuda_fail(e, __FILE__, __LINE__, "count_nonfinite");
     *bad = (size_t)h;
     return SDNN_OK;
@@ -189,9 +191,9 @@ extern "C" sdnn_status sdnn_k_mean(sdnn_dctx *c, int stream, const float *const 
         return SDNN_ERROR(SDNN_ERR_INVALID, "device mean: %d inputs (1..%d)", nin,
                           SDNN_MEAN_MAX_IN);
     if (!n) return SDNN_OK;
-    mean_args a;
+    mean_args a = {};
     for (int r = 0; r < nin; ++r) a.in[r] = in[r];
-    k_mean<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[stream]>>>(a, nin, 1.0f / (float)nin, out, n);
+    SDNN_LAUNCH(k_mean, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, stream), a, nin, 1.0f / (float)nin, out, n);
     SDNN_LAUNCHED("mean");
     return SDNN_OK;
 }

@@ -133,6 +133,8 @@ extern "C" void sdnn_dctx_destroy(sdnn_dctx *c)
     for (size_t i = 0; i < c->n_retired; ++i) cudaFree(c->ws_retired[i]);
     free(c->ws_retired);
     for (int i = 0; i < 3; ++i)
+        if (c->count_slot[i]) cudaFree(c->count_slot[i]);
+    for (int i = 0; i < 3; ++i)
         if (c->s[i]) cudaStreamDestroy(c->s[i]);
     free(c);
 }

@@ -15,7 +15,9 @@
  *    through one faults at once) and a read-write view that only
  *    sdnn_sim_dptr translates to.  Offsets are never reused, so a use after
  *    free is found in the allocation table; dfree punches a hole to give
- *    the pages back;
+ *    the pages back.  In the host view too, the page after an allocation
+ *    (which ends within 255 bytes of it, starts 256-aligned) and freed
+ *    memory are PROT_NONE, so a kernel running past its buffer faults;
  *  - pinned host memory is registered apart from pageable memory, copies
  *    from pageable memory stage (host to device) or wait (device to host)
  *    as cudaMemcpyAsync does, and the statistics count both kinds;
@@ -49,7 +51,8 @@ static const char *const stream_names[3] = {"compute", "copy", "comm"};
 /* ---- devices and their memory ---------------------------------------------------- */
 
 typedef struct sim_alloc {
-    size_t off, bytes, span;    /* span: pages it owns, guard page included */
+    size_t off, bytes;          /* off: the pointer's offset */
+    size_t base, span;          /* the pages it owns, guard page included */
     int live;
 } sim_alloc;
 
@@ -275,6 +278,7 @@ struct sdnn_dctx {
     void **ws_retired;      /* outgrown workspaces, freed with the context */
     size_t n_retired;
     sdnn_dctx *next_on_dev;
+    unsigned long long *count_slot[3];  /* sdnn_sim_count_slot */
 };
 
 struct sdnn_devent {
@@ -630,6 +634,7 @@ void sdnn_dctx_destroy(sdnn_dctx *c)
     pthread_mutex_unlock(&D->lock);
     if (c->ws) sdnn_dfree(c->ws);
     for (size_t i = 0; i < c->n_retired; ++i) sdnn_dfree(c->ws_retired[i]);
+    for (int i = 0; i < 3; ++i) sdnn_dfree(c->count_slot[i]);
     free(c->ws_retired);
     ctx_stop_streams(c);
     free(c);
@@ -793,6 +798,7 @@ sdnn_status sdnn_dmalloc(sdnn_dctx *c, size_t bytes, void **p)
     int d = c->o.device;
     sim_device *D = &g_dev[d];
     size_t span = (bytes + SIM_PAGE - 1) / SIM_PAGE * SIM_PAGE + SIM_PAGE;
+    size_t padded = (bytes + 255) / 256 * 256;
     if (span < bytes) return SDNN_ERROR(SDNN_ERR_NOMEM, "sdnn_dmalloc: %zu bytes", bytes);
     sdnn_status st = SDNN_OK;
     pthread_mutex_lock(&D->lock);
@@ -812,9 +818,13 @@ sdnn_status sdnn_dmalloc(sdnn_dctx *c, size_t bytes, void **p)
     }
     if (st == SDNN_OK) {
         sim_alloc *a = &D->a[D->na++];
-        a->off = D->next;
+        a->base = D->next;
+        a->off = a->base + (span - SIM_PAGE - padded);    /* its end near the guard */
         a->bytes = bytes;
         a->span = span;
+        /* The guard page in the host view (best effort: the mapping count
+         * is limited; a failure only loses the check). */
+        (void)mprotect(D->hview + a->base + span - SIM_PAGE, SIM_PAGE, PROT_NONE);
         a->live = 1;
         D->next += span;
         D->st.mem_live += bytes;
@@ -861,8 +871,9 @@ void sdnn_dfree(void *p)
         a->live = 0;
         D->st.mem_live -= a->bytes;
         ++D->st.frees;
-        fallocate(D->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a->off,
+        fallocate(D->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a->base,
                   (off_t)a->span);
+        (void)mprotect(D->hview + a->base, a->span, PROT_NONE);
     }
     pthread_mutex_unlock(&D->lock);
 }
@@ -1059,4 +1070,49 @@ sdnn_status sdnn_dzero(sdnn_dctx *c, int stream, void *p, size_t bytes)
     SDNN_CHECK(sdnn_sim_dptr(c, p, bytes, "sdnn_dzero", &z.p));
     z.bytes = bytes;
     return sdnn_sim_launch(c, stream, "sdnn_dzero", run_zero, &z, sizeof z);
+}
+
+/* ---- for the kernel executor ----------------------------------------------------------- */
+
+int sdnn_sim_jitter_seed(unsigned long long *seed)
+{
+    *seed = g_jitter_seed;
+    return g_jitter;
+}
+
+void sdnn_sim_describe_host(const void *p, char *buf, size_t len)
+{
+    uintptr_t u = (uintptr_t)p;
+    for (int d = 0; d < g_ndev; ++d) {
+        uintptr_t b = (uintptr_t)g_dev[d].hview;
+        if (u < b || u - b >= SIM_SPAN) continue;
+        size_t o = (size_t)(u - b);
+        /* No lock: the process is about to die of this fault. */
+        sim_alloc *a = sim_find(&g_dev[d], o);
+        if (a && !a->live && o < a->base + a->span)
+            snprintf(buf, len, "in freed memory of simulated device %d (an allocation of %zu "
+                     "bytes)", d, a->bytes);
+        else if (a)
+            snprintf(buf, len, "%zu bytes past the end of an allocation of %zu bytes on "
+                     "simulated device %d (its guard page)", o - (a->off + a->bytes), a->bytes,
+                     d);
+        else
+            snprintf(buf, len, "outside every allocation of simulated device %d", d);
+        return;
+    }
+    snprintf(buf, len, "not memory of a simulated device (a host pointer, or a device "
+             "address used untranslated)");
+}
+
+sdnn_status sdnn_sim_count_slot(sdnn_dctx *c, int stream, unsigned long long **slot)
+{
+    *slot = NULL;
+    SDNN_CHECK(stream_check(c, stream, "sdnn_sim_count_slot"));
+    if (!c->count_slot[stream]) {
+        void *p = NULL;
+        SDNN_CHECK(sdnn_dmalloc(c, sizeof(unsigned long long), &p));
+        c->count_slot[stream] = p;
+    }
+    *slot = c->count_slot[stream];
+    return SDNN_OK;
 }

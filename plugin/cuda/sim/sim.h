@@ -56,6 +56,14 @@ sdnn_status sdnn_sim_launch_ex(sdnn_dctx *c, int stream, const char *call, sdnn_
 /* Host wait for one stream of c (the sticky error if any), naming `call`. */
 sdnn_status sdnn_sim_stream_sync(sdnn_dctx *c, int stream, const char *call);
 
+/* For the kernel executor (sim/exec.c): whether SDNN_SIM_JITTER is set
+ * (its seed in *seed); what host-view address p is (device, offset, the
+ * allocation it lies after) for a fault message; one device word per stream
+ * of c (allocated at first use, freed with the context). */
+int sdnn_sim_jitter_seed(unsigned long long *seed);
+void sdnn_sim_describe_host(const void *p, char *buf, size_t len);
+sdnn_status sdnn_sim_count_slot(sdnn_dctx *c, int stream, unsigned long long **slot);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,462 @@
+/*
+ * sim/exec: runs the real kernels on a simulated device with CUDA's rules
+ * (launch checks, block order, fibers switched at barriers, divergent
+ * barriers, the shared-memory bookkeeping's errors).  See sim/exec.h for the
+ * model; sim/cuda_shim.h is the C++ side the kernels compile against.
+ *
+ * Device memory outside an allocation: the runtime keeps a PROT_NONE guard
+ * page after every allocation in the host view too (allocations end within
+ * 255 bytes of it) and turns freed memory PROT_NONE, so a kernel's access
+ * past the end or into freed memory faults; the SIGSEGV handler installed
+ * here turns a fault inside a kernel into that launch's error (naming the
+ * kernel, block, thread and what the address is) by jumping back to the
+ * executor, which abandons the block: the stream's sticky error, reported
+ * by the next sync.  A fault outside a kernel goes to the handler that was
+ * there before (ASan's, or the default).  What it misses: an overrun
+ * shorter than the allocation's padding to 256 bytes, and an index that
+ * jumps over the guard page into the next allocation.
+ */
+#include "exec.h"
+
+#include "sim.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+_Thread_local sdnn_ex_state sdnn_ex;
+
+#define STACK_BYTES ((size_t)64 << 10)
+
+enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE, F_FAULT };
+
+typedef struct ex_fiber {
+    ucontext_t uc;
+    int state;
+} ex_fiber;
+
+typedef struct ex_worker {
+    ucontext_t main;
+    ex_fiber f[SDNN_EX_MAX_THREADS];
+    unsigned char *stacks;      /* SDNN_EX_MAX_THREADS stacks, reserved once */
+    uint64_t xchg[SDNN_EX_MAX_THREADS];
+    unsigned char *dyn;
+    sdnn_ex_slot *dyn_meta;
+    size_t dyn_cap;
+    sdnn_ex_thread_fn run;
+    void *args;
+    unsigned cur;
+    uint64_t serial;            /* blocks run on this thread */
+    sigjmp_buf fault_jb;        /* where a fault in the block returns to */
+    volatile int armed;
+    char fault[512];
+} ex_worker;
+
+typedef struct ex_header {
+    const char *kernel;
+    sdnn_ex_dim grid, block;
+    size_t shmem;
+    sdnn_ex_thread_fn run;
+    size_t argsize;
+    uint64_t launch;
+} ex_header;
+
+#define HDR_BYTES ((sizeof(ex_header) + 63) / 64 * 64)
+
+static _Thread_local ex_worker *g_w;
+static _Thread_local sdnn_status g_launch_err;
+static pthread_key_t g_key;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static struct sigaction g_old_segv;
+static atomic_ullong g_launches;
+
+static void worker_free(void *p)
+{
+    ex_worker *w = p;
+    if (!w) return;
+    if (w->stacks) munmap(w->stacks, STACK_BYTES * SDNN_EX_MAX_THREADS);
+    free(w->dyn);
+    free(w->dyn_meta);
+    free(w);
+}
+
+static void segv_handler(int sig, siginfo_t *si, void *uc)
+{
+    ex_worker *w = g_w;
+    if (sdnn_ex.kernel && w && w->armed) {
+        char where[256];
+        sdnn_sim_describe_host(si->si_addr, where, sizeof where);
+        snprintf(w->fault, sizeof w->fault, "device access at %p: %s", si->si_addr, where);
+        w->armed = 0;
+        siglongjmp(w->fault_jb, 1);
+    }
+    /* Not a kernel's: whoever handled it before (the access faults again). */
+    (void)uc;
+    sigaction(sig, &g_old_segv, NULL);
+}
+
+static void ex_init(void)
+{
+    pthread_key_create(&g_key, worker_free);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = segv_handler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+}
+
+static ex_worker *worker(void)
+{
+    if (g_w) return g_w;
+    ex_worker *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    void *s = mmap(NULL, STACK_BYTES * SDNN_EX_MAX_THREADS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED) {
+        free(w);
+        return NULL;
+    }
+    w->stacks = s;
+    pthread_setspecific(g_key, w);
+    return g_w = w;
+}
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+int sdnn_ex_fail(const char *fmt, ...)
+{
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    sdnn_set_error(SDNN_ERR_INVALID, __FILE__, __LINE__,
+                   "kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s",
+                   sdnn_ex.kernel ? sdnn_ex.kernel : "?", sdnn_ex.bid.x, sdnn_ex.bid.y,
+                   sdnn_ex.bid.z, sdnn_ex.tid.x, sdnn_ex.tid.y, sdnn_ex.tid.z, what);
+    return 1;
+}
+
+sdnn_status sdnn_ex_take_launch_error(void)
+{
+    sdnn_status s = g_launch_err;
+    g_launch_err = SDNN_OK;
+    return s;
+}
+
+void sdnn_ex_set_launch_error(sdnn_status st)
+{
+    if (g_launch_err == SDNN_OK) g_launch_err = st;
+}
+
+uint64_t sdnn_ex_launches(void) { return atomic_load(&g_launches); }
+
+int sdnn_ex_static_shared(const char *name, size_t bytes)
+{
+    sdnn_ex.static_shared += bytes;
+    if (sdnn_ex.static_shared + sdnn_ex.dyn_bytes > SDNN_EX_SHARED_LIMIT)
+        return sdnn_ex_fail("static shared memory (%zu bytes with %s) plus dynamic (%zu) "
+                            "exceeds the device's %zu bytes a block (no opt-in)",
+                            sdnn_ex.static_shared, name, sdnn_ex.dyn_bytes,
+                            SDNN_EX_SHARED_LIMIT);
+    return 0;
+}
+
+/* ---- threads and barriers ---------------------------------------------------------- */
+
+static void set_thread(unsigned t)
+{
+    sdnn_ex_dim b = sdnn_ex.bdim;
+    sdnn_ex.flat = t;
+    sdnn_ex.tid.x = t % b.x;
+    sdnn_ex.tid.y = (t / b.x) % b.y;
+    sdnn_ex.tid.z = t / (b.x * b.y);
+}
+
+int sdnn_ex_barrier(int scope, const char *what)
+{
+    if (!sdnn_ex.fibers)
+        return sdnn_ex_fail("reached %s, which thread 0 of the block returned without "
+                            "reaching (a barrier not every thread of the block reaches)",
+                            what);
+    ex_worker *w = g_w;
+    unsigned me = w->cur;
+    w->f[me].state = scope == SDNN_EX_WARP ? F_WAIT_WARP : F_WAIT_BLOCK;
+    swapcontext(&w->f[me].uc, &w->main);
+    /* Resumed: the barrier is complete. */
+    set_thread(me);
+    return 0;
+}
+
+static void fiber_main(void)
+{
+    ex_worker *w = g_w;
+    unsigned me = w->cur;
+    int rc = w->run(w->args);
+    w->f[me].state = rc ? F_FAULT : F_DONE;
+}
+
+static void fiber_init(ex_worker *w, unsigned t)
+{
+    ex_fiber *f = &w->f[t];
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = w->stacks + STACK_BYTES * t;
+    f->uc.uc_stack.ss_size = STACK_BYTES;
+    f->uc.uc_link = &w->main;
+    makecontext(&f->uc, fiber_main, 0);
+    f->state = F_READY;
+}
+
+static void resume(ex_worker *w, unsigned t)
+{
+    w->cur = t;
+    set_thread(t);
+    swapcontext(&w->main, &w->f[t].uc);
+}
+
+/* Every thread on a fiber; thread 0 already waits at its first barrier. */
+static sdnn_status run_fibers(ex_worker *w, unsigned T)
+{
+    for (unsigned t = 1; t < T; ++t) fiber_init(w, t);
+    for (;;) {
+        for (unsigned t = 0; t < T; ++t)
+            if (w->f[t].state == F_READY) {
+                resume(w, t);
+                if (w->f[t].state == F_FAULT) return SDNN_ERR_INVALID;
+            }
+        unsigned done = 0, at_block = 0, first_done = T, first_block = T;
+        for (unsigned t = 0; t < T; ++t) {
+            int s = w->f[t].state;
+            if (s == F_DONE) {
+                ++done;
+                if (first_done == T) first_done = t;
+            } else if (s == F_WAIT_BLOCK) {
+                ++at_block;
+                if (first_block == T) first_block = t;
+            }
+        }
+        if (done == T) return SDNN_OK;
+        int released = 0;
+        for (unsigned w0 = 0; w0 < T; w0 += 32) {
+            unsigned end = w0 + 32 < T ? w0 + 32 : T, waiting = 0, lane_done = T, lane_block = T;
+            for (unsigned t = w0; t < end; ++t) {
+                if (w->f[t].state == F_WAIT_WARP) ++waiting;
+                else if (w->f[t].state == F_DONE) lane_done = t;
+                else if (w->f[t].state == F_WAIT_BLOCK) lane_block = t;
+            }
+            if (!waiting) continue;
+            if (waiting == end - w0) {
+                for (unsigned t = w0; t < end; ++t) w->f[t].state = F_READY;
+                released = 1;
+                continue;
+            }
+            unsigned t0 = w0;
+            while (w->f[t0].state != F_WAIT_WARP) ++t0;
+            set_thread(t0);
+            if (lane_done < T) {
+                sdnn_ex_fail("waits at a warp operation that lane %u of its warp never "
+                             "reaches (that thread returned)", lane_done % 32);
+            } else {
+                sdnn_ex_fail("waits at a warp operation while lane %u of its warp waits "
+                             "at __syncthreads (deadlock)", lane_block % 32);
+            }
+            return SDNN_ERR_INVALID;
+        }
+        if (released) continue;
+        if (at_block == T - done) {
+            if (done) {
+                set_thread(first_block);
+                sdnn_ex_fail("waits at __syncthreads, which thread (%u,%u,%u) of the block "
+                             "never reaches (it returned): a divergent barrier",
+                             first_done % sdnn_ex.bdim.x,
+                             (first_done / sdnn_ex.bdim.x) % sdnn_ex.bdim.y,
+                             first_done / (sdnn_ex.bdim.x * sdnn_ex.bdim.y));
+                return SDNN_ERR_INVALID;
+            }
+            ++sdnn_ex.epoch;
+            for (unsigned t = 0; t < T; ++t) w->f[t].state = F_READY;
+            continue;
+        }
+        set_thread(first_block < T ? first_block : 0);
+        sdnn_ex_fail("waits at a barrier the other threads cannot reach (deadlock)");
+        return SDNN_ERR_INVALID;
+    }
+}
+
+static sdnn_status run_block_body(ex_worker *w, unsigned T);
+
+static sdnn_status run_block(ex_worker *w, unsigned T)
+{
+    if (sigsetjmp(w->fault_jb, 1)) {
+        sdnn_ex_fail("%s", w->fault);
+        return SDNN_ERR_INVALID;
+    }
+    w->armed = 1;
+    sdnn_status st = run_block_body(w, T);
+    w->armed = 0;
+    return st;
+}
+
+static sdnn_status run_block_body(ex_worker *w, unsigned T)
+{
+    sdnn_ex.block = ++w->serial;
+    sdnn_ex.epoch = 0;
+    sdnn_ex.static_shared = 0;
+    sdnn_ex.fibers = 1;
+    fiber_init(w, 0);
+    resume(w, 0);
+    if (w->f[0].state == F_FAULT) return SDNN_ERR_INVALID;
+    if (w->f[0].state == F_DONE) {
+        /* Thread 0 reached no barrier: neither may the others. */
+        sdnn_ex.fibers = 0;
+        for (unsigned t = 1; t < T; ++t) {
+            set_thread(t);
+            if (w->run(w->args)) return SDNN_ERR_INVALID;
+        }
+        return SDNN_OK;
+    }
+    return run_fibers(w, T);
+}
+
+/* ---- block order -------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+typedef struct order {
+    int mode;           /* 0 forward, 1 reversed, 2 shuffled: k -> (a k + b) mod n */
+    uint64_t a, b, n;
+} order;
+
+static order pick_order(uint64_t launch, uint64_t n)
+{
+    order o = {0, 1, 0, n};
+    unsigned long long seed;
+    if (!sdnn_sim_jitter_seed(&seed) || n < 2) return o;
+    uint64_t r = mix(seed ^ mix(launch));
+    o.mode = (int)(r % 3);
+    if (o.mode == 2) {
+        o.a = mix(r) % n;
+        if (o.a == 0) o.a = 1;
+        while (gcd(o.a, n) != 1) o.a = o.a + 1 < n ? o.a + 1 : 1;
+        o.b = mix(r + 1) % n;
+    }
+    return o;
+}
+
+static uint64_t order_at(const order *o, uint64_t k)
+{
+    if (o->mode == 1) return o->n - 1 - k;
+    if (o->mode == 2) return (uint64_t)(((unsigned __int128)o->a * k + o->b) % o->n);
+    return k;
+}
+
+/* ---- launches ----------------------------------------------------------------------- */
+
+static sdnn_status ex_run(void *p)
+{
+    ex_header *h = p;
+    ex_worker *w = worker();
+    if (!w) return SDNN_ERROR(SDNN_ERR_NOMEM, "kernel %s: no memory for its fibers", h->kernel);
+    if (h->shmem > w->dyn_cap) {
+        unsigned char *d = realloc(w->dyn, h->shmem);
+        if (d) w->dyn = d;
+        sdnn_ex_slot *m = realloc(w->dyn_meta, (h->shmem / 4 + 1) * sizeof *m);
+        if (m) w->dyn_meta = m;
+        if (!d || !m) return SDNN_ERROR(SDNN_ERR_NOMEM, "kernel %s: no memory for %zu bytes "
+                                        "of dynamic shared memory", h->kernel, h->shmem);
+        w->dyn_cap = h->shmem;
+    }
+    w->run = h->run;
+    w->args = (unsigned char *)p + HDR_BYTES;
+    sdnn_ex.kernel = h->kernel;
+    sdnn_ex.gdim = h->grid;
+    sdnn_ex.bdim = h->block;
+    sdnn_ex.dyn = w->dyn;
+    sdnn_ex.dyn_bytes = h->shmem;
+    sdnn_ex.dyn_meta = w->dyn_meta;
+    sdnn_ex.xchg = w->xchg;
+    unsigned T = h->block.x * h->block.y * h->block.z;
+    uint64_t gx = h->grid.x, gxy = gx * h->grid.y, n = gxy * h->grid.z;
+    order o = pick_order(h->launch, n);
+    sdnn_status st = SDNN_OK;
+    for (uint64_t k = 0; k < n && st == SDNN_OK; ++k) {
+        uint64_t b = order_at(&o, k);
+        sdnn_ex.bid.x = (unsigned)(b % gx);
+        sdnn_ex.bid.y = (unsigned)((b / gx) % h->grid.y);
+        sdnn_ex.bid.z = (unsigned)(b / gxy);
+        st = run_block(w, T);
+    }
+    sdnn_ex.kernel = NULL;
+    return st;
+}
+
+sdnn_status sdnn_ex_submit(sdnn_dctx *c, int stream, const char *kernel, sdnn_ex_dim grid,
+                           sdnn_ex_dim block, size_t shmem, sdnn_ex_thread_fn run,
+                           const void *args, size_t argsize)
+{
+    pthread_once(&g_once, ex_init);
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    if (!block.x || !block.y || !block.z || threads > SDNN_EX_MAX_THREADS || block.x > 1024 ||
+        block.y > 1024 || block.z > 64)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "launch of kernel %s: a block of (%u,%u,%u) threads; a GPU takes "
+                          "1..1024 threads a block, x and y at most 1024, z at most 64",
+                          kernel, block.x, block.y, block.z);
+    if (!grid.x || !grid.y || !grid.z || grid.x > 0x7fffffffu || grid.y > 65535u ||
+        grid.z > 65535u)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "launch of kernel %s: a grid of (%u,%u,%u) blocks; a GPU takes x in "
+                          "1..2^31-1, y and z in 1..65535",
+                          kernel, grid.x, grid.y, grid.z);
+    if (shmem > SDNN_EX_SHARED_LIMIT)
+        return SDNN_ERROR(SDNN_ERR_INVALID,
+                          "launch of kernel %s: %zu bytes of dynamic shared memory; a block "
+                          "gets at most %zu without opt-in",
+                          kernel, shmem, SDNN_EX_SHARED_LIMIT);
+    size_t total = HDR_BYTES + argsize;
+    unsigned char *buf = malloc(total);
+    if (!buf) return SDNN_ERROR(SDNN_ERR_NOMEM, "launch of kernel %s: no memory", kernel);
+    ex_header h = {kernel, grid, block, shmem, run, argsize,
+                   atomic_fetch_add(&g_launches, 1) + 1};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + HDR_BYTES, args, argsize);
+    sdnn_status st = sdnn_sim_launch(c, stream, kernel, ex_run, buf, total);
+    free(buf);
+    return st;
+}
+
+sdnn_status sdnn_ex_dptr(sdnn_dctx *c, const void *p, const char *kernel, int index,
+                         const char *member, void **host)
+{
+    *host = NULL;
+    if (!p) return SDNN_OK;
+    char call[256];
+    snprintf(call, sizeof call, "launch of kernel %s, argument %d%s%s", kernel, index,
+             member ? " " : "", member ? member : "");
+    return sdnn_sim_dptr(c, p, 0, call, host);
+}
