@@ -67,7 +67,7 @@ __global__ void k_dense_dec(const void *in, size_t n, const float *add, float *y
 __global__ void k_int8_enc(const float *x, size_t n, size_t chunk, int stochastic, uint64_t key,
                            float *scales, int8_t *q)
 {
-    __shared__ uint32_t red[SDNN_THREADS];
+    SDNN_SHARED(uint32_t, red, SDNN_THREADS);
     size_t c = blockIdx.x, lo = c * chunk;
     size_t len = n - lo < chunk ? n - lo : chunk;
     uint32_t m = 0;
@@ -159,7 +159,7 @@ __global__ void k_topk_hist(const float *x, size_t n, topk_state *s, int above, 
                             uint32_t mask, int level)
 {
     if (s->done) return;
-    __shared__ uint32_t h[TOPK_BINS];
+    SDNN_SHARED(uint32_t, h, TOPK_BINS);
     for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     uint32_t prefix = s->prefix;
@@ -168,14 +168,16 @@ __global__ void k_topk_hist(const float *x, size_t n, topk_state *s, int above, 
         if (level == 0 || (key >> above) == prefix) atomicAdd(&h[(key >> shift) & mask], 1u);
     }
     __syncthreads();
-    for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x)
-        if (h[b]) atomicAdd(&s->hist[b], h[b]);
+    for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) {
+        uint32_t hb = h[b];
+        if (hb) atomicAdd(&s->hist[b], hb);
+    }
 }
 
 /* Exclusive scan over the block (SDNN_THREADS threads); returns the total. */
 __device__ static uint32_t block_scan(uint32_t v, uint32_t *excl)
 {
-    __shared__ uint32_t warp_sum[SDNN_THREADS / 32];
+    SDNN_SHARED(uint32_t, warp_sum, SDNN_THREADS / 32);
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     uint32_t inc = v;
     for (int d = 1; d < 32; d <<= 1) {
@@ -206,27 +208,27 @@ static_assert(TOPK_BINS % SDNN_THREADS == 0, "topk walk: whole bins per thread")
 
 __global__ void k_topk_walk(topk_state *s, int width, int shift, int last)
 {
-    __shared__ uint32_t found_bin, found_need;
+    SDNN_SHARED(uint32_t, found, 2);   /* the bin, what it still needs */
     if (s->done) return;
     uint32_t mask = (1u << width) - 1u, need = s->need;
     uint32_t r0 = threadIdx.x * TOPK_WALK_PER_THREAD, mine = 0;
     for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD; ++j)
         if (r0 + j <= mask) mine += s->hist[mask - (r0 + j)];
-    if (threadIdx.x == 0) found_bin = TOPK_NO_KEY;
+    if (threadIdx.x == 0) found[0] = TOPK_NO_KEY;
     uint32_t above;
     block_scan(mine, &above);
     for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD && r0 + j <= mask; ++j) {
         uint32_t b = mask - (r0 + j), h = s->hist[b];
         if (above < need && h >= need - above) {
-            found_bin = b;
-            found_need = need - above;
+            found[0] = b;
+            found[1] = need - above;
         }
         above += h;
     }
     __syncthreads();
-    if (threadIdx.x != 0 || found_bin == TOPK_NO_KEY) return;
-    uint32_t b = found_bin;
-    need = found_need;
+    if (threadIdx.x != 0 || found[0] == TOPK_NO_KEY) return;
+    uint32_t b = found[0];
+    need = found[1];
     uint32_t prefix = (s->prefix << width) | b;
     s->prefix = prefix;
     s->need = need;
@@ -428,29 +430,31 @@ static sdnn_status topk_encode(sdnn_dctx *c, cudaStream_t st, const sdnn_codec_p
     size_t tiles = topk_tiles(n);
     uint32_t *gt_cnt = (uint32_t *)(s + 1), *eq_cnt = gt_cnt + tiles;
     uint32_t *eq_off = eq_cnt + tiles, *out_off = eq_off + tiles;
-    k_topk_init<<<1, 1, 0, st>>>(s, (uint32_t)k, k == n);
+    SDNN_LAUNCH(k_topk_init, 1, 1, 0, st, s, (uint32_t)k, k == n);
     SDNN_LAUNCHED("topk init");
     if (k < n) {
         static const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
         for (int level = 0; level < 3; ++level) {
-            k_topk_clear<<<1, SDNN_THREADS, 0, st>>>(s);
+            SDNN_LAUNCH(k_topk_clear, 1, SDNN_THREADS, 0, st, s);
             SDNN_LAUNCHED("topk clear");
             int above = shifts[level] + widths[level];
             unsigned grid = sdnn_grid(n) < 1024 ? sdnn_grid(n) : 1024;
-            k_topk_hist<<<grid, SDNN_THREADS, 0, st>>>(x, n, s, above, shifts[level],
-                                                       (1u << widths[level]) - 1u, level);
+            SDNN_LAUNCH(k_topk_hist, grid, SDNN_THREADS, 0, st, x, n, s, above, shifts[level],
+                (1u << widths[level]) - 1u, level);
             SDNN_LAUNCHED("topk histogram");
-            k_topk_walk<<<1, SDNN_THREADS, 0, st>>>(s, widths[level], shifts[level], level == 2);
+            SDNN_LAUNCH(k_topk_walk, 1, SDNN_THREADS, 0, st, s, widths[level], shifts[level],
+                level == 2);
             SDNN_LAUNCHED("topk walk");
         }
     }
-    k_topk_count<<<(unsigned)tiles, SDNN_THREADS, 0, st>>>(x, n, s, gt_cnt, eq_cnt);
+    SDNN_LAUNCH(k_topk_count, (unsigned)tiles, SDNN_THREADS, 0, st, x, n, s, gt_cnt, eq_cnt);
     SDNN_LAUNCHED("topk count");
-    k_topk_offsets<<<1, SDNN_THREADS, 0, st>>>(s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
+    SDNN_LAUNCH(k_topk_offsets, 1, SDNN_THREADS, 0, st, s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
     SDNN_LAUNCHED("topk offsets");
     uint32_t *idx = (uint32_t *)out;
     float *val = (float *)(idx + k);
-    k_topk_emit<<<(unsigned)tiles, SDNN_THREADS, 0, st>>>(x, n, s, eq_off, out_off, idx, val);
+    SDNN_LAUNCH(k_topk_emit, (unsigned)tiles, SDNN_THREADS, 0, st, x, n, s, eq_off, out_off, idx,
+        val);
     SDNN_LAUNCHED("topk emit");
     (void)c;
     return SDNN_OK;
@@ -461,26 +465,25 @@ extern "C" sdnn_status sdnn_dcodec_encode(sdnn_dctx *c, int stream, int codec,
                                           void *out, uint64_t rstream, void *scratch)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     switch (codec) {
     case SDNN_DCODEC_NONE:
         SDNN_CU(cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
         return SDNN_OK;
     case SDNN_DCODEC_FP16:
-        k_f16_enc<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(x, n, (uint16_t *)out);
+        SDNN_LAUNCH(k_f16_enc, sdnn_grid(n), SDNN_THREADS, 0, st, x, n, (uint16_t *)out);
         SDNN_LAUNCHED("fp16 encode");
         return SDNN_OK;
     case SDNN_DCODEC_BF16:
-        k_bf16_enc<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(x, n, (uint16_t *)out);
+        SDNN_LAUNCH(k_bf16_enc, sdnn_grid(n), SDNN_THREADS, 0, st, x, n, (uint16_t *)out);
         SDNN_LAUNCHED("bf16 encode");
         return SDNN_OK;
     case SDNN_DCODEC_INT8: {
         size_t chunk = chunk_of(p), nch = chunks_of(n, chunk);
         if (nch > 0x7fffffffu) return SDNN_ERROR(SDNN_ERR_INVALID, "int8: too many chunks");
         float *scales = (float *)out;
-        k_int8_enc<<<(unsigned)nch, SDNN_THREADS, 0, st>>>(
-            x, n, chunk, p->stochastic, sdnn_cs_stream_key(p->seed, rstream), scales,
-            (int8_t *)(scales + nch));
+        SDNN_LAUNCH(k_int8_enc, (unsigned)nch, SDNN_THREADS, 0, st, x, n, chunk, p->stochastic,
+            sdnn_cs_stream_key(p->seed, rstream), scales, (int8_t *)(scales + nch));
         SDNN_LAUNCHED("int8 encode");
         return SDNN_OK;
     }
@@ -498,19 +501,22 @@ static sdnn_status dense_decode(cudaStream_t st, int codec, const sdnn_codec_par
             SDNN_CU(cudaMemcpyAsync(y, in, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
             return SDNN_OK;
         }
-        k_dense_dec<SDNN_DCODEC_NONE><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_NONE>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_FP16:
-        k_dense_dec<SDNN_DCODEC_FP16><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_FP16>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_BF16:
-        k_dense_dec<SDNN_DCODEC_BF16><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_BF16>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_INT8: {
         size_t chunk = chunk_of(p), nch = chunks_of(n, chunk);
         const float *scales = (const float *)in;
-        k_int8_dec<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(scales, (const int8_t *)(scales + nch),
-                                                          n, chunk, add, y);
+        SDNN_LAUNCH(k_int8_dec, sdnn_grid(n), SDNN_THREADS, 0, st, scales,
+            (const int8_t *)(scales + nch), n, chunk, add, y);
         break;
     }
     default: return SDNN_ERROR(SDNN_ERR_INVALID, "device codec %d is not dense", codec);
@@ -524,12 +530,13 @@ extern "C" sdnn_status sdnn_dcodec_decode(sdnn_dctx *c, int stream, int codec,
                                           float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, NULL, y);
     size_t k = topk_k(p, n);
     SDNN_CU(cudaMemsetAsync(y, 0, n * sizeof(float), st));
     const uint32_t *idx = (const uint32_t *)in;
-    k_topk_scatter<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, (const float *)(idx + k), k, n, y, 0);
+    SDNN_LAUNCH(k_topk_scatter, sdnn_grid(k), SDNN_THREADS, 0, st, idx, (const float *)(idx + k), k,
+        n, y, 0);
     SDNN_LAUNCHED("topk decode");
     return SDNN_OK;
 }
@@ -539,7 +546,7 @@ extern "C" sdnn_status sdnn_dcodec_decode_add(sdnn_dctx *c, int stream, int code
                                               size_t n, const float *add, float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, add, y);
     size_t k = topk_k(p, n);
     const uint32_t *idx = (const uint32_t *)in;
@@ -548,13 +555,13 @@ extern "C" sdnn_status sdnn_dcodec_decode_add(sdnn_dctx *c, int stream, int code
      * pass in index order; no allocation on this path (it runs once per
      * ring hop). */
     if (y == add) {
-        k_topk_merge_add<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(idx, val, k, n, y);
+        SDNN_LAUNCH(k_topk_merge_add, sdnn_grid(n), SDNN_THREADS, 0, st, idx, val, k, n, y);
         SDNN_LAUNCHED("topk decode_add in place");
         return SDNN_OK;
     }
-    k_add_zero<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(add, n, y);
+    SDNN_LAUNCH(k_add_zero, sdnn_grid(n), SDNN_THREADS, 0, st, add, n, y);
     SDNN_LAUNCHED("topk decode_add gaps");
-    k_topk_scatter_add<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, val, k, n, add, y);
+    SDNN_LAUNCH(k_topk_scatter_add, sdnn_grid(k), SDNN_THREADS, 0, st, idx, val, k, n, add, y);
     SDNN_LAUNCHED("topk decode_add entries");
     return SDNN_OK;
 }
@@ -564,11 +571,12 @@ extern "C" sdnn_status sdnn_dcodec_accumulate(sdnn_dctx *c, int stream, int code
                                               size_t n, float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, y, y);
     size_t k = topk_k(p, n);
     const uint32_t *idx = (const uint32_t *)in;
-    k_topk_scatter<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, (const float *)(idx + k), k, n, y, 1);
+    SDNN_LAUNCH(k_topk_scatter, sdnn_grid(k), SDNN_THREADS, 0, st, idx, (const float *)(idx + k), k,
+        n, y, 1);
     SDNN_LAUNCHED("topk accumulate");
     return SDNN_OK;
 }
@@ -579,23 +587,25 @@ extern "C" sdnn_status sdnn_dcodec_ef_step(sdnn_dctx *c, int stream, int codec,
                                            void *scratch, uint64_t rstream)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec == SDNN_DCODEC_NONE) {
         if (residual) SDNN_CU(cudaMemsetAsync(residual, 0, n * sizeof(float), st));
         return SDNN_OK;
     }
     if (velocity)
-        k_ef_momentum<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(velocity, residual, g, momentum, n);
+        SDNN_LAUNCH(k_ef_momentum, sdnn_grid(n), SDNN_THREADS, 0, st, velocity, residual, g,
+            momentum, n);
     else
-        k_ef_add<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(residual, g, n);
+        SDNN_LAUNCH(k_ef_add, sdnn_grid(n), SDNN_THREADS, 0, st, residual, g, n);
     SDNN_LAUNCHED("ef accumulate");
     SDNN_CHECK(sdnn_dcodec_encode(c, stream, codec, p, residual, n, enc, rstream, scratch));
     SDNN_CHECK(sdnn_dcodec_decode(c, stream, codec, p, enc, n, g));
-    k_ef_sub<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(residual, g, n);
+    SDNN_LAUNCH(k_ef_sub, sdnn_grid(n), SDNN_THREADS, 0, st, residual, g, n);
     SDNN_LAUNCHED("ef residual");
     if (velocity && codec == SDNN_DCODEC_TOPK) {
         size_t k = topk_k(p, n);
-        k_zero_at<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>((const uint32_t *)enc, k, n, velocity);
+        SDNN_LAUNCH(k_zero_at, sdnn_grid(k), SDNN_THREADS, 0, st, (const uint32_t *)enc, k, n,
+            velocity);
         SDNN_LAUNCHED("ef velocity mask");
     }
     return SDNN_OK;
