@@ -67,7 +67,7 @@ __global__ void k_dense_dec(const void *in, size_t n, const float *add, float *y
 __global__ void k_int8_enc(const float *x, size_t n, size_t chunk, int stochastic, uint64_t key,
                            float *scales, int8_t *q)
 {
-    __shared__ uint32_t red[SDNN_THREADS];
+    SDNN_SHARED(uint32_t, red, SDNN_THREADS);
     size_t c = blockIdx.x, lo = c * chunk;
     size_t len = n - lo < chunk ? n - lo : chunk;
     uint32_t m = 0;
@@ -159,7 +159,7 @@ __global__ void k_topk_hist(const float *x, size_t n, topk_state *s, int above, 
                             uint32_t mask, int level)
 {
     if (s->done) return;
-    __shared__ uint32_t h[TOPK_BINS];
+    SDNN_SHARED(uint32_t, h, TOPK_BINS);
     for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     uint32_t prefix = s->prefix;
@@ -168,16 +168,67 @@ __global__ void k_topk_hist(const float *x, size_t n, topk_state *s, int above, 
         if (level == 0 || (key >> above) == prefix) atomicAdd(&h[(key >> shift) & mask], 1u);
     }
     __syncthreads();
-    for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x)
-        if (h[b]) atomicAdd(&s->hist[b], h[b]);
+    for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) {
+        uint32_t hb = h[b];
+        if (hb) atomicAdd(&s->hist[b], hb);
+    }
 }
 
-/* The host's bin walk, by one thread. */
+/* Exclusive scan over the block (SDNN_THREADS threads); returns the total. */
+__device__ static uint32_t block_scan(uint32_t v, uint32_t *excl)
+{
+    SDNN_SHARED(uint32_t, warp_sum, SDNN_THREADS / 32);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    uint32_t inc = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        uint32_t t = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += t;
+    }
+    if (lane == 31) warp_sum[wid] = inc;
+    __syncthreads();
+    uint32_t before = 0, total = 0;
+    for (int w = 0; w < SDNN_THREADS / 32; ++w) {
+        if (w < wid) before += warp_sum[w];
+        total += warp_sum[w];
+    }
+    __syncthreads();
+    *excl = before + inc - v;
+    return total;
+}
+
+/* The host's bin walk (from the top bin down, stop at the first bin whose
+ * count reaches what is still needed), by one block: thread t holds the
+ * bins mask - 8t .. mask - 8t - 7, a scan gives each thread the count of
+ * the bins above its own, and the one thread whose bins cross `need` finds
+ * the bin.  The inclusive count from the top grows with every bin, so
+ * exactly one bin is the first to reach `need` (the histogram holds at
+ * least `need` keys by construction); the result is the loop's. */
+#define TOPK_WALK_PER_THREAD (TOPK_BINS / SDNN_THREADS)
+static_assert(TOPK_BINS % SDNN_THREADS == 0, "topk walk: whole bins per thread");
+
 __global__ void k_topk_walk(topk_state *s, int width, int shift, int last)
 {
+    SDNN_SHARED(uint32_t, found, 2);   /* the bin, what it still needs */
     if (s->done) return;
-    uint32_t mask = (1u << width) - 1u, b = mask, need = s->need;
-    while (s->hist[b] < need) need -= s->hist[b--];
+    uint32_t mask = (1u << width) - 1u, need = s->need;
+    uint32_t r0 = threadIdx.x * TOPK_WALK_PER_THREAD, mine = 0;
+    for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD; ++j)
+        if (r0 + j <= mask) mine += s->hist[mask - (r0 + j)];
+    if (threadIdx.x == 0) found[0] = TOPK_NO_KEY;
+    uint32_t above;
+    block_scan(mine, &above);
+    for (uint32_t j = 0; j < TOPK_WALK_PER_THREAD && r0 + j <= mask; ++j) {
+        uint32_t b = mask - (r0 + j), h = s->hist[b];
+        if (above < need && h >= need - above) {
+            found[0] = b;
+            found[1] = need - above;
+        }
+        above += h;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0 || found[0] == TOPK_NO_KEY) return;
+    uint32_t b = found[0];
+    need = found[1];
     uint32_t prefix = (s->prefix << width) | b;
     s->prefix = prefix;
     s->need = need;
@@ -198,28 +249,6 @@ __device__ static inline int topk_is_gt(uint32_t key, const topk_state *s) { ret
 __device__ static inline int topk_is_eq(uint32_t key, const topk_state *s)
 {
     return s->budget && key == s->eq && key < s->gt;
-}
-
-/* Exclusive scan over the block (SDNN_THREADS threads); returns the total. */
-__device__ static uint32_t block_scan(uint32_t v, uint32_t *excl)
-{
-    __shared__ uint32_t warp_sum[SDNN_THREADS / 32];
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    uint32_t inc = v;
-    for (int d = 1; d < 32; d <<= 1) {
-        uint32_t t = __shfl_up_sync(0xffffffffu, inc, d);
-        if (lane >= d) inc += t;
-    }
-    if (lane == 31) warp_sum[wid] = inc;
-    __syncthreads();
-    uint32_t before = 0, total = 0;
-    for (int w = 0; w < SDNN_THREADS / 32; ++w) {
-        if (w < wid) before += warp_sum[w];
-        total += warp_sum[w];
-    }
-    __syncthreads();
-    *excl = before + inc - v;
-    return total;
 }
 
 /* Per tile: keys above the cut and keys equal to it. */
@@ -244,18 +273,28 @@ __global__ void k_topk_count(const float *x, size_t n, const topk_state *s, uint
     }
 }
 
-/* Tile offsets: equal keys before each tile, and output position. */
+/* Tile offsets: equal keys before each tile (an exclusive scan of eq_cnt)
+ * and output position.  Tiles take equal keys in index order until the
+ * budget is spent, so the equal keys all tiles before t took come to
+ * min(eq_off[t], budget), and out_off[t] = (keys above the cut before t) +
+ * that.  One block scans SDNN_THREADS tiles a round, carrying the totals. */
 __global__ void k_topk_offsets(const topk_state *s, size_t tiles, const uint32_t *gt_cnt,
                                const uint32_t *eq_cnt, uint32_t *eq_off, uint32_t *out_off)
 {
-    uint32_t eqs = 0, outs = 0, budget = s->budget;
-    for (size_t t = 0; t < tiles; ++t) {
-        eq_off[t] = eqs;
-        out_off[t] = outs;
-        uint32_t left = budget > eqs ? budget - eqs : 0;
-        uint32_t take = eq_cnt[t] < left ? eq_cnt[t] : left;
-        eqs += eq_cnt[t];
-        outs += gt_cnt[t] + take;
+    uint32_t budget = s->budget, eq_carry = 0, gt_carry = 0;
+    for (size_t base = 0; base < tiles; base += SDNN_THREADS) {
+        size_t t = base + threadIdx.x;
+        uint32_t e = t < tiles ? eq_cnt[t] : 0, g = t < tiles ? gt_cnt[t] : 0;
+        uint32_t e_before, g_before;
+        uint32_t e_total = block_scan(e, &e_before);
+        uint32_t g_total = block_scan(g, &g_before);
+        if (t < tiles) {
+            uint32_t eqs = eq_carry + e_before;
+            eq_off[t] = eqs;
+            out_off[t] = gt_carry + g_before + (eqs < budget ? eqs : budget);
+        }
+        eq_carry += e_total;
+        gt_carry += g_total;
     }
 }
 
@@ -305,21 +344,32 @@ __global__ void k_topk_scatter(const uint32_t *idx, const float *val, size_t k, 
     }
 }
 
-/* tmp[j] = val[j] + a[idx[j]] (decode_add of aliased buffers reads a first). */
-__global__ void k_topk_gather_add(const uint32_t *idx, const float *val, size_t k, size_t n,
-                                  const float *a, float *tmp)
+/* y[idx[j]] = val[j] + a[idx[j]], y and a apart (decode_add after k_add_zero). */
+__global__ void k_topk_scatter_add(const uint32_t *idx, const float *val, size_t k, size_t n,
+                                   const float *a, float *y)
 {
     SDNN_FOR(j, k) {
         uint32_t i = idx[j];
-        tmp[j] = i < n ? __fadd_rn(val[j], a[i]) : 0.0f;
+        if (i < n) y[i] = __fadd_rn(val[j], a[i]);
     }
 }
 
-__global__ void k_topk_put(const uint32_t *idx, const float *tmp, size_t k, size_t n, float *y)
+/* decode_add in place (y == a): each element finds its entry, if any, by a
+ * binary search of the ascending indices (the first of equal ones, as the
+ * host's pass in index order keeps), so every element is read and written
+ * by one thread and no scratch is needed. */
+__global__ void k_topk_merge_add(const uint32_t *idx, const float *val, size_t k, size_t n,
+                                 float *y)
 {
-    SDNN_FOR(j, k) {
-        uint32_t i = idx[j];
-        if (i < n) y[i] = tmp[j];
+    SDNN_FOR(i, n) {
+        size_t lo = 0, hi = k;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (idx[mid] < i) lo = mid + 1;
+            else hi = mid;
+        }
+        float d = lo < k && idx[lo] == i ? val[lo] : 0.0f;
+        y[i] = __fadd_rn(d, y[i]);
     }
 }
 
@@ -380,29 +430,31 @@ static sdnn_status topk_encode(sdnn_dctx *c, cudaStream_t st, const sdnn_codec_p
     size_t tiles = topk_tiles(n);
     uint32_t *gt_cnt = (uint32_t *)(s + 1), *eq_cnt = gt_cnt + tiles;
     uint32_t *eq_off = eq_cnt + tiles, *out_off = eq_off + tiles;
-    k_topk_init<<<1, 1, 0, st>>>(s, (uint32_t)k, k == n);
+    SDNN_LAUNCH(k_topk_init, 1, 1, 0, st, s, (uint32_t)k, k == n);
     SDNN_LAUNCHED("topk init");
     if (k < n) {
         static const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
         for (int level = 0; level < 3; ++level) {
-            k_topk_clear<<<1, SDNN_THREADS, 0, st>>>(s);
+            SDNN_LAUNCH(k_topk_clear, 1, SDNN_THREADS, 0, st, s);
             SDNN_LAUNCHED("topk clear");
             int above = shifts[level] + widths[level];
             unsigned grid = sdnn_grid(n) < 1024 ? sdnn_grid(n) : 1024;
-            k_topk_hist<<<grid, SDNN_THREADS, 0, st>>>(x, n, s, above, shifts[level],
-                                                       (1u << widths[level]) - 1u, level);
+            SDNN_LAUNCH(k_topk_hist, grid, SDNN_THREADS, 0, st, x, n, s, above, shifts[level],
+                (1u << widths[level]) - 1u, level);
             SDNN_LAUNCHED("topk histogram");
-            k_topk_walk<<<1, 1, 0, st>>>(s, widths[level], shifts[level], level == 2);
+            SDNN_LAUNCH(k_topk_walk, 1, SDNN_THREADS, 0, st, s, widths[level], shifts[level],
+                level == 2);
             SDNN_LAUNCHED("topk walk");
         }
     }
-    k_topk_count<<<(unsigned)tiles, SDNN_THREADS, 0, st>>>(x, n, s, gt_cnt, eq_cnt);
+    SDNN_LAUNCH(k_topk_count, (unsigned)tiles, SDNN_THREADS, 0, st, x, n, s, gt_cnt, eq_cnt);
     SDNN_LAUNCHED("topk count");
-    k_topk_offsets<<<1, 1, 0, st>>>(s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
+    SDNN_LAUNCH(k_topk_offsets, 1, SDNN_THREADS, 0, st, s, tiles, gt_cnt, eq_cnt, eq_off, out_off);
     SDNN_LAUNCHED("topk offsets");
     uint32_t *idx = (uint32_t *)out;
     float *val = (float *)(idx + k);
-    k_topk_emit<<<(unsigned)tiles, SDNN_THREADS, 0, st>>>(x, n, s, eq_off, out_off, idx, val);
+    SDNN_LAUNCH(k_topk_emit, (unsigned)tiles, SDNN_THREADS, 0, st, x, n, s, eq_off, out_off, idx,
+        val);
     SDNN_LAUNCHED("topk emit");
     (void)c;
     return SDNN_OK;
@@ -413,26 +465,25 @@ extern "C" sdnn_status sdnn_dcodec_encode(sdnn_dctx *c, int stream, int codec,
                                           void *out, uint64_t rstream, void *scratch)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     switch (codec) {
     case SDNN_DCODEC_NONE:
         SDNN_CU(cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
         return SDNN_OK;
     case SDNN_DCODEC_FP16:
-        k_f16_enc<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(x, n, (uint16_t *)out);
+        SDNN_LAUNCH(k_f16_enc, sdnn_grid(n), SDNN_THREADS, 0, st, x, n, (uint16_t *)out);
         SDNN_LAUNCHED("fp16 encode");
         return SDNN_OK;
     case SDNN_DCODEC_BF16:
-        k_bf16_enc<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(x, n, (uint16_t *)out);
+        SDNN_LAUNCH(k_bf16_enc, sdnn_grid(n), SDNN_THREADS, 0, st, x, n, (uint16_t *)out);
         SDNN_LAUNCHED("bf16 encode");
         return SDNN_OK;
     case SDNN_DCODEC_INT8: {
         size_t chunk = chunk_of(p), nch = chunks_of(n, chunk);
         if (nch > 0x7fffffffu) return SDNN_ERROR(SDNN_ERR_INVALID, "int8: too many chunks");
         float *scales = (float *)out;
-        k_int8_enc<<<(unsigned)nch, SDNN_THREADS, 0, st>>>(
-            x, n, chunk, p->stochastic, sdnn_cs_stream_key(p->seed, rstream), scales,
-            (int8_t *)(scales + nch));
+        SDNN_LAUNCH(k_int8_enc, (unsigned)nch, SDNN_THREADS, 0, st, x, n, chunk, p->stochastic,
+            sdnn_cs_stream_key(p->seed, rstream), scales, (int8_t *)(scales + nch));
         SDNN_LAUNCHED("int8 encode");
         return SDNN_OK;
     }
@@ -450,19 +501,22 @@ static sdnn_status dense_decode(cudaStream_t st, int codec, const sdnn_codec_par
             SDNN_CU(cudaMemcpyAsync(y, in, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
             return SDNN_OK;
         }
-        k_dense_dec<SDNN_DCODEC_NONE><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_NONE>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_FP16:
-        k_dense_dec<SDNN_DCODEC_FP16><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_FP16>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_BF16:
-        k_dense_dec<SDNN_DCODEC_BF16><<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(in, n, add, y);
+        SDNN_LAUNCH(k_dense_dec<SDNN_DCODEC_BF16>, sdnn_grid(n), SDNN_THREADS, 0, st, in, n, add,
+            y);
         break;
     case SDNN_DCODEC_INT8: {
         size_t chunk = chunk_of(p), nch = chunks_of(n, chunk);
         const float *scales = (const float *)in;
-        k_int8_dec<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(scales, (const int8_t *)(scales + nch),
-                                                          n, chunk, add, y);
+        SDNN_LAUNCH(k_int8_dec, sdnn_grid(n), SDNN_THREADS, 0, st, scales,
+            (const int8_t *)(scales + nch), n, chunk, add, y);
         break;
     }
     default: return SDNN_ERROR(SDNN_ERR_INVALID, "device codec %d is not dense", codec);
@@ -476,12 +530,13 @@ extern "C" sdnn_status sdnn_dcodec_decode(sdnn_dctx *c, int stream, int codec,
                                           float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, NULL, y);
     size_t k = topk_k(p, n);
     SDNN_CU(cudaMemsetAsync(y, 0, n * sizeof(float), st));
     const uint32_t *idx = (const uint32_t *)in;
-    k_topk_scatter<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, (const float *)(idx + k), k, n, y, 0);
+    SDNN_LAUNCH(k_topk_scatter, sdnn_grid(k), SDNN_THREADS, 0, st, idx, (const float *)(idx + k), k,
+        n, y, 0);
     SDNN_LAUNCHED("topk decode");
     return SDNN_OK;
 }
@@ -491,27 +546,23 @@ extern "C" sdnn_status sdnn_dcodec_decode_add(sdnn_dctx *c, int stream, int code
                                               size_t n, const float *add, float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, add, y);
     size_t k = topk_k(p, n);
     const uint32_t *idx = (const uint32_t *)in;
     const float *val = (const float *)(idx + k);
-    /* The kept entries are val + add (add read before y overwrites it),
-     * the gaps 0 + add, as the host's one pass in index order. */
-    float *tmp = NULL;
-    SDNN_CU(cudaMallocAsync((void **)&tmp, (k ? k : 1) * sizeof(float), st));
-    k_topk_gather_add<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, val, k, n, add, tmp);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        k_add_zero<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(add, n, y);
-        e = cudaGetLastError();
+    /* The kept entries are val + add, the gaps 0 + add, as the host's one
+     * pass in index order; no allocation on this path (it runs once per
+     * ring hop). */
+    if (y == add) {
+        SDNN_LAUNCH(k_topk_merge_add, sdnn_grid(n), SDNN_THREADS, 0, st, idx, val, k, n, y);
+        SDNN_LAUNCHED("topk decode_add in place");
+        return SDNN_OK;
     }
-    if (e == cudaSuccess) {
-        k_topk_put<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, tmp, k, n, y);
-        e = cudaGetLastError();
-    }
-    cudaFreeAsync(tmp, st);
-    if (e != cudaSuccess) return sdnn_cuda_fail(e, __FILE__, __LINE__, "topk decode_add");
+    SDNN_LAUNCH(k_add_zero, sdnn_grid(n), SDNN_THREADS, 0, st, add, n, y);
+    SDNN_LAUNCHED("topk decode_add gaps");
+    SDNN_LAUNCH(k_topk_scatter_add, sdnn_grid(k), SDNN_THREADS, 0, st, idx, val, k, n, add, y);
+    SDNN_LAUNCHED("topk decode_add entries");
     return SDNN_OK;
 }
 
@@ -520,11 +571,12 @@ extern "C" sdnn_status sdnn_dcodec_accumulate(sdnn_dctx *c, int stream, int code
                                               size_t n, float *y)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec != SDNN_DCODEC_TOPK) return dense_decode(st, codec, p, in, n, y, y);
     size_t k = topk_k(p, n);
     const uint32_t *idx = (const uint32_t *)in;
-    k_topk_scatter<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>(idx, (const float *)(idx + k), k, n, y, 1);
+    SDNN_LAUNCH(k_topk_scatter, sdnn_grid(k), SDNN_THREADS, 0, st, idx, (const float *)(idx + k), k,
+        n, y, 1);
     SDNN_LAUNCHED("topk accumulate");
     return SDNN_OK;
 }
@@ -535,23 +587,25 @@ extern "C" sdnn_status sdnn_dcodec_ef_step(sdnn_dctx *c, int stream, int codec,
                                            void *scratch, uint64_t rstream)
 {
     if (n == 0) return SDNN_OK;
-    cudaStream_t st = c->s[stream];
+    cudaStream_t st = sdnn_stream(c, stream);
     if (codec == SDNN_DCODEC_NONE) {
         if (residual) SDNN_CU(cudaMemsetAsync(residual, 0, n * sizeof(float), st));
         return SDNN_OK;
     }
     if (velocity)
-        k_ef_momentum<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(velocity, residual, g, momentum, n);
+        SDNN_LAUNCH(k_ef_momentum, sdnn_grid(n), SDNN_THREADS, 0, st, velocity, residual, g,
+            momentum, n);
     else
-        k_ef_add<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(residual, g, n);
+        SDNN_LAUNCH(k_ef_add, sdnn_grid(n), SDNN_THREADS, 0, st, residual, g, n);
     SDNN_LAUNCHED("ef accumulate");
     SDNN_CHECK(sdnn_dcodec_encode(c, stream, codec, p, residual, n, enc, rstream, scratch));
     SDNN_CHECK(sdnn_dcodec_decode(c, stream, codec, p, enc, n, g));
-    k_ef_sub<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(residual, g, n);
+    SDNN_LAUNCH(k_ef_sub, sdnn_grid(n), SDNN_THREADS, 0, st, residual, g, n);
     SDNN_LAUNCHED("ef residual");
     if (velocity && codec == SDNN_DCODEC_TOPK) {
         size_t k = topk_k(p, n);
-        k_zero_at<<<sdnn_grid(k), SDNN_THREADS, 0, st>>>((const uint32_t *)enc, k, n, velocity);
+        SDNN_LAUNCH(k_zero_at, sdnn_grid(k), SDNN_THREADS, 0, st, (const uint32_t *)enc, k, n,
+            velocity);
         SDNN_LAUNCHED("ef velocity mask");
     }
     return SDNN_OK;

@@ -19,6 +19,8 @@
 #include "layers.cuh"
 #include "ops.h"
 
+#include <atomic>
+#include <stdio.h>
 #include <string.h>
 
 sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, float alpha,
@@ -39,14 +41,35 @@ static_assert((int)CUDNN_DEFAULT_MATH == (int)SDNN_CONV_MATH_DEFAULT &&
                   (int)CUDNN_FMA_MATH == (int)SDNN_CONV_MATH_FMA,
               "convpick.h: cuDNN's math types");
 
-/* The entry of cuDNN's ranking that sdnn_conv_pick (convpick.h) takes:
+/* The entry of cuDNN's ranking that sdnn_conv_pick_why (convpick.h) takes:
  * only math the tf32 option allows (never a down-conversion to fp16),
- * deterministic when asked, within the workspace limit where one fits.
+ * deterministic when asked (over the workspace limit if it must be),
+ * within the limit where one fits.  What a pick gave up is said on stderr,
+ * once per process and kind, at setup: a run asked to be deterministic
+ * that is not must not be silent.
  * (The ranking is asked with the math mode we want set on the descriptor;
  * an entry may report CUDNN_DEFAULT_MATH for the same FMA kernels, so
  * without tf32 the descriptor is then set to CUDNN_FMA_MATH explicitly.) */
+static void say_gave_up(int gave, int layer, const char *pass, size_t memory, size_t limit)
+{
+    static std::atomic<int> said(0);
+    int fresh = gave & ~said.fetch_or(gave);
+    if (fresh & SDNN_CONV_NONDETERMINISTIC)
+        fprintf(stderr,
+                "scalednn: layer %d: no deterministic cuDNN %s algorithm; this run's "
+                "convolutions may differ in their last bits across replicas and reruns "
+                "(said once)\n",
+                layer, pass);
+    else if (fresh & SDNN_CONV_OVER_LIMIT)
+        fprintf(stderr,
+                "scalednn: layer %d: the deterministic cuDNN %s algorithm needs %zu bytes of "
+                "workspace, over workspace_limit %zu: taken, for the same bits across "
+                "replicas (said once)\n",
+                layer, pass, memory, limit);
+}
+
 template <typename Perf>
-static int pick(const Perf *p, int n, const sdnn_dctx_options *o)
+static int pick(const Perf *p, int n, const sdnn_dctx_options *o, int layer, const char *pass)
 {
     enum { MAXALGO = 16 };
     sdnn_conv_algo a[MAXALGO];
@@ -57,7 +80,11 @@ static int pick(const Perf *p, int n, const sdnn_dctx_options *o)
         a[i].math = (int)p[i].mathType;
         a[i].deterministic = p[i].determinism == CUDNN_DETERMINISTIC;
     }
-    return sdnn_conv_pick(a, n, o->workspace_limit, o->tf32, o->deterministic);
+    int gave = 0;
+    int k = sdnn_conv_pick_why(a, n, o->workspace_limit, o->tf32, o->deterministic, &gave);
+    if (k >= 0 && gave && o->deterministic)
+        say_gave_up(gave, layer, pass, a[k].memory, o->workspace_limit);
+    return k;
 }
 
 static cudnnMathType_t math_for(cudnnMathType_t reported, const sdnn_dctx_options *o)
@@ -117,7 +144,7 @@ sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
                                                                  : CUDNN_FMA_MATH));
         SDNN_DNN(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, im->xd, im->wd, im->cd_fwd, im->yd,
                                                         MAXALGO, &got, p));
-        if ((k = pick(p, got, o)) < 0)
+        if ((k = pick(p, got, o, l->index, "forward")) < 0)
             return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "layer %d: no usable cuDNN forward algorithm",
                               l->index);
         im->fwd_algo = p[k].algo;
@@ -135,7 +162,7 @@ sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
         SDNN_DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, im->wd, im->yd,
                                                              im->cd_bwd_data, im->xd, MAXALGO,
                                                              &got, p));
-        if ((k = pick(p, got, o)) < 0)
+        if ((k = pick(p, got, o, l->index, "backward-data")) < 0)
             return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                               "layer %d: no usable cuDNN backward-data algorithm", l->index);
         im->bwd_data_algo = p[k].algo;
@@ -154,7 +181,7 @@ sdnn_status sdnn_conv_setup(sdnn_dctx *c, sdnn_dlayer *l, sdnn_dl_impl *im)
         SDNN_DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, im->xd, im->yd,
                                                                im->cd_bwd_filter, im->wd,
                                                                MAXALGO, &got, p));
-        if ((k = pick(p, got, o)) < 0)
+        if ((k = pick(p, got, o, l->index, "backward-filter")) < 0)
             return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                               "layer %d: no usable cuDNN backward-filter algorithm", l->index);
         im->bwd_filter_algo = p[k].algo;

@@ -53,21 +53,45 @@ static inline int sdnn_conv_math_set(int reported, int tf32)
     return tf32 ? reported : SDNN_CONV_MATH_FMA;
 }
 
-/* The first entry that succeeded, fits `limit` bytes, has an allowed math
- * type and, with `deterministic`, is deterministic; failing that the same
- * without determinism, then without the limit.  -1: none. */
-static inline int sdnn_conv_pick(const sdnn_conv_algo *a, int n, size_t limit, int tf32,
-                                 int deterministic)
+/* What a pick gave up of what was asked (bits; 0: nothing). */
+enum sdnn_conv_gave_up {
+    SDNN_CONV_OVER_LIMIT = 1,          /* the entry needs more than `limit` bytes */
+    SDNN_CONV_NONDETERMINISTIC = 2     /* deterministic asked, no deterministic entry */
+};
+
+/* The first entry that succeeded and has an allowed math type, taking in
+ * turn: deterministic (when asked) within `limit` bytes; deterministic
+ * over the limit; within the limit; any.  Determinism outranks the limit:
+ * conv.cu promises the same bits across replicas and reruns, and a larger
+ * workspace costs memory, not that promise.  *gave_up (may be NULL) says
+ * which pass it took, so that the engine says so at start.  -1: none. */
+static inline int sdnn_conv_pick_why(const sdnn_conv_algo *a, int n, size_t limit, int tf32,
+                                     int deterministic, int *gave_up)
 {
-    for (int pass = 0; pass < 3; ++pass) {
+    static const int passes[4] = {0, SDNN_CONV_OVER_LIMIT, SDNN_CONV_NONDETERMINISTIC,
+                                  SDNN_CONV_OVER_LIMIT | SDNN_CONV_NONDETERMINISTIC};
+    if (gave_up) *gave_up = 0;
+    for (int pass = 0; pass < 4; ++pass) {
+        int free_limit = passes[pass] & SDNN_CONV_OVER_LIMIT;
+        int free_det = !deterministic || (passes[pass] & SDNN_CONV_NONDETERMINISTIC);
         for (int i = 0; i < n; ++i) {
             if (!a[i].ok || !sdnn_conv_math_allowed(a[i].math, tf32)) continue;
-            if (pass < 2 && a[i].memory > limit) continue;
-            if (pass == 0 && deterministic && !a[i].deterministic) continue;
+            if (!free_limit && a[i].memory > limit) continue;
+            if (!free_det && !a[i].deterministic) continue;
+            if (gave_up) {
+                if (a[i].memory > limit) *gave_up |= SDNN_CONV_OVER_LIMIT;
+                if (deterministic && !a[i].deterministic) *gave_up |= SDNN_CONV_NONDETERMINISTIC;
+            }
             return i;
         }
     }
     return -1;
+}
+
+static inline int sdnn_conv_pick(const sdnn_conv_algo *a, int n, size_t limit, int tf32,
+                                 int deterministic)
+{
+    return sdnn_conv_pick_why(a, n, limit, tf32, deterministic, NULL);
 }
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include "dlayer.h"
 #include "ops.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 static const char *const kind_names[SDNN_DL_KIND_COUNT] = {
@@ -36,6 +37,19 @@ size_t sdnn_dl_nbiases(const sdnn_dlayer *l)
 size_t sdnn_dl_nscales(const sdnn_dlayer *l)
 {
     return l->bn ? sdnn_dl_nbiases(l) : 0;
+}
+
+sdnn_status sdnn_dl_check_size(const sdnn_dlayer *l)
+{
+    size_t out = (size_t)(l->outputs > 0 ? l->outputs : 0) * (size_t)(l->batch > 0 ? l->batch : 0);
+    size_t in = (size_t)(l->inputs > 0 ? l->inputs : 0) * (size_t)(l->batch > 0 ? l->batch : 0);
+    if (l->outputs < 0 || l->inputs < 0 || l->batch < 0 || out > INT_MAX || in > INT_MAX)
+        return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
+                          "layer %d (%s): inputs %d, outputs %d, batch %d; the device kernels "
+                          "index with int: inputs x batch and outputs x batch at most %d",
+                          l->index, sdnn_dl_kind_name(l->kind), l->inputs, l->outputs, l->batch,
+                          INT_MAX);
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum)

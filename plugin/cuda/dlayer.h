@@ -16,6 +16,11 @@ extern "C" {
  * order): the values come to the host on the compute stream, which this
  * waits for. */
 sdnn_status sdnn_dl_host_sum(sdnn_dctx *c, const float *d, size_t n, float *sum);
+/* SDNN_ERR_UNSUPPORTED naming l when its input or output times the batch
+ * exceeds INT_MAX (or a size is negative): the device kernels hand element
+ * indices to ops.h's int index maps, as libdarknet sizes with int.  Every
+ * sdnn_dl_setup checks it first. */
+sdnn_status sdnn_dl_check_size(const sdnn_dlayer *l);
 /* Free the buffers sdnn_dl_setup allocated in l (output and delta unless
  * a dropout aliases its input's; the batch-norm, dropout, loss and maxpool
  * buffers) and clear the pointers; l->impl is the implementation's. */

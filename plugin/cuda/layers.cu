@@ -16,6 +16,11 @@
 
 /* ---- kernels of the simpler kinds --------------------------------------------- */
 
+/* The (int) casts below hand an element index to ops.h's int index maps
+ * (libdarknet sizes its buffers with int); sdnn_dl_setup refuses a layer
+ * whose input or output times the batch exceeds INT_MAX
+ * (sdnn_dl_check_size), so every index these kernels cast is below it. */
+
 __global__ void k_maxpool_fwd(const float *in, sdnn_pool_geom g, size_t n, float *out, int *idx)
 {
     SDNN_FOR(o, n) {
@@ -148,7 +153,9 @@ extern "C" sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
     sdnn_dl_impl *im = (sdnn_dl_impl *)calloc(1, sizeof *im);
     if (!im) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for layer %d", l->index);
     l->impl = im;
+    SDNN_CHECK(sdnn_dl_check_size(l));
     size_t out = (size_t)l->outputs * l->batch;
+    size_t in = (size_t)l->inputs * l->batch;
     if (l->kind != SDNN_DL_DROPOUT) {
         ALLOC(l->output, out);
         ALLOC(l->delta, out);
@@ -173,8 +180,13 @@ extern "C" sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
     }
     case SDNN_DL_MAXPOOL: ALLOC(l->indexes, out); break;
     case SDNN_DL_DROPOUT: ALLOC(l->rand, (size_t)l->inputs * l->batch); break;
-    case SDNN_DL_SOFTMAX: ALLOC(l->loss, (size_t)l->inputs * l->batch); break;
+    case SDNN_DL_SOFTMAX: ALLOC(l->loss, in); break;
     default: break;
+    }
+    if (l->kind == SDNN_DL_SOFTMAX || l->kind == SDNN_DL_COST) {
+        /* The loss the forward brings to the host, pinned once here. */
+        SDNN_CU(cudaMallocHost((void **)&im->loss_host, (in ? in : 1) * sizeof(float)));
+        im->loss_floats = in;
     }
     if (sdnn_dl_act_keeps_x(l)) ALLOC(l->act_x, out);
     return SDNN_OK;
@@ -186,6 +198,7 @@ extern "C" void sdnn_dl_release(sdnn_dlayer *l)
     if (im) {
         sdnn_conv_release(im);
         sdnn_dfree(im->partial);
+        if (im->loss_host) cudaFreeHost(im->loss_host);
         free(im);
         l->impl = NULL;
     }
@@ -193,6 +206,25 @@ extern "C" void sdnn_dl_release(sdnn_dlayer *l)
 }
 
 /* ---- forward ---------------------------------------------------------------------- */
+
+/* The sum of a softmax's or cost's n loss floats in index order, as
+ * Darknet's sum_array and sdnn_dl_host_sum, through the layer's pinned
+ * buffer (no allocation per call).  The trainer reads the cost right after
+ * the forward, so this waits for the compute stream. */
+static sdnn_status loss_sum(sdnn_dctx *c, sdnn_dlayer *l, const float *d, size_t n, float *sum)
+{
+    sdnn_dl_impl *im = (sdnn_dl_impl *)l->impl;
+    if (!im->loss_host || n > im->loss_floats)
+        return SDNN_ERROR(SDNN_ERR_INTERNAL, "layer %d: loss of %zu floats, %zu set up",
+                          l->index, n, im->loss_floats);
+    SDNN_CU(cudaMemcpyAsync(im->loss_host, d, n * sizeof(float), cudaMemcpyDeviceToHost,
+                            c->s[0]));
+    SDNN_CU(cudaStreamSynchronize(c->s[0]));
+    float s = 0;
+    for (size_t i = 0; i < n; ++i) s += im->loss_host[i];
+    *sum = s;
+    return SDNN_OK;
+}
 
 static sdnn_bn_args bn_args(sdnn_dlayer *l, int channels, int spatial)
 {
@@ -306,7 +338,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
             k_softmax_xent<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->output, s->truth, in,
                                                                    l->delta, l->loss);
             SDNN_LAUNCHED("softmax loss");
-            SDNN_CHECK(sdnn_dl_host_sum(c, l->loss, in, &l->cost));
+            SDNN_CHECK(loss_sum(c, l, l->loss, in, &l->cost));
             l->has_cost = 1;
         }
         return SDNN_OK;
@@ -317,7 +349,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         k_cost<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->cost_type, (float *)s->input, s->truth,
                                                        in, l->delta, l->output);
         SDNN_LAUNCHED("cost");
-        SDNN_CHECK(sdnn_dl_host_sum(c, l->output, in, &l->cost));
+        SDNN_CHECK(loss_sum(c, l, l->output, in, &l->cost));
         l->has_cost = 1;
         return SDNN_OK;
     case SDNN_DL_DROPOUT:

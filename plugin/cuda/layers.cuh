@@ -10,6 +10,8 @@
 
 typedef struct sdnn_dl_impl {
     float *partial;                     /* per-channel reduction scratch */
+    float *loss_host;                   /* pinned: softmax/cost loss for the sum */
+    size_t loss_floats;
 #if SDNN_CUDNN
     /* NULL until created; sdnn_conv_release destroys those that exist. */
     cudnnTensorDescriptor_t xd, yd;

@@ -268,7 +268,10 @@ int main(int argc, char **argv)
     v[nv] = (variant){"topk-1", &sdnn_codec_topk, base};
     v[nv].p.topk_ratio = 1.0;
     ++nv;
-    static const size_t sizes[] = {1, 255, 256, 257, 1000, 65549, 1 << 20, 3000017};
+    /* warp, block and top-k tile (2048) edges; 1 << 20 and 3000017 take the
+     * top-k offsets scan over several rounds of 256 tiles, the last one partial */
+    static const size_t sizes[] = {1,    31,   32,   33,   255,   256,     257,
+                                   1000, 2047, 2048, 2049, 65549, 1 << 20, 3000017};
     for (int k = 0; k < nv; ++k)
         for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; ++j)
             for (int f = 0; f < 3; ++f) test_codec(&v[k], sizes[j], f);

@@ -9,9 +9,11 @@
  *                   (fp16 down-conversion) nor an unknown value
  *   the ranking     the first allowed entry wins; a faster entry with
  *                   down-conversion is passed over with tf32=1
- *   fallbacks       determinism, then the workspace limit, are given up in
- *                   that order when nothing else is left; failed entries and
- *                   a ranking of refused math types give -1
+ *   fallbacks       with determinism asked, the workspace limit is given up
+ *                   before determinism (the same bits across replicas
+ *                   outrank memory), and each pick says what it gave up;
+ *                   failed entries and a ranking of refused math types
+ *                   give -1
  *   descriptor      without tf32 the descriptor is set to FMA; with tf32 to
  *                   the math reported for the entry taken
  */
@@ -65,9 +67,25 @@ int main(int argc, char **argv)
     SOFT_ASSERT(sdnn_conv_pick(r4, 2, L, 0, 1) == 1, "deterministic asked: the deterministic one");
     SOFT_ASSERT(sdnn_conv_pick(r4, 2, L, 0, 0) == 0, "not asked: the first");
     sdnn_conv_algo r5[] = {A(1, 10, FMA, 0), A(1, 2 * L, FMA, 1)};
-    SOFT_ASSERT(sdnn_conv_pick(r5, 2, L, 0, 1) == 0,
-                "the limit outranks determinism: the non-deterministic one within it (%d)",
-                sdnn_conv_pick(r5, 2, L, 0, 1));
+    int gave = -1;
+    SOFT_ASSERT(sdnn_conv_pick_why(r5, 2, L, 0, 1, &gave) == 1 && gave == SDNN_CONV_OVER_LIMIT,
+                "determinism outranks the limit: the deterministic one over it, said (%d, gave %d)",
+                sdnn_conv_pick(r5, 2, L, 0, 1), gave);
+    SOFT_ASSERT(sdnn_conv_pick_why(r5, 2, L, 0, 0, &gave) == 0 && gave == 0,
+                "not asked: the first within the limit, nothing given up (gave %d)", gave);
+    sdnn_conv_algo r5b[] = {A(1, 2 * L, FMA, 0), A(1, 10, FMA, 0), A(0, 10, FMA, 1)};
+    SOFT_ASSERT(sdnn_conv_pick_why(r5b, 3, L, 0, 1, &gave) == 1 &&
+                    gave == SDNN_CONV_NONDETERMINISTIC,
+                "no deterministic entry succeeded: the first within the limit, said (gave %d)",
+                gave);
+    sdnn_conv_algo r5c[] = {A(1, 2 * L, FMA, 0)};
+    SOFT_ASSERT(sdnn_conv_pick_why(r5c, 1, L, 0, 1, &gave) == 0 &&
+                    gave == (SDNN_CONV_NONDETERMINISTIC | SDNN_CONV_OVER_LIMIT),
+                "only a non-deterministic entry over the limit: taken, both said (gave %d)", gave);
+    SOFT_ASSERT(sdnn_conv_pick_why(r5c, 1, L, 0, 0, &gave) == 0 && gave == SDNN_CONV_OVER_LIMIT,
+                "not asked for determinism: only the limit is said (gave %d)", gave);
+    SOFT_ASSERT(sdnn_conv_pick_why(r4, 2, L, 0, 1, &gave) == 1 && gave == 0,
+                "a deterministic entry within the limit gives up nothing (gave %d)", gave);
     sdnn_conv_algo r6[] = {A(1, 2 * L, FMA, 1), A(1, 3 * L, FMA, 1)};
     SOFT_ASSERT(sdnn_conv_pick(r6, 2, L, 0, 1) == 0, "none within the limit: the first anyway");
     sdnn_conv_algo r7[] = {A(0, 10, FMA, 1), A(1, 2 * L, CONV, 1), A(1, 10, TOP, 0),

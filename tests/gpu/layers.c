@@ -640,6 +640,30 @@ out:
     sdnn_dfree(dbu);
 }
 
+/* A layer whose elements a batch pass INT_MAX is refused before anything is
+ * allocated: the kernels hand int indices to ops.h's maps. */
+static void check_int_bound(sdnn_dctx *c)
+{
+    static const struct { int inputs, outputs, batch; } big[] = {
+        {1 << 20, 1 << 20, 2048}, {1 << 16, 4, 1 << 15}, {4, -1, 1}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; ++i) {
+        sdnn_dlayer l;
+        memset(&l, 0, sizeof l);
+        l.kind = SDNN_DL_MAXPOOL;
+        l.index = 7;
+        l.inputs = big[i].inputs;
+        l.outputs = big[i].outputs;
+        l.batch = big[i].batch;
+        sdnn_status st = sdnn_dl_setup(c, &l);
+        const char *why = st == SDNN_OK ? "" : sdnn_last_error();
+        SOFT_ASSERT(st == SDNN_ERR_UNSUPPORTED && strstr(why, "layer 7") && !l.output,
+                    "inputs %d, outputs %d, batch %d: refused naming the layer, nothing "
+                    "allocated (%d: %s)",
+                    big[i].inputs, big[i].outputs, big[i].batch, (int)st, why);
+        sdnn_dl_release(&l);
+    }
+}
+
 static const char *regress_masked =
     "[net]\nbatch=3\nsubdivisions=1\nwidth=5\nheight=5\nchannels=2\n"
     "[convolutional]\nfilters=3\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
@@ -663,6 +687,7 @@ int main(int argc, char **argv)
         }
     } else {
         check_launch_capture(vd);
+        check_int_bound(vd);
         run("zoo (every kind)", zoo, NULL, vd);
         run("activations (every kind)", activations, NULL, vd);
         run("regression (smooth L1)", regress, NULL, vd);

@@ -735,6 +735,7 @@ sdnn_status sdnn_dl_setup(sdnn_dctx *c, sdnn_dlayer *l)
                           l->kind);
     l->impl = NULL;
     l->workspace = 0;
+    SDNN_CHECK(sdnn_dl_check_size(l));
     size_t out = outs(l);
     if (l->kind != SDNN_DL_DROPOUT) {
         ALLOC(l->output, out);
