@@ -38,16 +38,9 @@ if [ -z "$PY" ]; then
 fi
 [ -n "$PY" ] || { echo "bench_cpu_conv: no python3 with torch" >&2; exit 1; }
 sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
-anchors=$(sed -n 's/^anchors *= *//p' cfg/shapes.cfg | head -1 | tr -d ' ' | tr , '\n' |
-          awk -v s="$RES" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 * s / 64 + 0.5 }')
 base=$OUT/yolov3-tiny-shapes.cfg
-sed -e "s/^batch=1$/batch=$BATCH/" -e "s/^subdivisions=1$/subdivisions=1/" \
-    -e "s/^width=416/width=$RES/" -e "s/^height=416/height=$RES/" \
-    -e "s/^classes=80/classes=4/" -e "s/^filters=255/filters=27/" \
-    -e "s/^anchors *=.*/anchors = $anchors/" -e "s/^random=1/random=0/" \
-    -e "s/^burn_in=1000/burn_in=100/" -e "s/^max_batches *= *500200/max_batches=100000/" \
-    /usr/share/darknet/cfg/yolov3-tiny.cfg >"$base"
-grep -q "^filters=27" "$base" || { echo "bench_cpu_conv: unexpected yolov3-tiny.cfg" >&2; exit 1; }
+. bench/tiny_cfg.sh
+tiny_cfg "$base" "$RES" "$BATCH" || { echo "bench_cpu_conv: unexpected yolov3-tiny.cfg" >&2; exit 1; }
 for p in darknet onednn; do
     { cat "$base"; printf '\n[scalednn]\nmode=scalednn\ncpu_conv=%s\n' "$p"; } >"$OUT/y-$p.cfg"
 done

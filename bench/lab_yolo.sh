@@ -51,18 +51,10 @@ RAW=$OUT/raw.tsv
 sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
 mkdir -p "$OUT/backup"
 
-# The shapes set's anchors (cfg/shapes.cfg, 64x64 pixels) scaled to RES.
-anchors=$(sed -n 's/^anchors *= *//p' cfg/shapes.cfg | head -1 | tr -d ' ' | tr , '\n' |
-          awk -v s="$RES" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 * s / 64 + 0.5 }')
 base=$OUT/yolov3-tiny-shapes.cfg
-sed -e "s/^batch=1$/batch=$BATCH/" -e "s/^subdivisions=1$/subdivisions=1/" \
-    -e "s/^width=416/width=$RES/" -e "s/^height=416/height=$RES/" \
-    -e "s/^classes=80/classes=4/" -e "s/^filters=255/filters=27/" \
-    -e "s/^anchors *=.*/anchors = $anchors/" -e "s/^random=1/random=0/" \
-    -e "s/^burn_in=1000/burn_in=100/" -e "s/^max_batches *= *500200/max_batches=100000/" \
-    -e "s/^learning_rate=0.001/learning_rate=0.002/" \
-    -e "s/^steps=400000,450000/steps=80000,90000/" /usr/share/darknet/cfg/yolov3-tiny.cfg >"$base"
-grep -q "^width=$RES" "$base" && grep -q "^filters=27" "$base" ||
+. bench/tiny_cfg.sh
+tiny_cfg "$base" "$RES" "$BATCH" -e "s/^learning_rate=0.001/learning_rate=0.002/" \
+    -e "s/^steps=400000,450000/steps=80000,90000/" ||
     { echo "lab_yolo: Debian's yolov3-tiny.cfg is not the expected one" >&2; exit 1; }
 for v in none $VARIANTS; do   # y-none.cfg: also the profile's and the simulator's
     mode=scalednn; codec=$v; bucket=4; allow=""
