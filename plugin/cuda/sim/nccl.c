@@ -1223,7 +1223,6 @@ sdnn_status sdnn_dnccl_group_end(void)
     return st;
 }
 
-/* Checks common to every call; assigns the matching sequence numbers. */
 /* An operation of `kind` on communicator c, queued on ctx's stream; the
  * caller fills in its sizes and buffers. */
 static dop new_op(int kind, sdnn_dnccl *c, sdnn_dctx *ctx, int stream)
@@ -1237,6 +1236,7 @@ static dop new_op(int kind, sdnn_dnccl *c, sdnn_dctx *ctx, int stream)
     return o;
 }
 
+/* Checks common to every call; assigns the matching sequence numbers. */
 static sdnn_status add_op(dop *o)
 {
     const char *call = op_names[o->kind];
