@@ -33,7 +33,9 @@
 #                              program with nothing left is FAILED, not run
 #   SDNN_GPU_FAIL="a b"        programs replaced by a deliberate failure
 #                              (checks this script's reporting)
-#   SDNN_GPU_ONLY="a b"        run only these programs
+#   SDNN_GPU_ONLY="a b"        run only these programs (and scripts)
+#   SDNN_SIM_JOBS=N            --device sim: N programs/scripts at once
+#                              (default: online CPUs, at most 4)
 #
 # Results on simulated devices show the engine's host logic, ordering and
 # arithmetic, never the CUDA kernels, cuDNN or real NCCL.

@@ -59,104 +59,97 @@ export SDNN_SIM_DEVICES
 BIN=$B/tests/gpu
 LOG=$LOGS/sim-tests.log
 ERR=$LOGS/sim-tests.err
+UNITS=$LOGS/units
+SDNN_IMGLOAD=${SDNN_IMGLOAD:-}
+export ASAN B SEEDS SLOW LOGS BIN UNITS SDNN_IMGLOAD
+# The programs and scripts run SDNN_SIM_JOBS at a time (default: the
+# number of online CPUs, at most 4; 1 = one after another): most keep one
+# core busy, so on CI's 2 cores two at a time halve the wall time.  Each
+# works in its own mktemp directory and its own log files (the simulated
+# NCCL names its shared memory by process), so two never share a file;
+# their timeouts are bounds for a machine doing two things at once.
+jobs=${SDNN_SIM_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)}
+case "$jobs" in ''|*[!0-9]*|0) jobs=1 ;; esac
+[ "$jobs" -gt 4 ] && jobs=4
+rm -rf "$UNITS"
+mkdir -p "$UNITS"
 : >"$LOG"
 : >"$ERR"
-failed=0
 total_start=$(date +%s)
-sdnn_run_prog() {  # timeout program args...
-    t=$1; p=$2; shift 2
-    if [ "$p" = sdnn_injected_failure ]; then
-        echo "$name: FAIL: a deliberate failure (SDNN_GPU_FAIL)"
-        return 1
-    fi
-    timeout "$t" env ${SDNN_IMGLOAD:+LD_PRELOAD=$SDNN_IMGLOAD} "$p" "$@"
-}
-run() {  # name timeout args...
-    name=$1; limit=$(( $2 * SLOW )); shift 2
-    if [ -n "${SDNN_GPU_ONLY:-}" ]; then
-        case " $SDNN_GPU_ONLY " in *" $name "*) ;; *) return ;; esac
-    fi
-    start=$(date +%s)
-    bad=""
-    prog=$BIN/$name
-    case " ${SDNN_GPU_FAIL:-} " in *" $name "*) prog=sdnn_injected_failure ;; esac
-    for seed in $SEEDS; do
-        echo "==== $name (jitter $seed)" >>"$LOG"
-        echo "==== $name (jitter $seed)" >>"$ERR"
-        if [ "$seed" = none ]; then
-            ( unset SDNN_SIM_JITTER; sdnn_run_prog "$limit" "$prog" "$@" ) >"$LOGS/.cur.log" 2>>"$ERR"
-        else
-            SDNN_SIM_JITTER=$seed sdnn_run_prog "$limit" "$prog" "$@" >"$LOGS/.cur.log" 2>>"$ERR"
-        fi
-        rc=$?
-        cat "$LOGS/.cur.log" >>"$LOG"
-        if [ $rc -ne 0 ]; then
-            grep -E "FAIL" "$LOGS/.cur.log" | head -20
-            [ $rc -eq 124 ] && echo "$name (jitter $seed): timed out after $limit s"
-            bad="$bad $seed:rc=$rc"
-        fi
-        last=$(grep -E "passed" "$LOGS/.cur.log" | tail -1)
-    done
-    rm -f "$LOGS/.cur.log"
-    secs=$(( $(date +%s) - start ))
-    if [ -n "$bad" ]; then
-        failed=$((failed + 1))
-        echo "$name: FAILED (simulated devices; jitter seeds:$bad; ${secs} s)" | tee -a "$LOG"
-    else
-        echo "$name: ok on simulated devices (jitter seeds: $SEEDS; $last; ${secs} s)" | tee -a "$LOG"
-    fi
-}
 
-# Every program of tests/gpu runs (a new one needs no line here); these
-# need an argument or more time than the default 240 s.
-for src in tests/gpu/*.c; do
-    name=$(basename "$src" .c)
-    case "$name" in
-    probe) run probe 60 --expect-device ;;
-    codecs|layers) run "$name" 300 ;;
-    *) run "$name" 240 ;;
-    esac
-done
-# The executor's own programs (C++ against the CUDA shim, simulated
-# devices only): tests/gpu/sim/*.cu.
-for src in tests/gpu/sim/*.cu; do
-    [ -e "$src" ] || continue
-    run "sim/$(basename "$src" .cu)" 240
-done
-# The scripts of tests/gpu (each prints "NAME: ok ..." per check, "FAIL" on
-# a failure, and exits non-zero on any).
-run_script() {
-    name=$1
-    start=$(date +%s)
-    if SLOW=$SLOW sh "tests/gpu/$name.sh" "$B" >"$LOGS/.cur.log" 2>>"$ERR"; then
-        echo "$name: ok on simulated devices ($(grep -c "^$name: ok" "$LOGS/.cur.log") checks; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
-    else
-        grep FAIL "$LOGS/.cur.log" | head -10
+# The list of units, one a line: "prog NAME TIMEOUT ARGS..." or "script
+# NAME".  Every program of tests/gpu runs (a new one needs no line here);
+# these need an argument or more time than the default 240 s.  The longest
+# start first (an order only).
+{
+    for src in tests/gpu/*.c; do
+        name=$(basename "$src" .c)
+        case "$name" in
+        probe) echo "prog probe 60 --expect-device" ;;
+        codecs|layers) echo "prog $name 300" ;;
+        *) echo "prog $name 240" ;;
+        esac
+    done
+    # The executor's own programs (C++ against the CUDA shim, simulated
+    # devices only): tests/gpu/sim/*.cu.
+    for src in tests/gpu/sim/*.cu; do
+        [ -e "$src" ] || continue
+        echo "prog sim/$(basename "$src" .cu) 240"
+    done
+    # The scripts of tests/gpu (each prints "NAME: ok ..." per check, "FAIL"
+    # on a failure, and exits non-zero on any):
+    #   cli_sim      ./darknet detector train -gpus 0,1 with engine=gpu
+    #   cli_nccl     backend=nccl under mpirun: 2 processes x 2 devices on
+    #                one NCCL communicator against 1 x 4 and backend=mpi, a
+    #                killed and a stopped rank
+    #   cli_bytes    bytes each replica sends against the simulated NCCL's
+    #                counter; {1x4, 2x2} x codecs x {bucket_mb fixed, auto}
+    #                x {nccl, auto} (issue 24)
+    #   cli_engine   the loader -> preload ring path end to end: engine=gpu
+    #                against engine=cpu per iteration
+    #   cli_devices  -gpus names devices: ids past the count, virtual=1, the
+    #                banner, a layer the engine does not run
+    #   gradcheck_sim scalednn gradcheck -engine gpu
+    #   cli_labels   label files libdarknet would mark or misread (issue 28)
+    for s in cli_sim cli_nccl cli_bytes cli_engine cli_devices gradcheck_sim cli_labels; do
+        echo "script $s"
+    done
+} >"$UNITS/all"
+slow_first="engines cli_bytes gradcheck_sim cli_engine cli_nccl feed codecs train layers"
+{
+    for n in $slow_first; do grep -E "^[a-z]+ $n( |\$)" "$UNITS/all"; done
+    for n in $slow_first; do echo "$n"; done >"$UNITS/slow"
+    while read -r kind name rest; do
+        grep -qx "$name" "$UNITS/slow" || echo "$kind $name${rest:+ $rest}"
+    done <"$UNITS/all"
+} >"$UNITS/order"
+if [ -n "${SDNN_GPU_ONLY:-}" ]; then
+    while read -r kind name rest; do
+        case " $SDNN_GPU_ONLY " in *" $name "*) echo "$kind $name${rest:+ $rest}" ;; esac
+    done <"$UNITS/order" >"$UNITS/only"
+    mv "$UNITS/only" "$UNITS/order"
+    while read -r kind name rest; do
+        case " $SDNN_GPU_ONLY " in *" $name "*) echo "$kind $name${rest:+ $rest}" ;; esac
+    done <"$UNITS/all" >"$UNITS/only"
+    mv "$UNITS/only" "$UNITS/all"
+fi
+echo "$(wc -l <"$UNITS/order") programs and scripts, $jobs at a time"
+# One unit a line with no trailing blank: xargs -L joins a line ending in a
+# blank to the next one.
+xargs -L 1 -P "$jobs" sh tests/gpu/run_unit.sh <"$UNITS/order"
+
+# Logs and summary lines in the list's order; the count of failures.
+failed=0
+while read -r kind name rest; do
+    f=$UNITS/$(echo "$name" | tr / _)
+    [ -f "$f.log" ] && cat "$f.log" >>"$LOG"
+    [ -f "$f.err" ] && cat "$f.err" >>"$ERR"
+    if [ ! -f "$f.rc" ]; then
+        echo "$name: FAILED (simulated devices; the runner did not finish)" | tee -a "$LOG"
         failed=$((failed + 1))
-        echo "$name: FAILED (simulated devices; $(( $(date +%s) - start )) s)" | tee -a "$LOG"
+        continue
     fi
-    cat "$LOGS/.cur.log" >>"$LOG"
-    rm -f "$LOGS/.cur.log"
-}
-# ./darknet detector train -gpus 0,1 with engine=gpu through the trainer.
-run_script cli_sim
-# backend=nccl under mpirun: 2 processes x 2 devices on one NCCL communicator
-# against 1 x 4 and backend=mpi, a killed and a stopped rank.
-run_script cli_nccl
-# Bytes each replica sends against the simulated NCCL's counter, and the
-# matrix {1x4, 2x2} x codecs x {bucket_mb fixed, auto} x {nccl, auto} (issue 24).
-run_script cli_bytes
-# The loader -> preload ring path end to end: engine=gpu against engine=cpu
-# per iteration (preload 1-3, split=device0, subdivisions, stock, -map,
-# resume, random=1).
-run_script cli_engine
-# -gpus names devices: ids past the count, virtual=1, the banner, a layer
-# the engine does not run.
-run_script cli_devices
-# scalednn gradcheck -engine gpu (the device's gradient vs central differences).
-run_script gradcheck_sim
-# Label files libdarknet would mark or misread, with engine=gpu: refused as
-# on engine=cpu, or trained as there (issue 28).
-run_script cli_labels
+    [ "$(cat "$f.rc")" = 0 ] || failed=$((failed + 1))
+done <"$UNITS/all"
 echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering; kernels.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)" | tee -a "$LOG"
 exit $failed
