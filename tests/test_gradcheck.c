@@ -649,6 +649,35 @@ static void test_wrong_gradient_caught(void **state)
     }
 }
 
+/* A defect of 0.5% in a batch-normalised layer's weight gradient fails
+ * stage 2 (issue 25): with the random-walk bound (q_e = sqrt(sum t^2), not
+ * sum |t|) the threshold of layer 0, whose gradient sums N = 4 x 16 x 16 =
+ * 1024 terms per element, stays well below 5e-3.  The bound Sum|t| gave
+ * was sqrt(n) looser: 4.3e-2 on shapes-res layer 0.  Clean, every layer
+ * passes; with the defect, layer 0 alone fails. */
+static void test_half_percent_caught(void **state)
+{
+    (void)state;
+    const char *text = NET(4, 16) CONV_BN(6, 3, leaky) CONV_BN(6, 3, leaky) CONV(2, 1, linear) SSE;
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = 4;
+    sdnn_gradcheck_report r;
+    assert_int_equal(sdnn_gradcheck_text("t.cfg", text, &o, &r), SDNN_OK);
+    sdnn_gradcheck_print(&r, stdout);
+    tm_margin_gradcheck("test_gradcheck:half_percent:clean", &r);
+    assert_int_equal(r.failed, 0);
+    assert_true(r.layer[0].threshold < 2.5e-3);
+    sdnn_gradcheck_report_free(&r);
+    o.test_layer = 0;
+    o.test_factor = 1.005;
+    assert_int_equal(sdnn_gradcheck_text("t.cfg", text, &o, &r), SDNN_OK);
+    sdnn_gradcheck_print(&r, stdout);
+    assert_false(r.layer[0].pass);
+    assert_int_equal(r.failed, 1);
+    assert_true(r.layer[0].max_rel > 4e-3);
+    sdnn_gradcheck_report_free(&r);
+}
+
 #define DCONV(f, s, p, act) \
     "[convolutional]\nfilters=" #f "\nsize=" #s "\nstride=1\npad=" #p "\nactivation=" #act "\n"
 /* The fork's dialect: the grouped route and mish/swish on a shortcut. */
@@ -844,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_bn_follows_the_graph),
         cmocka_unit_test(test_stage1_precision),
         cmocka_unit_test(test_wrong_gradient_caught),
+        cmocka_unit_test(test_half_percent_caught),
         cmocka_unit_test(test_dialect),
         cmocka_unit_test(test_conv_groups),
         cmocka_unit_test(test_connected),

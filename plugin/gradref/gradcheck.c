@@ -259,9 +259,9 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
         double *val = sdnn_gradref_param(g->ref, i, j, &n);
         const double *gr = sdnn_gradref_grad(g->ref, i, j, &n);
         size_t na_n = 0;
-        const double *ga = sdnn_gradref_grad_abs(g->ref, i, j, &na_n);
+        const double *gq = sdnn_gradref_grad_spread(g->ref, i, j, &na_n);
         row->tensor[j].what = p[j].what;
-        if (!val || !gr || !ga || n != p[j].n || na_n != n || n == 0) continue;
+        if (!val || !gr || !gq || n != p[j].n || na_n != n || n == 0) continue;
         /* Stage 2 on the whole tensor: the engine's gradient is -updates. */
         double gmax = 0, nr = 0, nd = 0, nabs = 0;
         for (size_t e = 0; e < n; ++e) {
@@ -269,13 +269,14 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             if (fabs(gr[e]) > gmax) gmax = fabs(gr[e]);
             nr += gr[e] * gr[e];
             nd += d * d;
-            nabs += ga[e] * ga[e];
+            double a = fabs(gr[e]) + gq[e];   /* E_e: the element's error scale */
+            nabs += a * a;
         }
         nr = sqrt(nr);
         nd = sqrt(nd);
         nabs = sqrt(nabs);
-        /* The tensor's condition: ||sum|t| per element|| / ||gradient||
-         * (>= 1; 1 when no element's terms cancel). */
+        /* The tensor's condition: ||E|| / ||gradient||, E_e = |g_e| +
+         * sqrt(sum t^2) (>= 1; about 1 when no element's terms cancel). */
         double cond = nr > 0 && nabs > nr ? nabs / nr : 1;
         double norm_rel = nr > 0 ? nd / nr : nd > 0 ? HUGE_VAL : 0, dir_rel = 0;
         for (int q = 0; q < SDNN_GRADCHECK_DIRS; ++q) {
@@ -304,10 +305,10 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             double an = gr[e], eng = -(double)p[j].upd[e];
             double den2 = fmax(fabs(an), efloor);
             e2[k2++] = den2 > 0 ? fabs(eng - an) / den2 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
-            /* The element against its own bound base x sum|t|: in units
-             * of base (the floor keeps an element whose terms are all ~0
-             * from dividing by nothing). */
-            double den3 = fmax(ga[e], afloor);
+            /* The element against its own bound base x E_e: in units of
+             * base (the floor keeps an element whose terms are all ~0 from
+             * dividing by nothing). */
+            double den3 = fmax(fabs(an) + gq[e], afloor);
             e3[k3++] = den3 > 0 ? fabs(eng - an) / den3 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
             /* Stage 1: the reference's objective at theta +- eps. */
             double v = val[e];
@@ -694,8 +695,9 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
                "elements' median (dirs: the worst of %d random +-1 directions "
                "|<g - g_ref, d>|/||g_ref||, reported); "
                "threshold %g x 2^-24 x sqrt(R) x cond, R the reduction lengths along the "
-               "gradient's path, cond the tensor's ||sum|t|||/||sum t|| over its elements' "
-               "terms (the reference's; a float sum errs by ~u sqrt(n) sum|t|); the row shows "
+               "gradient's path, cond the tensor's ||E||/||g_ref||, E_e = |g_e| + "
+               "sqrt(sum t^2) over the terms element e sums (the reference's; random-walk "
+               "rounding: a float sum errs by ~u sqrt(R) E_e); the row shows "
                "the tensor with the smallest margin (float accumulation; no allowance for "
                "batch norm).\n",
             SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);

@@ -30,9 +30,11 @@ typedef struct ref_layer {
     int head;               /* 1: cost, 2: softmax */
     int np;
     double *par[SDNN_MAX_PARAMS_PER_LAYER], *grad[SDNN_MAX_PARAMS_PER_LAYER];
-    double *gabs[SDNN_MAX_PARAMS_PER_LAYER];   /* per gradient element: sum of |its terms| */
+    /* per gradient element: the sum of its terms' squares during the
+     * backward, its square root after it (sdnn_gradref_grad_spread) */
+    double *gsq[SDNN_MAX_PARAMS_PER_LAYER];
     size_t pn[SDNN_MAX_PARAMS_PER_LAYER];
-    double *W, *B, *S, *gW, *gB, *gS, *aW, *aB, *aS;
+    double *W, *B, *S, *gW, *gB, *gS, *qW, *qB, *qS;
     /* per subdivision */
     double **out, **z, **xhat, **mean, **var;
     unsigned char **piece;  /* the activation's piece per value (held forwards) */
@@ -217,7 +219,7 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         for (int j = 0; j < SDNN_MAX_PARAMS_PER_LAYER; ++j) {
             free(l->par[j]);
             free(l->grad[j]);
-            free(l->gabs[j]);
+            free(l->gsq[j]);
         }
         free_sub(l->out, r->sub);
         free_sub(l->z, r->sub);
@@ -355,12 +357,12 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->pn[j] = p[j].n;
         l->par[j] = dalloc(p[j].n);
         l->grad[j] = dalloc(p[j].n);
-        l->gabs[j] = dalloc(p[j].n);
-        if (!l->par[j] || !l->grad[j] || !l->gabs[j]) return NOMEM();
+        l->gsq[j] = dalloc(p[j].n);
+        if (!l->par[j] || !l->grad[j] || !l->gsq[j]) return NOMEM();
         for (size_t e = 0; e < p[j].n; ++e) l->par[j][e] = p[j].val[e];
-        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; l->aW = l->gabs[j]; }
-        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; l->aB = l->gabs[j]; }
-        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; l->aS = l->gabs[j]; }
+        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; l->qW = l->gsq[j]; }
+        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; l->qB = l->gsq[j]; }
+        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; l->qS = l->gsq[j]; }
     }
     if ((l->type == CONVOLUTIONAL || l->type == CONNECTED) && (!l->W || !l->B || (l->bn && !l->S)))
         return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: missing parameters", i);
@@ -530,7 +532,7 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                 for (int ky = 0; ky < k; ++ky)
                     for (int kx = 0; kx < k; ++kx) {
                         size_t wi = (((size_t)f * cg + c) * k + ky) * k + kx;
-                        double wv = l->W[wi], gw = 0, aw = 0;
+                        double wv = l->W[wi], gw = 0, qw = 0;
                         for (int oy = 0; oy < l->oh; ++oy) {
                             int y = oy * l->stride + ky - l->pad;
                             if (y < 0 || y >= l->h) continue;
@@ -539,13 +541,14 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                                 if (xx < 0 || xx >= l->w) continue;
                                 double dv = df[(size_t)oy * l->ow + ox];
                                 size_t xi = co + (size_t)y * l->w + xx;
-                                gw += dv * xb[xi];
-                                aw += fabs(dv * xb[xi]);
+                                double t = dv * xb[xi];
+                                gw += t;
+                                qw += t * t;
                                 if (dxb) dxb[xi] += wv * dv;
                             }
                         }
                         l->gW[wi] += gw;
-                        l->aW[wi] += aw;
+                        l->qW[wi] += qw;
                     }
             }
         }
@@ -570,13 +573,14 @@ static void fc_bwd(const ref_layer *l, const double *x, const double *dz, double
         for (int o = 0; o < l->outputs; ++o) {
             double dv = dz[(size_t)b * (size_t)l->outputs + o];
             double *gw = l->gW + (size_t)o * (size_t)l->inputs;
-            double *aw = l->aW + (size_t)o * (size_t)l->inputs;
+            double *qw = l->qW + (size_t)o * (size_t)l->inputs;
             const double *w = l->W + (size_t)o * (size_t)l->inputs;
             const double *xb = x + (size_t)b * (size_t)l->inputs;
             double *dxb = dx ? dx + (size_t)b * (size_t)l->inputs : NULL;
             for (int k = 0; k < l->inputs; ++k) {
-                gw[k] += dv * xb[k];
-                aw[k] += fabs(dv * xb[k]);
+                double t = dv * xb[k];
+                gw[k] += t;
+                qw[k] += t * t;
                 if (dxb) dxb[k] += dv * w[k];
             }
         }
@@ -635,22 +639,23 @@ static void affine_act_bwd(ref_layer *l, int s)
     double *g = l->dz;
     for (size_t k = 0; k < n; ++k) g[k] = l->d[k] * act_g_on(l->act, l->z[s][k], l->piece[s][k]);
     for (int c = 0; c < l->oc; ++c) {
-        double sb = 0, ss = 0, ab = 0, as = 0;
+        double sb = 0, ss = 0, qb = 0, qs = 0;
         for (int b = 0; b < l->batch; ++b)
             for (size_t q = 0; q < hw; ++q) {
                 size_t k = (size_t)b * l->outputs + c * hw + q;
                 sb += g[k];
-                ab += fabs(g[k]);
+                qb += g[k] * g[k];
                 if (l->bn) {
-                    ss += g[k] * l->xhat[s][k];
-                    as += fabs(g[k] * l->xhat[s][k]);
+                    double t = g[k] * l->xhat[s][k];
+                    ss += t;
+                    qs += t * t;
                 }
             }
         l->gB[c] += sb;
-        l->aB[c] += ab;
+        l->qB[c] += qb;
         if (!l->bn) continue;
         l->gS[c] += ss;
-        l->aS[c] += as;
+        l->qS[c] += qs;
         /* y = (x - m) / (sqrt(v) + eps), v = sum (x - m)^2 / (N - 1):
          * dx_i = gy_i / D - (sum gy) / (N D) - (x_i - m) (sum gy (x - m)) / (D^2 sqrt(v) (N - 1)),
          * gy = scale * g; the mean's term in dv vanishes (sum (x - m) = 0). */
@@ -934,7 +939,7 @@ void sdnn_gradref_backward(sdnn_gradref *r)
     for (int i = 0; i < r->n; ++i)
         for (int j = 0; j < r->L[i].np; ++j) {
             memset(r->L[i].grad[j], 0, r->L[i].pn[j] * sizeof(double));
-            memset(r->L[i].gabs[j], 0, r->L[i].pn[j] * sizeof(double));
+            memset(r->L[i].gsq[j], 0, r->L[i].pn[j] * sizeof(double));
         }
     for (int s = 0; s < r->sub; ++s) {
         /* The activations of subdivision s are those its forward kept. */
@@ -943,6 +948,10 @@ void sdnn_gradref_backward(sdnn_gradref *r)
         memset(r->din, 0, (size_t)r->batch * (size_t)r->inputs * sizeof(double));
         for (int i = r->n - 1; i >= 0; --i) bwd_layer(r, i, s);
     }
+    /* The terms' squares summed over every subdivision: their root. */
+    for (int i = 0; i < r->n; ++i)
+        for (int j = 0; j < r->L[i].np; ++j)
+            for (size_t e = 0; e < r->L[i].pn[j]; ++e) r->L[i].gsq[j][e] = sqrt(r->L[i].gsq[j][e]);
 }
 
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n)
@@ -959,11 +968,11 @@ const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n)
     return r->L[i].grad[j];
 }
 
-const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n)
+const double *sdnn_gradref_grad_spread(const sdnn_gradref *r, int i, int j, size_t *n)
 {
     if (i < 0 || i >= r->n || j < 0 || j >= r->L[i].np) return NULL;
     *n = r->L[i].pn[j];
-    return r->L[i].gabs[j];
+    return r->L[i].gsq[j];
 }
 
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd)

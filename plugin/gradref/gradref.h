@@ -72,13 +72,15 @@ void sdnn_gradref_backward(sdnn_gradref *r);
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
 const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
 
-/* Beside each element of that gradient: the sum, over the subdivisions,
- * of the absolute values of the terms the element sums (weights:
- * |dz x input| over batch and output positions; biases: |dz|; scales:
- * |dz x xhat|).  sum|t| / |sum t| is the element's condition number: a
- * float sum of those terms errs by up to ~u sqrt(n) sum|t| (Higham and
- * Mary's probabilistic bound), however much the terms cancel. */
-const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n);
+/* Beside each element of that gradient: the root of the sum, over the
+ * subdivisions, of the squares of the terms the element sums (weights:
+ * dz x input over batch and output positions; biases: dz; scales:
+ * dz x xhat), q_e = sqrt(sum t^2), computed in double.  Random-walk
+ * rounding (gradcheck.h): float errors of the terms and of the partial
+ * sums are independent and mean-zero, so the sum's error has a standard
+ * deviation of about u sqrt(R) (|sum t| + q_e), however much the terms
+ * cancel. */
+const double *sdnn_gradref_grad_spread(const sdnn_gradref *r, int i, int j, size_t *n);
 
 /* The number of additions behind one value of layer i's output in a
  * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
