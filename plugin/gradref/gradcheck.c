@@ -85,8 +85,9 @@ static int header_is(const char *line, size_t len, const char *name)
     return strcmp(buf, want) == 0;
 }
 
-/* Replace every [yolo] and [region] section (header and keys) by an sse
- * [cost] head; *count gets how many.  Layer indices stay as they were. */
+/* Replace every [region] section (header and keys) by an sse [cost] head;
+ * *count gets how many.  Layer indices stay as they were.  [yolo] heads
+ * stay: the reference computes their delta (yolo_ref.c). */
 static char *replace_heads(const char *text, int *count)
 {
     size_t len = strlen(text);
@@ -98,9 +99,9 @@ static char *replace_heads(const char *text, int *count)
     for (const char *p = text; *p;) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
-        int yolo = header_is(p, n, "yolo"), region = header_is(p, n, "region");
-        if (yolo >= 0) {   /* a header */
-            skipping = yolo == 1 || region == 1;
+        int region = header_is(p, n, "region");
+        if (region >= 0) {   /* a header */
+            skipping = region == 1;
             if (skipping) {
                 o += (size_t)sprintf(out + o, "[cost]\ntype=sse\n");
                 ++*count;
@@ -116,7 +117,7 @@ static char *replace_heads(const char *text, int *count)
     return out;
 }
 
-typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX } head_kind;
+typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX, HEAD_YOLO } head_kind;
 
 /* What layer i contributes to the objective, or an error for a layer
  * whose loss this check does not know. */
@@ -143,6 +144,10 @@ static sdnn_status head_of(const network *net, int i, head_kind *k)
                               "or temperature != 1 (its delta is not the gradient of the "
                               "cross-entropy it reports)", i);
         *k = HEAD_SOFTMAX;
+        return SDNN_OK;
+    }
+    if (l->type == YOLO) {
+        *k = HEAD_YOLO;
         return SDNN_OK;
     }
     if (l->cost && l->type != COST && l->type != SOFTMAX)
@@ -423,9 +428,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     free(stripped);
     if (!body) return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     if (replaced)
-        note(out, "%d yolo/region head%s checked as sse [cost] layers: Darknet's yolo and region "
-                  "report |delta|^2, not the objective their delta is the gradient of; the "
-                  "body before each head is what is checked", replaced, replaced > 1 ? "s" : "");
+        note(out, "%d region head%s checked as sse [cost] layers: the reference has no [region] "
+                  "delta; the body before each head is what is checked", replaced,
+             replaced > 1 ? "s" : "");
 
     int fd = -1;
     char path[64];
@@ -460,13 +465,26 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
         goto done;
     }
-    int nheads = 0, softmax = -1, truths = net->truths;
+    int nheads = 0, softmax = -1, yolo = -1, classes = 0, truths = net->truths;
     for (int i = 0; i < net->n; ++i) {
         SDNN_CHECKGOTO(head_of(net, i, &heads[i]), st, done);
         if (heads[i] == HEAD_NONE) continue;
         ++nheads;
         if (heads[i] == HEAD_SOFTMAX) softmax = i;
+        if (heads[i] == HEAD_YOLO) {
+            /* Boxes in rows of l->truths values: the network's rows. */
+            int c = net->layers[i].classes;
+            if (yolo < 0 || c < classes) classes = c;
+            yolo = i;
+            continue;
+        }
         if (net->layers[i].inputs > truths) truths = net->layers[i].inputs;
+    }
+    if (yolo >= 0 && truths > net->truths) {
+        st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: %s: a [yolo] head (layer %d) reads "
+                        "truth rows of %d values, another head reads %d", name, yolo,
+                        net->truths, truths);
+        goto done;
     }
     for (int i = 0; i < net->n; ++i)
         if (net->layers[i].type == DROPOUT) {
@@ -539,6 +557,18 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
             int groups = l->groups > 0 ? l->groups : 1, per = l->inputs / groups;
             for (int q = 0; q < groups; ++q)
                 d.y.vals[r][q * per + (int)(rng_next(&rs) % (uint64_t)per)] = 1;
+        } else if (yolo >= 0) {
+            /* 2 to 4 boxes an image: centre in [.05, .95), size in
+             * [.05, .6), a class the yolo heads all have. */
+            int boxes = 2 + (int)(rng_next(&rs) % 3);
+            for (int b = 0; b < boxes && (b + 1) * 5 <= net->truths; ++b) {
+                float *p = d.y.vals[r] + b * 5;
+                p[0] = (float)(.05 + .9 * rng_uniform(&rs));
+                p[1] = (float)(.05 + .9 * rng_uniform(&rs));
+                p[2] = (float)(.05 + .55 * rng_uniform(&rs));
+                p[3] = (float)(.05 + .55 * rng_uniform(&rs));
+                p[4] = (float)(classes > 0 ? rng_next(&rs) % (uint64_t)classes : 0);
+            }
         } else {
             for (int k = 0; k < net->truths; ++k) d.y.vals[r][k] = (float)rng_uniform(&rs);
         }
@@ -590,6 +620,15 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     gc_run g = { net, ref, sub, 0 };
     out->loss = g.base = sdnn_gradref_forward(ref, 0, 1);
     sdnn_gradref_backward(ref);
+    if (yolo >= 0) {
+        int near = 0, bad = sdnn_gradref_yolo_disagree(ref, &near);
+        out->yolo_disagree = bad;
+        note(out, "[yolo] heads checked with their own loss (the reference's delta in double, "
+                  "the float forward's decisions%s): %d element%s decided otherwise in double, "
+                  "%d prediction%s within 1e-4 of ignore_thresh or truth_thresh",
+             bad ? "; decided otherwise, a gradient differs by that term" : " agree", bad,
+             bad == 1 ? "" : "s", near, near == 1 ? "" : "s");
+    }
 
     int first = 0;
     for (int i = 0; i < net->n; ++i)

@@ -74,9 +74,15 @@
  * vs N-1 mismatch (fix_bn_delta=0) is a ~1/N error and fails.
  *
  * The objective is the one each head's delta is the negative gradient of
- * (gradref.h).  yolo and region heads report |delta|^2, which their delta
- * is not the gradient of: the check replaces each by an sse head and checks
- * the body (the report says so).  Dropout draws its mask with rand(): the
+ * (gradref.h).  A [yolo] head is checked with its own loss: the reference
+ * computes Darknet's yolo delta in double (yolo_ref.c), its decisions
+ * (ignore, truth_thresh, the anchor slots) made once from the double
+ * forward of the batch and held, which makes the delta the negative
+ * gradient of a smooth objective (gradref.h); the batch's truth is 2 to 4
+ * random boxes an image; the report counts the elements the float forward
+ * decided otherwise.  [region] heads report |delta|^2 and are not in the
+ * reference: the check replaces each by an sse head and checks the body
+ * (the report says so).  Dropout draws its mask with rand(): the
  * step and the host forward that captures the masks start from the same
  * srand seed.
  */
@@ -151,6 +157,7 @@ typedef struct sdnn_gradcheck_report {
     int fix_1x1_delta;
     int fixed_layers;   /* layers the fix runs on */
     double loss;        /* the objective at the trained point */
+    int yolo_disagree;  /* [yolo] elements the reference decided otherwise than the float forward */
     char notes[1024];   /* heads replaced, dropout, ... one per line */
 } sdnn_gradcheck_report;
 

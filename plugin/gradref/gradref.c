@@ -27,7 +27,15 @@ typedef struct ref_layer {
     float scale;            /* cost scale, upsample scale */
     int cost;               /* cost type */
     int sm_groups;          /* softmax */
-    int head;               /* 1: cost, 2: softmax */
+    int head;               /* 1: cost, 2: softmax, 3: yolo */
+    /* yolo: Darknet's layer (its anchors, mask, thresholds; the network
+     * must outlive the reference), the network's input size, and per
+     * subdivision the decisions as targets and weights (yolo_ref.c), and
+     * the float forward's delta (sdnn_gradref_adopt) */
+    const layer *yolo;
+    int net_w, net_h;
+    double **ytarget, **yscale, **yfloat, *ydelta;
+    int *ydecided, *ynear;
     int np;
     double *par[SDNN_MAX_PARAMS_PER_LAYER], *grad[SDNN_MAX_PARAMS_PER_LAYER];
     /* per gradient element: the sum of its terms' squares during the
@@ -237,6 +245,12 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         free(l->route);
         free(l->d);
         free(l->dz);
+        free_sub(l->ytarget, r->sub);
+        free_sub(l->yscale, r->sub);
+        free_sub(l->yfloat, r->sub);
+        free(l->ydelta);
+        free(l->ydecided);
+        free(l->ynear);
     }
     free(r->L);
     free_sub(r->input, r->sub);
@@ -336,6 +350,27 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->sm_groups = dl->groups > 0 ? dl->groups : 1;
         l->head = dl->noloss ? 0 : 2;
         break;
+    case YOLO:
+        if (dl->map)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a yolo layer with a "
+                              "class map", i);
+        if (dl->truths != net->truths)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a yolo layer reading "
+                              "truth rows of %d values in a network whose rows hold %d", i,
+                              dl->truths, net->truths);
+        l->yolo = dl;
+        l->net_w = net->w;
+        l->net_h = net->h;
+        l->head = 3;
+        {
+            size_t n = (size_t)l->batch * (size_t)l->outputs;
+            if (!(l->ytarget = per_sub(sub, n)) || !(l->yscale = per_sub(sub, n)) ||
+                !(l->yfloat = per_sub(sub, n)) || !(l->ydelta = dalloc(n)) ||
+                !(l->ydecided = calloc((size_t)sub, sizeof *l->ydecided)) ||
+                !(l->ynear = calloc((size_t)sub, sizeof *l->ynear)))
+                return NOMEM();
+        }
+        break;
     case COST:
         if (dl->cost_type != SSE && dl->cost_type != MASKED && dl->cost_type != L1 &&
             dl->cost_type != SMOOTH)
@@ -432,6 +467,8 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
     if (input)
         for (size_t k = 0; k < ni; ++k) r->input[s][k] = input[k];
     if (truth) memcpy(r->truth[s], truth, (size_t)r->batch * (size_t)r->truths * sizeof(float));
+    for (int i = 0; (input || truth) && i < r->n; ++i)
+        if (r->L[i].ydecided) r->L[i].ydecided[s] = 0;   /* decided again by the next forward */
     for (int i = 0; masks && i < r->n; ++i) {
         ref_layer *l = &r->L[i];
         if (l->type != DROPOUT) continue;
@@ -458,6 +495,13 @@ sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
                                   "indexes", i);
             for (size_t k = 0; k < n; ++k)
                 l->arg[s][k] = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
+        }
+        if (l->yolo) {
+            if (!dl->delta)
+                return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a yolo layer without "
+                                  "a delta", i);
+            for (size_t k = 0; k < n; ++k) l->yfloat[s][k] = dl->delta[k];
+            l->ydecided[s] = 0;
         }
     }
     return SDNN_OK;
@@ -685,6 +729,18 @@ static double head_loss(const sdnn_gradref *r, const ref_layer *l, int s)
     const float *t = r->truth[s];
     size_t n = (size_t)l->batch * (size_t)l->inputs;
     double sum = 0;
+    if (l->head == 3) {
+        /* The held decisions' objective (gradref.h, sdnn_gradref_yolo_delta). */
+        int hw = l->yolo->w * l->yolo->h, per = 5 + l->yolo->classes;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k], tg = l->ytarget[s][k];
+            if (sc == 0) continue;
+            int e = (int)((k % (size_t)l->outputs) / (size_t)hw) % per;
+            if (e == 2 || e == 3) sum += 0.5 * sc * (tg - x[k]) * (tg - x[k]);
+            else sum += sc * (softplus(x[k]) - tg * x[k]);
+        }
+        return sum;
+    }
     if (l->head == 2) {
         for (size_t k = 0; k < n; ++k)
             if (t[k] != 0) sum -= (double)t[k] * log(l->out[s][k]);
@@ -798,6 +854,22 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
                 for (int k = 0; k < per; ++k) sum += (og[k] = exp(xg[k] - mx));
                 for (int k = 0; k < per; ++k) og[k] /= sum;
             }
+        break;
+    }
+    case YOLO: {
+        /* The activated output, and the decisions (yolo_ref.c) as targets
+         * and weights: a plain forward decides anew, a held one keeps the
+         * decisions the first forward of this batch made. */
+        int near = 0;
+        sdnn_gradref_yolo_delta(l->yolo, l->net_w, l->net_h, x, r->truth[s], 1e-4, o,
+                                l->ydelta, r->hold && l->ydecided[s] ? NULL : l->yscale[s], &near);
+        if (r->hold && l->ydecided[s]) break;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k];
+            l->ytarget[s][k] = sc != 0 ? o[k] + l->ydelta[k] / sc : 0;
+        }
+        l->ydecided[s] = 1;
+        l->ynear[s] = near;
         break;
     }
     case COST:
@@ -918,6 +990,19 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
             }
         break;
     }
+    case YOLO: {
+        /* -delta at x with the held targets: s (logistic(x) - target) on
+         * the logistic entries, s (x - target) on w, h. */
+        int hw = l->yolo->w * l->yolo->h, per = 5 + l->yolo->classes;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k];
+            if (sc == 0) continue;
+            int e = (int)((k % (size_t)l->outputs) / (size_t)hw) % per;
+            double o = e == 2 || e == 3 ? x[k] : sigm(x[k]);
+            dx[k] += sc * (o - l->ytarget[s][k]);
+        }
+        break;
+    }
     case COST: {
         const float *t = r->truth[s];
         size_t ni = (size_t)l->batch * (size_t)l->inputs;
@@ -973,6 +1058,23 @@ const double *sdnn_gradref_grad_spread(const sdnn_gradref *r, int i, int j, size
     if (i < 0 || i >= r->n || j < 0 || j >= r->L[i].np) return NULL;
     *n = r->L[i].pn[j];
     return r->L[i].gsq[j];
+}
+
+int sdnn_gradref_yolo_disagree(const sdnn_gradref *r, int *near)
+{
+    int bad = 0;
+    *near = 0;
+    for (int i = 0; i < r->n; ++i) {
+        const ref_layer *l = &r->L[i];
+        if (!l->yolo) continue;
+        size_t n = (size_t)l->batch * (size_t)l->outputs;
+        for (int s = 0; s < r->sub; ++s) {
+            if (!l->ydecided[s]) continue;
+            *near += l->ynear[s];
+            for (size_t k = 0; k < n; ++k) bad += (l->yscale[s][k] != 0) != (l->yfloat[s][k] != 0);
+        }
+    }
+    return bad;
 }
 
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd)
