@@ -283,7 +283,17 @@ static void test_yolo_region_bodies(void **state)
               12);
     assert_int_equal(r.nlayers, 2);
     assert_int_equal(r.failed, 0);
-    assert_non_null(strstr(r.notes, "1 region head checked as sse"));
+    assert_non_null(strstr(r.notes, "1 region/fork-yolo head checked as sse"));
+    sdnn_gradcheck_report_free(&r);
+    /* The fork's [yolo] (scale_x_y changes its delta): not in the
+     * reference, checked as an sse head. */
+    r = check(NET(2, 8) CONV(8, 3, leaky) CONV(18, 1, linear)
+              "[yolo]\nmask=0,1,2\nanchors=2,2, 4,4, 6,6\nclasses=1\nnum=3\njitter=0\n"
+              "ignore_thresh=.7\ntruth_thresh=1\nrandom=0\nscale_x_y=1.05\n",
+              4);
+    assert_int_equal(r.failed, 0);
+    assert_non_null(strstr(r.notes, "1 region/fork-yolo head checked as sse"));
+    assert_null(strstr(r.notes, "[yolo] heads checked with their own loss"));
     sdnn_gradcheck_report_free(&r);
 }
 

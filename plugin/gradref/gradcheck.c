@@ -10,6 +10,7 @@
 #include "replicas.h"
 #include "splitmix.h"
 #include "trainer.h"
+#include "yolo_dialect.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -85,9 +86,32 @@ static int header_is(const char *line, size_t len, const char *name)
     return strcmp(buf, want) == 0;
 }
 
-/* Replace every [region] section (header and keys) by an sse [cost] head;
- * *count gets how many.  Layer indices stay as they were.  [yolo] heads
- * stay: the reference computes their delta (yolo_ref.c). */
+/* Does the [yolo] section starting after `p` hold one of the maintained
+ * fork's keys (yolo_dialect.h: scale_x_y, iou_loss, ...)?  Then its delta is
+ * the fork's, which the reference does not compute. */
+static int fork_yolo(const char *p)
+{
+    sdnn_yolo_opts opts;
+    sdnn_yolo_opts_init(&opts);
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+        char line[256];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof line; ++i)
+            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
+        line[k] = '\0';
+        if (line[0] == '[') return 0;   /* the next section */
+        if (line[0] != '#' && line[0] != ';' && sdnn_yolo_opts_set(&opts, line)) return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* Replace every [region] section and every [yolo] section of the fork's
+ * dialect (header and keys) by an sse [cost] head; *count gets how many.
+ * Layer indices stay as they were.  Debian's [yolo] heads stay: the
+ * reference computes their delta (yolo_ref.c). */
 static char *replace_heads(const char *text, int *count)
 {
     size_t len = strlen(text);
@@ -99,9 +123,9 @@ static char *replace_heads(const char *text, int *count)
     for (const char *p = text; *p;) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
-        int region = header_is(p, n, "region");
+        int region = header_is(p, n, "region"), yolo = header_is(p, n, "yolo");
         if (region >= 0) {   /* a header */
-            skipping = region == 1;
+            skipping = region == 1 || (yolo == 1 && fork_yolo(p + n));
             if (skipping) {
                 o += (size_t)sprintf(out + o, "[cost]\ntype=sse\n");
                 ++*count;
@@ -428,9 +452,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     free(stripped);
     if (!body) return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     if (replaced)
-        note(out, "%d region head%s checked as sse [cost] layers: the reference has no [region] "
-                  "delta; the body before each head is what is checked", replaced,
-             replaced > 1 ? "s" : "");
+        note(out, "%d region/fork-yolo head%s checked as sse [cost] layers: the reference has "
+                  "no [region] delta and no delta of the fork's [yolo] keys; the body before each "
+                  "head is what is checked", replaced, replaced > 1 ? "s" : "");
 
     int fd = -1;
     char path[64];

@@ -351,6 +351,9 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->head = dl->noloss ? 0 : 2;
         break;
     case YOLO:
+        if (sdnn_dialect_layer(net, i, &info) == SDNN_DIALECT_YOLO)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: the fork's [yolo] (its "
+                              "keys change the delta the reference computes)", i);
         if (dl->map)
             return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a yolo layer with a "
                               "class map", i);
