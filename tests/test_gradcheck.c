@@ -821,14 +821,28 @@ static void yolo_delta_case(const char *ignore_thresh, const char *truth_thresh,
             p[4] = (float)(t % 2);
         }
     double *x = malloc(no * sizeof *x), *out = malloc(no * sizeof *out);
-    double *delta = malloc(no * sizeof *delta);
+    double *delta = malloc(no * sizeof *delta), *scale = malloc(no * sizeof *scale);
+    assert_non_null(scale);
     assert_non_null(x);
     assert_non_null(out);
     assert_non_null(delta);
     for (size_t k = 0; k < no; ++k) x[k] = net->input[k];
     int near = -1;
     assert_int_equal(sdnn_gradref_yolo_delta(l, net->w, net->h, x, net->truth, 1e-5, out, delta,
-                                             NULL, &near), SDNN_OK);
+                                             scale, &near), SDNN_OK);
+    /* The weights gradref's [yolo] head holds: a term wherever delta is
+     * set, 1 on objectness and classes, 2 - w h in (1, 2) on box terms. */
+    int boxed = 0;
+    for (size_t k = 0; k < no; ++k) {
+        int e = (int)((k % (size_t)l->outputs) / (size_t)(l->w * l->h)) % (5 + l->classes);
+        if (delta[k] != 0) assert_true(scale[k] > 0);
+        if (e >= 4) assert_true(scale[k] == 0 || scale[k] == 1);
+        else if (scale[k] != 0) {
+            assert_true(scale[k] > 1 && scale[k] < 2);
+            ++boxed;
+        }
+    }
+    assert_true(boxed > 0);
     net->train = 1;
     forward_network(net);
     double worst = 0;
@@ -868,6 +882,7 @@ static void yolo_delta_case(const char *ignore_thresh, const char *truth_thresh,
     free(x);
     free(out);
     free(delta);
+    free(scale);
     sdnn_network_free(net);
 }
 
