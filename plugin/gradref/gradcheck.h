@@ -144,7 +144,7 @@ typedef struct sdnn_gradcheck_layer {
         double median_rel;      /* stage 2: sampled elements */
         double norm_rel;        /* stage 2: ||g - g_ref|| / ||g_ref||, the whole tensor */
         double dir_rel;         /* stage 2: the worst random direction */
-        double cond;            /* ||sum|t| per element|| / ||g_ref|| */
+        double cond;            /* ||E|| / ||g_ref||, E_e = |g_e| + sqrt(sum t^2) */
     } tensor[3];
     int pass;
 } sdnn_gradcheck_layer;
