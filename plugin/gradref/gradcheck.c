@@ -10,6 +10,7 @@
 #include "replicas.h"
 #include "splitmix.h"
 #include "trainer.h"
+#include "yolo_dialect.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -85,8 +86,32 @@ static int header_is(const char *line, size_t len, const char *name)
     return strcmp(buf, want) == 0;
 }
 
-/* Replace every [yolo] and [region] section (header and keys) by an sse
- * [cost] head; *count gets how many.  Layer indices stay as they were. */
+/* Does the [yolo] section starting after `p` hold one of the maintained
+ * fork's keys (yolo_dialect.h: scale_x_y, iou_loss, ...)?  Then its delta is
+ * the fork's, which the reference does not compute. */
+static int fork_yolo(const char *p)
+{
+    sdnn_yolo_opts opts;
+    sdnn_yolo_opts_init(&opts);
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+        char line[256];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof line; ++i)
+            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
+        line[k] = '\0';
+        if (line[0] == '[') return 0;   /* the next section */
+        if (line[0] != '#' && line[0] != ';' && sdnn_yolo_opts_set(&opts, line)) return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* Replace every [region] section and every [yolo] section of the fork's
+ * dialect (header and keys) by an sse [cost] head; *count gets how many.
+ * Layer indices stay as they were.  Debian's [yolo] heads stay: the
+ * reference computes their delta (yolo_ref.c). */
 static char *replace_heads(const char *text, int *count)
 {
     size_t len = strlen(text);
@@ -98,9 +123,9 @@ static char *replace_heads(const char *text, int *count)
     for (const char *p = text; *p;) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
-        int yolo = header_is(p, n, "yolo"), region = header_is(p, n, "region");
-        if (yolo >= 0) {   /* a header */
-            skipping = yolo == 1 || region == 1;
+        int region = header_is(p, n, "region"), yolo = header_is(p, n, "yolo");
+        if (region >= 0) {   /* a header */
+            skipping = region == 1 || (yolo == 1 && fork_yolo(p + n));
             if (skipping) {
                 o += (size_t)sprintf(out + o, "[cost]\ntype=sse\n");
                 ++*count;
@@ -116,7 +141,7 @@ static char *replace_heads(const char *text, int *count)
     return out;
 }
 
-typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX } head_kind;
+typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX, HEAD_YOLO } head_kind;
 
 /* What layer i contributes to the objective, or an error for a layer
  * whose loss this check does not know. */
@@ -143,6 +168,10 @@ static sdnn_status head_of(const network *net, int i, head_kind *k)
                               "or temperature != 1 (its delta is not the gradient of the "
                               "cross-entropy it reports)", i);
         *k = HEAD_SOFTMAX;
+        return SDNN_OK;
+    }
+    if (l->type == YOLO) {
+        *k = HEAD_YOLO;
         return SDNN_OK;
     }
     if (l->cost && l->type != COST && l->type != SOFTMAX)
@@ -259,9 +288,9 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
         double *val = sdnn_gradref_param(g->ref, i, j, &n);
         const double *gr = sdnn_gradref_grad(g->ref, i, j, &n);
         size_t na_n = 0;
-        const double *ga = sdnn_gradref_grad_abs(g->ref, i, j, &na_n);
+        const double *gq = sdnn_gradref_grad_spread(g->ref, i, j, &na_n);
         row->tensor[j].what = p[j].what;
-        if (!val || !gr || !ga || n != p[j].n || na_n != n || n == 0) continue;
+        if (!val || !gr || !gq || n != p[j].n || na_n != n || n == 0) continue;
         /* Stage 2 on the whole tensor: the engine's gradient is -updates. */
         double gmax = 0, nr = 0, nd = 0, nabs = 0;
         for (size_t e = 0; e < n; ++e) {
@@ -269,13 +298,14 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             if (fabs(gr[e]) > gmax) gmax = fabs(gr[e]);
             nr += gr[e] * gr[e];
             nd += d * d;
-            nabs += ga[e] * ga[e];
+            double a = fabs(gr[e]) + gq[e];   /* E_e: the element's error scale */
+            nabs += a * a;
         }
         nr = sqrt(nr);
         nd = sqrt(nd);
         nabs = sqrt(nabs);
-        /* The tensor's condition: ||sum|t| per element|| / ||gradient||
-         * (>= 1; 1 when no element's terms cancel). */
+        /* The tensor's condition: ||E|| / ||gradient||, E_e = |g_e| +
+         * sqrt(sum t^2) (>= 1; about 1 when no element's terms cancel). */
         double cond = nr > 0 && nabs > nr ? nabs / nr : 1;
         double norm_rel = nr > 0 ? nd / nr : nd > 0 ? HUGE_VAL : 0, dir_rel = 0;
         for (int q = 0; q < SDNN_GRADCHECK_DIRS; ++q) {
@@ -304,10 +334,10 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             double an = gr[e], eng = -(double)p[j].upd[e];
             double den2 = fmax(fabs(an), efloor);
             e2[k2++] = den2 > 0 ? fabs(eng - an) / den2 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
-            /* The element against its own bound base x sum|t|: in units
-             * of base (the floor keeps an element whose terms are all ~0
-             * from dividing by nothing). */
-            double den3 = fmax(ga[e], afloor);
+            /* The element against its own bound base x E_e: in units of
+             * base (the floor keeps an element whose terms are all ~0 from
+             * dividing by nothing). */
+            double den3 = fmax(fabs(an) + gq[e], afloor);
             e3[k3++] = den3 > 0 ? fabs(eng - an) / den3 : fabs(eng - an) > 0 ? HUGE_VAL : 0;
             /* Stage 1: the reference's objective at theta +- eps. */
             double v = val[e];
@@ -422,9 +452,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     free(stripped);
     if (!body) return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     if (replaced)
-        note(out, "%d yolo/region head%s checked as sse [cost] layers: Darknet's yolo and region "
-                  "report |delta|^2, not the objective their delta is the gradient of; the "
-                  "body before each head is what is checked", replaced, replaced > 1 ? "s" : "");
+        note(out, "%d region/fork-yolo head%s checked as sse [cost] layers: the reference has "
+                  "no [region] delta and no delta of the fork's [yolo] keys; the body before each "
+                  "head is what is checked", replaced, replaced > 1 ? "s" : "");
 
     int fd = -1;
     char path[64];
@@ -459,13 +489,26 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
         goto done;
     }
-    int nheads = 0, softmax = -1, truths = net->truths;
+    int nheads = 0, softmax = -1, yolo = -1, classes = 0, truths = net->truths;
     for (int i = 0; i < net->n; ++i) {
         SDNN_CHECKGOTO(head_of(net, i, &heads[i]), st, done);
         if (heads[i] == HEAD_NONE) continue;
         ++nheads;
         if (heads[i] == HEAD_SOFTMAX) softmax = i;
+        if (heads[i] == HEAD_YOLO) {
+            /* Boxes in rows of l->truths values: the network's rows. */
+            int c = net->layers[i].classes;
+            if (yolo < 0 || c < classes) classes = c;
+            yolo = i;
+            continue;
+        }
         if (net->layers[i].inputs > truths) truths = net->layers[i].inputs;
+    }
+    if (yolo >= 0 && truths > net->truths) {
+        st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: %s: a [yolo] head (layer %d) reads "
+                        "truth rows of %d values, another head reads %d", name, yolo,
+                        net->truths, truths);
+        goto done;
     }
     for (int i = 0; i < net->n; ++i)
         if (net->layers[i].type == DROPOUT) {
@@ -538,6 +581,18 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
             int groups = l->groups > 0 ? l->groups : 1, per = l->inputs / groups;
             for (int q = 0; q < groups; ++q)
                 d.y.vals[r][q * per + (int)(rng_next(&rs) % (uint64_t)per)] = 1;
+        } else if (yolo >= 0) {
+            /* 2 to 4 boxes an image: centre in [.05, .95), size in
+             * [.05, .6), a class the yolo heads all have. */
+            int boxes = 2 + (int)(rng_next(&rs) % 3);
+            for (int b = 0; b < boxes && (b + 1) * 5 <= net->truths; ++b) {
+                float *p = d.y.vals[r] + b * 5;
+                p[0] = (float)(.05 + .9 * rng_uniform(&rs));
+                p[1] = (float)(.05 + .9 * rng_uniform(&rs));
+                p[2] = (float)(.05 + .55 * rng_uniform(&rs));
+                p[3] = (float)(.05 + .55 * rng_uniform(&rs));
+                p[4] = (float)(classes > 0 ? rng_next(&rs) % (uint64_t)classes : 0);
+            }
         } else {
             for (int k = 0; k < net->truths; ++k) d.y.vals[r][k] = (float)rng_uniform(&rs);
         }
@@ -589,6 +644,15 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     gc_run g = { net, ref, sub, 0 };
     out->loss = g.base = sdnn_gradref_forward(ref, 0, 1);
     sdnn_gradref_backward(ref);
+    if (yolo >= 0) {
+        int near = 0, bad = sdnn_gradref_yolo_disagree(ref, &near);
+        out->yolo_disagree = bad;
+        note(out, "[yolo] heads checked with their own loss (the reference's delta in double, "
+                  "the float forward's decisions%s): %d element%s decided otherwise in double, "
+                  "%d prediction%s within 1e-4 of ignore_thresh or truth_thresh",
+             bad ? "; decided otherwise, a gradient differs by that term" : " agree", bad,
+             bad == 1 ? "" : "s", near, near == 1 ? "" : "s");
+    }
 
     int first = 0;
     for (int i = 0; i < net->n; ++i)
@@ -694,8 +758,9 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
                "elements' median (dirs: the worst of %d random +-1 directions "
                "|<g - g_ref, d>|/||g_ref||, reported); "
                "threshold %g x 2^-24 x sqrt(R) x cond, R the reduction lengths along the "
-               "gradient's path, cond the tensor's ||sum|t|||/||sum t|| over its elements' "
-               "terms (the reference's; a float sum errs by ~u sqrt(n) sum|t|); the row shows "
+               "gradient's path, cond the tensor's ||E||/||g_ref||, E_e = |g_e| + "
+               "sqrt(sum t^2) over the terms element e sums (the reference's; random-walk "
+               "rounding: a float sum errs by ~u sqrt(R) E_e); the row shows "
                "the tensor with the smallest margin (float accumulation; no allowance for "
                "batch norm).\n",
             SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);

@@ -39,25 +39,50 @@
  *         over batch x subdivisions x out_h x out_w (sdnn_gradref_reduction;
  *         batch norm's mean and variance count as sums over their N).
  *
- *     cond = ||A|| / ||g_ref||, A_e = sum |t| over the terms t that
- *         gradient element e sums (sdnn_gradref_grad_abs: |dz x input|,
- *         |dz|, |dz x xhat|), computed by the reference in double.
+ *     cond = ||E|| / ||g_ref||, E_e = |g_ref,e| + q_e, q_e = sqrt(sum t^2)
+ *         over the terms t that gradient element e sums
+ *         (sdnn_gradref_grad_spread: dz x input, dz, dz x xhat), computed
+ *         by the reference in double.
  *
- * Rounding errors of float sums grow as the square root of their length
- * (random-walk model) times the sum of the terms' magnitudes, not of the
- * result: |fl(sum t) - sum t| <~ u sqrt(n) sum|t| (Higham and Mary's
- * probabilistic bound), so an element whose terms cancel (a batch-norm
+ * The error model is a random walk: every rounding is an independent,
+ * mean-zero error of at most u = 2^-24 relative to the value rounded.
+ * Element e sums n terms t_k; each term arrives with the errors of its
+ * path (relative standard deviation <= u sqrt(R_path), R_path the forward
+ * and backward sums behind it), and each partial sum s_m of the final
+ * accumulation is rounded once.  Independent errors add in variance:
+ *
+ *     sigma_e^2 <~ u^2 (R_path sum t_k^2 + sum_m s_m^2),
+ *     sum_m s_m^2 <= n max |s_m|^2,  max |s_m| <~ |g_e| + q_e
+ *
+ * (the partial sums run from 0 to g_e along a walk whose steps have root
+ * sum of squares q_e), so sigma_e <~ u sqrt(R) (|g_e| + q_e) with R =
+ * R_path + n.  A sum without cancellation (n like terms) has q_e =
+ * |g_e| / sqrt(n) and cond ~ 1; where terms cancel (a batch-normalised
  * layer's bias and scale gradients sum 8192 values of both signs at 64x64)
- * errs relative to itself by cond times more; C covers the constant (a
- * few roundings per term).  The sampled elements are judged each against
- * its own bound (|g_e - g_ref,e| / max(A_e, ||A|| / sqrt(n)), scaled by
- * cond to the tensor's threshold).  There is no allowance per batch norm:
- * Darknet's N vs N-1 mismatch (fix_bn_delta=0) is a ~1/N error and fails.
+ * cond grows with q_e / |g_e|, the random walk's size against the result,
+ * not with sum|t| / |g_e| (sqrt(n) larger: the worst case, every rounding
+ * the same sign).  A common error shared by a channel's terms (batch norm's
+ * mean and variance terms in dz) is a sum over that channel's N values,
+ * and R holds 2N for each batch norm.  C = 16 = 2 x 8: up to 4 roundings
+ * per counted addition (its product, the activation's derivative, batch
+ * norm's steps: variance x 4, sigma x 2) and a confidence factor of 8
+ * standard deviations (a Gaussian passes 8 sigma with probability ~1e-15;
+ * over a tensor's norm the elements' errors average, so there it is
+ * looser).  The sampled elements are judged each against its own bound
+ * (|g_e - g_ref,e| / max(E_e, ||E|| / sqrt(n)), scaled by cond to the
+ * tensor's threshold).  There is no allowance per batch norm: Darknet's N
+ * vs N-1 mismatch (fix_bn_delta=0) is a ~1/N error and fails.
  *
  * The objective is the one each head's delta is the negative gradient of
- * (gradref.h).  yolo and region heads report |delta|^2, which their delta
- * is not the gradient of: the check replaces each by an sse head and checks
- * the body (the report says so).  Dropout draws its mask with rand(): the
+ * (gradref.h).  A [yolo] head is checked with its own loss: the reference
+ * computes Darknet's yolo delta in double (yolo_ref.c), its decisions
+ * (ignore, truth_thresh, the anchor slots) made once from the double
+ * forward of the batch and held, which makes the delta the negative
+ * gradient of a smooth objective (gradref.h); the batch's truth is 2 to 4
+ * random boxes an image; the report counts the elements the float forward
+ * decided otherwise.  [region] heads report |delta|^2 and are not in the
+ * reference: the check replaces each by an sse head and checks the body
+ * (the report says so).  Dropout draws its mask with rand(): the
  * step and the host forward that captures the masks start from the same
  * srand seed.
  */
@@ -119,7 +144,7 @@ typedef struct sdnn_gradcheck_layer {
         double median_rel;      /* stage 2: sampled elements */
         double norm_rel;        /* stage 2: ||g - g_ref|| / ||g_ref||, the whole tensor */
         double dir_rel;         /* stage 2: the worst random direction */
-        double cond;            /* ||sum|t| per element|| / ||g_ref|| */
+        double cond;            /* ||E|| / ||g_ref||, E_e = |g_e| + sqrt(sum t^2) */
     } tensor[3];
     int pass;
 } sdnn_gradcheck_layer;
@@ -132,6 +157,7 @@ typedef struct sdnn_gradcheck_report {
     int fix_1x1_delta;
     int fixed_layers;   /* layers the fix runs on */
     double loss;        /* the objective at the trained point */
+    int yolo_disagree;  /* [yolo] elements the reference decided otherwise than the float forward */
     char notes[1024];   /* heads replaced, dropout, ... one per line */
 } sdnn_gradcheck_report;
 

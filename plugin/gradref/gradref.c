@@ -27,12 +27,22 @@ typedef struct ref_layer {
     float scale;            /* cost scale, upsample scale */
     int cost;               /* cost type */
     int sm_groups;          /* softmax */
-    int head;               /* 1: cost, 2: softmax */
+    int head;               /* 1: cost, 2: softmax, 3: yolo */
+    /* yolo: Darknet's layer (its anchors, mask, thresholds; the network
+     * must outlive the reference), the network's input size, and per
+     * subdivision the decisions as targets and weights (yolo_ref.c), and
+     * the float forward's delta (sdnn_gradref_adopt) */
+    const layer *yolo;
+    int net_w, net_h;
+    double **ytarget, **yscale, **yfloat, *ydelta;
+    int *ydecided, *ynear;
     int np;
     double *par[SDNN_MAX_PARAMS_PER_LAYER], *grad[SDNN_MAX_PARAMS_PER_LAYER];
-    double *gabs[SDNN_MAX_PARAMS_PER_LAYER];   /* per gradient element: sum of |its terms| */
+    /* per gradient element: the sum of its terms' squares during the
+     * backward, its square root after it (sdnn_gradref_grad_spread) */
+    double *gsq[SDNN_MAX_PARAMS_PER_LAYER];
     size_t pn[SDNN_MAX_PARAMS_PER_LAYER];
-    double *W, *B, *S, *gW, *gB, *gS, *aW, *aB, *aS;
+    double *W, *B, *S, *gW, *gB, *gS, *qW, *qB, *qS;
     /* per subdivision */
     double **out, **z, **xhat, **mean, **var;
     unsigned char **piece;  /* the activation's piece per value (held forwards) */
@@ -217,7 +227,7 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         for (int j = 0; j < SDNN_MAX_PARAMS_PER_LAYER; ++j) {
             free(l->par[j]);
             free(l->grad[j]);
-            free(l->gabs[j]);
+            free(l->gsq[j]);
         }
         free_sub(l->out, r->sub);
         free_sub(l->z, r->sub);
@@ -235,6 +245,12 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         free(l->route);
         free(l->d);
         free(l->dz);
+        free_sub(l->ytarget, r->sub);
+        free_sub(l->yscale, r->sub);
+        free_sub(l->yfloat, r->sub);
+        free(l->ydelta);
+        free(l->ydecided);
+        free(l->ynear);
     }
     free(r->L);
     free_sub(r->input, r->sub);
@@ -334,6 +350,30 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->sm_groups = dl->groups > 0 ? dl->groups : 1;
         l->head = dl->noloss ? 0 : 2;
         break;
+    case YOLO:
+        if (sdnn_dialect_layer(net, i, &info) == SDNN_DIALECT_YOLO)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: the fork's [yolo] (its "
+                              "keys change the delta the reference computes)", i);
+        if (dl->map)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a yolo layer with a "
+                              "class map", i);
+        if (dl->truths != net->truths)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a yolo layer reading "
+                              "truth rows of %d values in a network whose rows hold %d", i,
+                              dl->truths, net->truths);
+        l->yolo = dl;
+        l->net_w = net->w;
+        l->net_h = net->h;
+        l->head = 3;
+        {
+            size_t n = (size_t)l->batch * (size_t)l->outputs;
+            if (!(l->ytarget = per_sub(sub, n)) || !(l->yscale = per_sub(sub, n)) ||
+                !(l->yfloat = per_sub(sub, n)) || !(l->ydelta = dalloc(n)) ||
+                !(l->ydecided = calloc((size_t)sub, sizeof *l->ydecided)) ||
+                !(l->ynear = calloc((size_t)sub, sizeof *l->ynear)))
+                return NOMEM();
+        }
+        break;
     case COST:
         if (dl->cost_type != SSE && dl->cost_type != MASKED && dl->cost_type != L1 &&
             dl->cost_type != SMOOTH)
@@ -355,12 +395,12 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
         l->pn[j] = p[j].n;
         l->par[j] = dalloc(p[j].n);
         l->grad[j] = dalloc(p[j].n);
-        l->gabs[j] = dalloc(p[j].n);
-        if (!l->par[j] || !l->grad[j] || !l->gabs[j]) return NOMEM();
+        l->gsq[j] = dalloc(p[j].n);
+        if (!l->par[j] || !l->grad[j] || !l->gsq[j]) return NOMEM();
         for (size_t e = 0; e < p[j].n; ++e) l->par[j][e] = p[j].val[e];
-        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; l->aW = l->gabs[j]; }
-        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; l->aB = l->gabs[j]; }
-        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; l->aS = l->gabs[j]; }
+        if (!strcmp(p[j].what, "weights")) { l->W = l->par[j]; l->gW = l->grad[j]; l->qW = l->gsq[j]; }
+        else if (!strcmp(p[j].what, "biases")) { l->B = l->par[j]; l->gB = l->grad[j]; l->qB = l->gsq[j]; }
+        else if (!strcmp(p[j].what, "scales")) { l->S = l->par[j]; l->gS = l->grad[j]; l->qS = l->gsq[j]; }
     }
     if ((l->type == CONVOLUTIONAL || l->type == CONNECTED) && (!l->W || !l->B || (l->bn && !l->S)))
         return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: missing parameters", i);
@@ -430,6 +470,8 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
     if (input)
         for (size_t k = 0; k < ni; ++k) r->input[s][k] = input[k];
     if (truth) memcpy(r->truth[s], truth, (size_t)r->batch * (size_t)r->truths * sizeof(float));
+    for (int i = 0; (input || truth) && i < r->n; ++i)
+        if (r->L[i].ydecided) r->L[i].ydecided[s] = 0;   /* decided again by the next forward */
     for (int i = 0; masks && i < r->n; ++i) {
         ref_layer *l = &r->L[i];
         if (l->type != DROPOUT) continue;
@@ -456,6 +498,13 @@ sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
                                   "indexes", i);
             for (size_t k = 0; k < n; ++k)
                 l->arg[s][k] = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
+        }
+        if (l->yolo) {
+            if (!dl->delta)
+                return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a yolo layer without "
+                                  "a delta", i);
+            for (size_t k = 0; k < n; ++k) l->yfloat[s][k] = dl->delta[k];
+            l->ydecided[s] = 0;
         }
     }
     return SDNN_OK;
@@ -530,7 +579,7 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                 for (int ky = 0; ky < k; ++ky)
                     for (int kx = 0; kx < k; ++kx) {
                         size_t wi = (((size_t)f * cg + c) * k + ky) * k + kx;
-                        double wv = l->W[wi], gw = 0, aw = 0;
+                        double wv = l->W[wi], gw = 0, qw = 0;
                         for (int oy = 0; oy < l->oh; ++oy) {
                             int y = oy * l->stride + ky - l->pad;
                             if (y < 0 || y >= l->h) continue;
@@ -539,13 +588,14 @@ static void conv_bwd(const ref_layer *l, const double *x, const double *dz, doub
                                 if (xx < 0 || xx >= l->w) continue;
                                 double dv = df[(size_t)oy * l->ow + ox];
                                 size_t xi = co + (size_t)y * l->w + xx;
-                                gw += dv * xb[xi];
-                                aw += fabs(dv * xb[xi]);
+                                double t = dv * xb[xi];
+                                gw += t;
+                                qw += t * t;
                                 if (dxb) dxb[xi] += wv * dv;
                             }
                         }
                         l->gW[wi] += gw;
-                        l->aW[wi] += aw;
+                        l->qW[wi] += qw;
                     }
             }
         }
@@ -570,13 +620,14 @@ static void fc_bwd(const ref_layer *l, const double *x, const double *dz, double
         for (int o = 0; o < l->outputs; ++o) {
             double dv = dz[(size_t)b * (size_t)l->outputs + o];
             double *gw = l->gW + (size_t)o * (size_t)l->inputs;
-            double *aw = l->aW + (size_t)o * (size_t)l->inputs;
+            double *qw = l->qW + (size_t)o * (size_t)l->inputs;
             const double *w = l->W + (size_t)o * (size_t)l->inputs;
             const double *xb = x + (size_t)b * (size_t)l->inputs;
             double *dxb = dx ? dx + (size_t)b * (size_t)l->inputs : NULL;
             for (int k = 0; k < l->inputs; ++k) {
-                gw[k] += dv * xb[k];
-                aw[k] += fabs(dv * xb[k]);
+                double t = dv * xb[k];
+                gw[k] += t;
+                qw[k] += t * t;
                 if (dxb) dxb[k] += dv * w[k];
             }
         }
@@ -635,22 +686,23 @@ static void affine_act_bwd(ref_layer *l, int s)
     double *g = l->dz;
     for (size_t k = 0; k < n; ++k) g[k] = l->d[k] * act_g_on(l->act, l->z[s][k], l->piece[s][k]);
     for (int c = 0; c < l->oc; ++c) {
-        double sb = 0, ss = 0, ab = 0, as = 0;
+        double sb = 0, ss = 0, qb = 0, qs = 0;
         for (int b = 0; b < l->batch; ++b)
             for (size_t q = 0; q < hw; ++q) {
                 size_t k = (size_t)b * l->outputs + c * hw + q;
                 sb += g[k];
-                ab += fabs(g[k]);
+                qb += g[k] * g[k];
                 if (l->bn) {
-                    ss += g[k] * l->xhat[s][k];
-                    as += fabs(g[k] * l->xhat[s][k]);
+                    double t = g[k] * l->xhat[s][k];
+                    ss += t;
+                    qs += t * t;
                 }
             }
         l->gB[c] += sb;
-        l->aB[c] += ab;
+        l->qB[c] += qb;
         if (!l->bn) continue;
         l->gS[c] += ss;
-        l->aS[c] += as;
+        l->qS[c] += qs;
         /* y = (x - m) / (sqrt(v) + eps), v = sum (x - m)^2 / (N - 1):
          * dx_i = gy_i / D - (sum gy) / (N D) - (x_i - m) (sum gy (x - m)) / (D^2 sqrt(v) (N - 1)),
          * gy = scale * g; the mean's term in dv vanishes (sum (x - m) = 0). */
@@ -680,6 +732,18 @@ static double head_loss(const sdnn_gradref *r, const ref_layer *l, int s)
     const float *t = r->truth[s];
     size_t n = (size_t)l->batch * (size_t)l->inputs;
     double sum = 0;
+    if (l->head == 3) {
+        /* The held decisions' objective (gradref.h, sdnn_gradref_yolo_delta). */
+        int hw = l->yolo->w * l->yolo->h, per = 5 + l->yolo->classes;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k], tg = l->ytarget[s][k];
+            if (sc == 0) continue;
+            int e = (int)((k % (size_t)l->outputs) / (size_t)hw) % per;
+            if (e == 2 || e == 3) sum += 0.5 * sc * (tg - x[k]) * (tg - x[k]);
+            else sum += sc * (softplus(x[k]) - tg * x[k]);
+        }
+        return sum;
+    }
     if (l->head == 2) {
         for (size_t k = 0; k < n; ++k)
             if (t[k] != 0) sum -= (double)t[k] * log(l->out[s][k]);
@@ -793,6 +857,22 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
                 for (int k = 0; k < per; ++k) sum += (og[k] = exp(xg[k] - mx));
                 for (int k = 0; k < per; ++k) og[k] /= sum;
             }
+        break;
+    }
+    case YOLO: {
+        /* The activated output, and the decisions (yolo_ref.c) as targets
+         * and weights: a plain forward decides anew, a held one keeps the
+         * decisions the first forward of this batch made. */
+        int near = 0;
+        sdnn_gradref_yolo_delta(l->yolo, l->net_w, l->net_h, x, r->truth[s], 1e-4, o,
+                                l->ydelta, r->hold && l->ydecided[s] ? NULL : l->yscale[s], &near);
+        if (r->hold && l->ydecided[s]) break;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k];
+            l->ytarget[s][k] = sc != 0 ? o[k] + l->ydelta[k] / sc : 0;
+        }
+        l->ydecided[s] = 1;
+        l->ynear[s] = near;
         break;
     }
     case COST:
@@ -913,6 +993,19 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
             }
         break;
     }
+    case YOLO: {
+        /* -delta at x with the held targets: s (logistic(x) - target) on
+         * the logistic entries, s (x - target) on w, h. */
+        int hw = l->yolo->w * l->yolo->h, per = 5 + l->yolo->classes;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k];
+            if (sc == 0) continue;
+            int e = (int)((k % (size_t)l->outputs) / (size_t)hw) % per;
+            double o = e == 2 || e == 3 ? x[k] : sigm(x[k]);
+            dx[k] += sc * (o - l->ytarget[s][k]);
+        }
+        break;
+    }
     case COST: {
         const float *t = r->truth[s];
         size_t ni = (size_t)l->batch * (size_t)l->inputs;
@@ -934,7 +1027,7 @@ void sdnn_gradref_backward(sdnn_gradref *r)
     for (int i = 0; i < r->n; ++i)
         for (int j = 0; j < r->L[i].np; ++j) {
             memset(r->L[i].grad[j], 0, r->L[i].pn[j] * sizeof(double));
-            memset(r->L[i].gabs[j], 0, r->L[i].pn[j] * sizeof(double));
+            memset(r->L[i].gsq[j], 0, r->L[i].pn[j] * sizeof(double));
         }
     for (int s = 0; s < r->sub; ++s) {
         /* The activations of subdivision s are those its forward kept. */
@@ -943,6 +1036,10 @@ void sdnn_gradref_backward(sdnn_gradref *r)
         memset(r->din, 0, (size_t)r->batch * (size_t)r->inputs * sizeof(double));
         for (int i = r->n - 1; i >= 0; --i) bwd_layer(r, i, s);
     }
+    /* The terms' squares summed over every subdivision: their root. */
+    for (int i = 0; i < r->n; ++i)
+        for (int j = 0; j < r->L[i].np; ++j)
+            for (size_t e = 0; e < r->L[i].pn[j]; ++e) r->L[i].gsq[j][e] = sqrt(r->L[i].gsq[j][e]);
 }
 
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n)
@@ -959,11 +1056,28 @@ const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n)
     return r->L[i].grad[j];
 }
 
-const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n)
+const double *sdnn_gradref_grad_spread(const sdnn_gradref *r, int i, int j, size_t *n)
 {
     if (i < 0 || i >= r->n || j < 0 || j >= r->L[i].np) return NULL;
     *n = r->L[i].pn[j];
-    return r->L[i].gabs[j];
+    return r->L[i].gsq[j];
+}
+
+int sdnn_gradref_yolo_disagree(const sdnn_gradref *r, int *near)
+{
+    int bad = 0;
+    *near = 0;
+    for (int i = 0; i < r->n; ++i) {
+        const ref_layer *l = &r->L[i];
+        if (!l->yolo) continue;
+        size_t n = (size_t)l->batch * (size_t)l->outputs;
+        for (int s = 0; s < r->sub; ++s) {
+            if (!l->ydecided[s]) continue;
+            *near += l->ynear[s];
+            for (size_t k = 0; k < n; ++k) bad += (l->yscale[s][k] != 0) != (l->yfloat[s][k] != 0);
+        }
+    }
+    return bad;
 }
 
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd)

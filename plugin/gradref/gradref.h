@@ -72,13 +72,23 @@ void sdnn_gradref_backward(sdnn_gradref *r);
 double *sdnn_gradref_param(sdnn_gradref *r, int i, int j, size_t *n);
 const double *sdnn_gradref_grad(const sdnn_gradref *r, int i, int j, size_t *n);
 
-/* Beside each element of that gradient: the sum, over the subdivisions,
- * of the absolute values of the terms the element sums (weights:
- * |dz x input| over batch and output positions; biases: |dz|; scales:
- * |dz x xhat|).  sum|t| / |sum t| is the element's condition number: a
- * float sum of those terms errs by up to ~u sqrt(n) sum|t| (Higham and
- * Mary's probabilistic bound), however much the terms cancel. */
-const double *sdnn_gradref_grad_abs(const sdnn_gradref *r, int i, int j, size_t *n);
+/* Beside each element of that gradient: the root of the sum, over the
+ * subdivisions, of the squares of the terms the element sums (weights:
+ * dz x input over batch and output positions; biases: dz; scales:
+ * dz x xhat), q_e = sqrt(sum t^2), computed in double.  Random-walk
+ * rounding (gradcheck.h): float errors of the terms and of the partial
+ * sums are independent and mean-zero, so the sum's error has a standard
+ * deviation of about u sqrt(R) (|sum t| + q_e), however much the terms
+ * cancel. */
+const double *sdnn_gradref_grad_spread(const sdnn_gradref *r, int i, int j, size_t *n);
+
+/* The [yolo] heads' decisions: the elements on which the reference's
+ * (made in double by the first forward after sdnn_gradref_adopt or
+ * set_batch, held by later held forwards) and the float forward's (the
+ * delta adopt took) differ, a term on one side only; *near gets the
+ * predictions whose best IOU lies within 1e-4 of ignore_thresh or
+ * truth_thresh. */
+int sdnn_gradref_yolo_disagree(const sdnn_gradref *r, int *near);
 
 /* The number of additions behind one value of layer i's output in a
  * forward pass (*fwd: conv c/groups x size^2, connected inputs, batch norm
@@ -100,9 +110,18 @@ void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *b
  * shape, if this layer owns it) gets objectness 1, the box terms
  * (2 - w h) (t - out) on x, y and on log-size for w, h, and the class
  * terms.  *near counts predictions whose best IOU lies within `margin` of
- * either threshold, the ones a float forward may decide the other way. */
+ * either threshold, the ones a float forward may decide the other way.
+ * `scale` (NULL: not wanted) gets each element's weight s in
+ * delta = s (target - out): 2 - w h on a box term, 1 on an objectness or
+ * class term, 0 where no term was set (an ignored objectness included).
+ * With the decisions held, delta is the negative gradient, with respect to
+ * the layer's input x, of
+ *     sum_e s_e (softplus(x_e) - target_e x_e)   (logistic entries: x, y,
+ *                                                 objectness, classes)
+ *   + sum_e s_e (target_e - x_e)^2 / 2            (w, h),
+ * the objective the reference's [yolo] head evaluates (gradref.c). */
 sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const double *x,
                                     const float *truth, double margin, double *out,
-                                    double *delta, int *near);
+                                    double *delta, double *scale, int *near);
 
 #endif

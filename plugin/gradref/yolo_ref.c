@@ -53,9 +53,11 @@ static rbox pred_box(const layer *l, const double *o, int b, int n, int j, int i
  * logistic output), w, h against log(size / anchor) (on the raw input),
  * each times scale = 2 - w h of the truth. */
 static void box_delta(const layer *l, const double *o, rbox t, int b, int n, int j, int i,
-                      int anchor, int net_w, int net_h, double *d)
+                      int anchor, int net_w, int net_h, double *d, double *sc)
 {
     double s = 2 - t.w * t.h;
+    if (sc)
+        for (int e = 0; e < 4; ++e) sc[at(l, b, n, e, j, i)] = s;
     d[at(l, b, n, 0, j, i)] = s * (t.x * l->w - i - o[at(l, b, n, 0, j, i)]);
     d[at(l, b, n, 1, j, i)] = s * (t.y * l->h - j - o[at(l, b, n, 1, j, i)]);
     d[at(l, b, n, 2, j, i)] = s * (log(t.w * net_w / l->biases[2 * anchor]) - o[at(l, b, n, 2, j, i)]);
@@ -66,14 +68,17 @@ static void box_delta(const layer *l, const double *o, rbox t, int b, int n, int
  * (a second truth in the same slot), only the truth's class is pulled to
  * 1; otherwise every class to its one-hot target. */
 static void class_delta(const layer *l, const double *o, int cls, int b, int n, int j, int i,
-                        double *d)
+                        double *d, double *sc)
 {
     if (d[at(l, b, n, 5, j, i)] != 0) {
         d[at(l, b, n, 5 + cls, j, i)] = 1 - o[at(l, b, n, 5 + cls, j, i)];
+        if (sc) sc[at(l, b, n, 5 + cls, j, i)] = 1;
         return;
     }
-    for (int c = 0; c < l->classes; ++c)
+    for (int c = 0; c < l->classes; ++c) {
         d[at(l, b, n, 5 + c, j, i)] = (c == cls) - o[at(l, b, n, 5 + c, j, i)];
+        if (sc) sc[at(l, b, n, 5 + c, j, i)] = 1;
+    }
 }
 
 static rbox truth_box(const layer *l, const float *truth, int b, int t)
@@ -85,7 +90,7 @@ static rbox truth_box(const layer *l, const float *truth, int b, int t)
 
 sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const double *x,
                                     const float *truth, double margin, double *out,
-                                    double *delta, int *near)
+                                    double *delta, double *scale, int *near)
 {
     if (l->type != YOLO)
         return SDNN_ERROR(SDNN_ERR_INVALID, "gradref: yolo delta of a %s layer",
@@ -105,6 +110,7 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
             }
         }
     memset(delta, 0, no * sizeof *delta);
+    if (scale) memset(scale, 0, no * sizeof *scale);
     for (int b = 0; b < l->batch; ++b) {
         /* Every prediction: objectness to 0 unless its best IOU with a
          * truth passes ignore_thresh; past truth_thresh, to 1 with its
@@ -125,13 +131,18 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
                         ++*near;
                     size_t oi = at(l, b, n, 4, j, i);
                     delta[oi] = 0 - out[oi];
-                    if (best > l->ignore_thresh) delta[oi] = 0;
+                    if (scale) scale[oi] = 1;
+                    if (best > l->ignore_thresh) {
+                        delta[oi] = 0;
+                        if (scale) scale[oi] = 0;   /* ignored: no term */
+                    }
                     if (best > l->truth_thresh) {
                         delta[oi] = 1 - out[oi];
+                        if (scale) scale[oi] = 1;
                         int cls = (int)truth[(size_t)b * l->truths + (size_t)best_t * 5 + 4];
-                        class_delta(l, out, cls, b, n, j, i, delta);
+                        class_delta(l, out, cls, b, n, j, i, delta, scale);
                         box_delta(l, out, truth_box(l, truth, b, best_t), b, n, j, i, l->mask[n],
-                                  net_w, net_h, delta);
+                                  net_w, net_h, delta, scale);
                     }
                 }
         /* Every truth: the anchor of the most similar shape (centres
@@ -154,11 +165,12 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
             for (int n = 0; n < l->n; ++n)
                 if (l->mask[n] == best_n) slot = n;
             if (slot < 0) continue;
-            box_delta(l, out, tb, b, slot, j, i, best_n, net_w, net_h, delta);
+            box_delta(l, out, tb, b, slot, j, i, best_n, net_w, net_h, delta, scale);
             size_t oi = at(l, b, slot, 4, j, i);
             delta[oi] = 1 - out[oi];
+            if (scale) scale[oi] = 1;
             int cls = (int)truth[(size_t)b * l->truths + (size_t)t * 5 + 4];
-            class_delta(l, out, cls, b, slot, j, i, delta);
+            class_delta(l, out, cls, b, slot, j, i, delta, scale);
         }
     }
     return SDNN_OK;

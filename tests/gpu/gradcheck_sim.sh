@@ -7,7 +7,7 @@
 # the reference), for cfg/shapes-res.cfg (residual shortcuts, the 1x1 fix)
 # cfg/shapes-v4tiny.cfg (the fork's dialect: grouped routes), and a yolo
 # body: tests/cfg/gradcheck-yolo-tiny.cfg (64x64, two [yolo] heads, checked
-# as sse heads: the body below them).  The
+# with their own loss: the reference's yolo delta in double).  The
 # same cfg runs with -engine cpu too, and both engines must flag the same
 # layers.
 # Batch norm: where the tree's [scalednn] section knows fix_bn_delta (the
