@@ -29,22 +29,102 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 _Thread_local sdnn_ex_state sdnn_ex;
 
 #define STACK_BYTES ((size_t)64 << 10)
 
+/*
+ * Fiber switches.  On x86-64 a switch is sdnn_ex_switch_ctx below: it saves
+ * the callee-saved registers, MXCSR and the x87 control word on the old
+ * stack and restores them from the new one, with no system call (glibc's
+ * swapcontext saves and restores the signal mask with rt_sigprocmask at
+ * every switch, which made barrier-heavy kernels cost ~300 ns a switch, 90%
+ * of it in the kernel).  Other architectures keep ucontext.  Under
+ * AddressSanitizer every switch is announced with the sanitizer's fiber
+ * calls, so it knows which stack runs.
+ */
+#if defined(__x86_64__)
+#define EX_ASM 1
+#else
+#define EX_ASM 0
+#include <ucontext.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EX_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EX_ASAN 1
+#endif
+#endif
+#ifndef EX_ASAN
+#define EX_ASAN 0
+#endif
+#if EX_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if EX_ASM
+/* sdnn_ex_switch_ctx(save, to): pushes rbp, rbx, r12-r15 and an 8-byte slot
+ * (MXCSR, x87 control word), stores rsp in *save, loads `to` as rsp and
+ * pops the same frame; `ret` then returns into the other context (or, the
+ * first time, into fiber_entry, which fiber_init places there). */
+__attribute__((visibility("hidden"))) void sdnn_ex_switch_ctx(void **save, void *to);
+__asm__(".text\n"
+        ".globl sdnn_ex_switch_ctx\n"
+        ".hidden sdnn_ex_switch_ctx\n"
+        ".type sdnn_ex_switch_ctx,@function\n"
+        ".p2align 4\n"
+        "sdnn_ex_switch_ctx:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    subq $8, %rsp\n"
+        "    stmxcsr (%rsp)\n"
+        "    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n"
+        "    fldcw 4(%rsp)\n"
+        "    addq $8, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size sdnn_ex_switch_ctx, .-sdnn_ex_switch_ctx\n");
+#endif
+
 enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE, F_FAULT };
 
 typedef struct ex_fiber {
+#if EX_ASM
+    void *sp;
+#else
     ucontext_t uc;
+#endif
+    void *fake;                 /* ASan's fake stack of the fiber while switched out */
     int state;
 } ex_fiber;
 
 typedef struct ex_worker {
+#if EX_ASM
+    void *main_sp;
+#else
     ucontext_t main;
+#endif
+    void *main_fake;
+    const void *main_bottom;    /* the worker's own stack (ASan's fiber calls) */
+    size_t main_size;
+    int on_fiber;               /* a fiber runs now (not the worker's stack) */
     ex_fiber f[SDNN_EX_MAX_THREADS];
     unsigned char *stacks;      /* SDNN_EX_MAX_THREADS stacks, reserved once */
     uint64_t xchg[SDNN_EX_MAX_THREADS];
@@ -78,10 +158,33 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct sigaction g_old_segv;
 static atomic_ullong g_launches;
 
+/* ASan's shadow of fiber t's stack, before the stack is reused or unmapped:
+ * the frames that were live when the fiber last left it (its last switch
+ * out, or all of it when it was abandoned mid-block) keep their poisoned
+ * redzones; frames that returned are clean.  (ucontext: ASan's swapcontext
+ * interceptor clears the stacks itself.) */
+static void clean_stack(ex_worker *w, unsigned t)
+{
+#if EX_ASAN && EX_ASM
+    ex_fiber *f = &w->f[t];
+    unsigned char *lo = w->stacks + STACK_BYTES * t;
+    if (f->sp) {
+        int ended = f->state == F_DONE || f->state == F_FAULT;
+        unsigned char *from = ended ? (unsigned char *)f->sp : lo;
+        __asan_unpoison_memory_region(from, (size_t)(lo + STACK_BYTES - from));
+        f->sp = NULL;
+    }
+#else
+    (void)w;
+    (void)t;
+#endif
+}
+
 static void worker_free(void *p)
 {
     ex_worker *w = p;
     if (!w) return;
+    for (unsigned t = 0; w->stacks && t < SDNN_EX_MAX_THREADS; ++t) clean_stack(w, t);
     if (w->stacks) munmap(w->stacks, STACK_BYTES * SDNN_EX_MAX_THREADS);
     free(w->dyn);
     free(w->dyn_meta);
@@ -96,6 +199,9 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
         sdnn_sim_describe_host(si->si_addr, where, sizeof where);
         snprintf(w->fault, sizeof w->fault, "device access at %p: %s", si->si_addr, where);
         w->armed = 0;
+#if EX_ASAN
+        if (w->on_fiber) __sanitizer_start_switch_fiber(NULL, w->main_bottom, w->main_size);
+#endif
         siglongjmp(w->fault_jb, 1);
     }
     /* Not a kernel's: whoever handled it before (the access faults again). */
@@ -182,6 +288,45 @@ static void set_thread(unsigned t)
     sdnn_ex.tid.z = t / (b.x * b.y);
 }
 
+/* The worker's stack to fiber t and back.  ASan hears of every switch: the
+ * stack it goes to (start) and, once there, that it arrived (finish). */
+static void to_fiber(ex_worker *w, unsigned t)
+{
+    ex_fiber *f = &w->f[t];
+#if EX_ASAN
+    __sanitizer_start_switch_fiber(&w->main_fake, w->stacks + STACK_BYTES * t, STACK_BYTES);
+#endif
+    w->on_fiber = 1;
+#if EX_ASM
+    sdnn_ex_switch_ctx(&w->main_sp, f->sp);
+#else
+    swapcontext(&w->main, &f->uc);
+#endif
+    w->on_fiber = 0;
+#if EX_ASAN
+    __sanitizer_finish_switch_fiber(w->main_fake, NULL, NULL);
+#endif
+}
+
+/* Fiber me back to the worker's stack; `done`: it never resumes. */
+static void to_main(ex_worker *w, unsigned me, int done)
+{
+    ex_fiber *f = &w->f[me];
+    (void)done;
+#if EX_ASAN
+    __sanitizer_start_switch_fiber(done ? NULL : &f->fake, w->main_bottom, w->main_size);
+#endif
+#if EX_ASM
+    sdnn_ex_switch_ctx(&f->sp, w->main_sp);
+#else
+    if (done) setcontext(&w->main);
+    swapcontext(&f->uc, &w->main);
+#endif
+#if EX_ASAN
+    __sanitizer_finish_switch_fiber(f->fake, &w->main_bottom, &w->main_size);
+#endif
+}
+
 int sdnn_ex_barrier(int scope, const char *what)
 {
     if (!sdnn_ex.fibers)
@@ -191,28 +336,57 @@ int sdnn_ex_barrier(int scope, const char *what)
     ex_worker *w = g_w;
     unsigned me = w->cur;
     w->f[me].state = scope == SDNN_EX_WARP ? F_WAIT_WARP : F_WAIT_BLOCK;
-    swapcontext(&w->f[me].uc, &w->main);
+    to_main(w, me, 0);
     /* Resumed: the barrier is complete. */
     set_thread(me);
     return 0;
 }
 
-static void fiber_main(void)
+__attribute__((noreturn)) static void fiber_entry(void)
 {
     ex_worker *w = g_w;
+#if EX_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &w->main_bottom, &w->main_size);
+#endif
     unsigned me = w->cur;
     int rc = w->run(w->args);
     w->f[me].state = rc ? F_FAULT : F_DONE;
+    to_main(w, me, 1);
+    abort();    /* a finished fiber is never resumed */
 }
+
+#if !EX_ASM
+static void fiber_main(void) { fiber_entry(); }
+#endif
 
 static void fiber_init(ex_worker *w, unsigned t)
 {
     ex_fiber *f = &w->f[t];
+    unsigned char *lo = w->stacks + STACK_BYTES * t;
+#if EX_ASM
+    clean_stack(w, t);
+    /* The frame sdnn_ex_switch_ctx pops: MXCSR and x87 control word as this
+     * thread has them, six zero registers, then fiber_entry as the return
+     * address, entered with rsp = 8 mod 16 as after a call (a zero return
+     * address above it ends backtraces). */
+    uint64_t *top = (uint64_t *)(((uintptr_t)(lo + STACK_BYTES)) & ~(uintptr_t)15);
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+    top[-1] = 0;
+    top[-2] = (uint64_t)(uintptr_t)fiber_entry;
+    for (int r = 3; r <= 8; ++r) top[-r] = 0;
+    top[-9] = (uint64_t)mxcsr | (uint64_t)fpucw << 32;
+    f->sp = top - 9;
+#else
     getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = w->stacks + STACK_BYTES * t;
+    f->uc.uc_stack.ss_sp = lo;
     f->uc.uc_stack.ss_size = STACK_BYTES;
     f->uc.uc_link = &w->main;
     makecontext(&f->uc, fiber_main, 0);
+#endif
+    f->fake = NULL;
     f->state = F_READY;
 }
 
@@ -220,7 +394,7 @@ static void resume(ex_worker *w, unsigned t)
 {
     w->cur = t;
     set_thread(t);
-    swapcontext(&w->main, &w->f[t].uc);
+    to_fiber(w, t);
 }
 
 /* Every thread on a fiber; thread 0 already waits at its first barrier. */
@@ -296,7 +470,14 @@ static sdnn_status run_block_body(ex_worker *w, unsigned T);
 
 static sdnn_status run_block(ex_worker *w, unsigned T)
 {
-    if (sigsetjmp(w->fault_jb, 1)) {
+    /* No signal mask to save: the handler runs with SA_NODEFER and an empty
+     * sa_mask, so the mask is unchanged when it jumps back here (saving it
+     * would be a system call a block). */
+    if (sigsetjmp(w->fault_jb, 0)) {
+#if EX_ASAN
+        if (w->on_fiber) __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+        w->on_fiber = 0;
         sdnn_ex_fail("%s", w->fault);
         return SDNN_ERR_INVALID;
     }

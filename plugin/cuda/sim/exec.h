@@ -12,9 +12,10 @@
  *    reaching a barrier the block has none, and its other threads run as a
  *    plain loop (a barrier or warp operation reached there is an error: a
  *    barrier thread 0 never reached);
- *  - otherwise every thread gets a fiber (ucontext, a 64 KiB stack, the
- *    stacks allocated once per worker thread and reused) and fibers switch
- *    at each barrier; a barrier that some threads reach while others have
+ *  - otherwise every thread gets a fiber (a 64 KiB stack, the stacks
+ *    allocated once per worker thread and reused) and fibers switch at each
+ *    barrier, by a register switch of exec.c's own on x86-64 (no system
+ *    call; ucontext elsewhere); a barrier that some threads reach while others have
  *    returned is an error naming the kernel, the block and both threads.
  * Shared memory is declared with SDNN_SHARED / SDNN_SHARED_DYN: each slot
  * records which thread wrote it last, in which block and between which

@@ -10,6 +10,7 @@
  */
 #include "cuda_util.cuh"
 #include "ops.h"
+#include "clock.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +158,31 @@ __global__ void k_warp_sum(const float *x, float *out, unsigned live)
 __global__ void k_visit(unsigned *log, unsigned *next)
 {
     if (threadIdx.x == 0) log[atomicAdd(next, 1u)] = blockIdx.x;
+}
+
+/* Barrier-heavy, as codec.cu's block scans: `rounds` times a warp scan by
+ * shuffles (10 warp exchanges) and a block total through shared memory (2
+ * barriers).  out[thread] = sum over rounds of (inclusive warp scan + block
+ * total) of x + round. */
+__global__ void k_scan_heavy(const unsigned *x, unsigned *out, int rounds)
+{
+    SDNN_SHARED(unsigned, ws, 32);
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    unsigned acc = 0, warps = (blockDim.x + 31) / 32;
+    for (int r = 0; r < rounds; ++r) {
+        unsigned v = x[i] + (unsigned)r;
+        for (unsigned d = 1; d < 32; d <<= 1) {
+            unsigned t = __shfl_up_sync(0xffffffffu, v, d);
+            if (lane >= d) v += t;
+        }
+        if (lane == 31) ws[threadIdx.x >> 5] = v;
+        __syncthreads();
+        unsigned tot = 0;
+        for (unsigned w = 0; w < warps; ++w) tot += ws[w];
+        __syncthreads();
+        acc += v + tot;
+    }
+    out[i] = acc;
 }
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -443,6 +469,56 @@ static void warps(void)
     sdnn_dctx_destroy(c);
 }
 
+/* The barrier-heavy kernel against the same sums on the host; with `bench`
+ * launches it `bench` times and prints launches and fiber switches a second. */
+static void scan_heavy(int bench)
+{
+    const unsigned blocks = 4, threads = 256, T = blocks * threads;
+    const int rounds = 3;
+    sdnn_dctx *c = fresh();
+    void *xp = NULL, *op = NULL;
+    sdnn_dmalloc(c, T * sizeof(unsigned), &xp);
+    sdnn_dmalloc(c, T * sizeof(unsigned), &op);
+    std::vector<unsigned> x(T), want(T), got(T);
+    for (unsigned i = 0; i < T; ++i) x[i] = i * 2654435761u >> 20;
+    for (unsigned b = 0; b < blocks; ++b)
+        for (int r = 0; r < rounds; ++r) {
+            unsigned tot = 0;
+            for (unsigned t = 0; t < threads; ++t) tot += x[b * threads + t] + (unsigned)r;
+            for (unsigned t = 0; t < threads; ++t) {
+                unsigned inc = 0;
+                for (unsigned u = t & ~31u; u <= t; ++u) inc += x[b * threads + u] + (unsigned)r;
+                want[b * threads + t] += inc + tot;
+            }
+        }
+    sdnn_dcopy(c, 0, xp, x.data(), T * sizeof(unsigned), 1);
+    int launches = bench > 0 ? bench : 1;
+    double t0 = sdnn_now_s();
+    for (int k = 0; k < launches; ++k)
+        SDNN_LAUNCH(k_scan_heavy, blocks, threads, 0, sdnn_stream(c, 0), (const unsigned *)xp,
+                    (unsigned *)op, rounds);
+    sdnn_status st = settle(c);
+    double secs = sdnn_now_s() - t0;
+    sdnn_dcopy(c, 0, got.data(), op, T * sizeof(unsigned), 1);
+    size_t wrong = 0;
+    for (unsigned i = 0; i < T; ++i) wrong += got[i] != want[i];
+    char d[200];
+    std::snprintf(d, sizeof d, "%zu of %u wrong; %s", wrong, T, st ? sdnn_last_error() : "ok");
+    CHECK(st == SDNN_OK && wrong == 0, "a barrier-heavy scan (shuffles, __syncthreads)", d);
+    if (bench > 0) {
+        /* per launch: blocks * threads fibers, each switching out and back at
+         * 12 barriers a round (10 warp exchanges, 2 __syncthreads) */
+        double sw = (double)launches * T * rounds * 12 * 2;
+        std::printf("k_scan_heavy: %d launches of %u x %u threads, %d rounds: %.3f s, "
+                    "%.1f launches/s, %.3g fiber switches/s (simulated devices: the "
+                    "executor's host cost, not a GPU's)\n",
+                    launches, blocks, threads, rounds, secs, launches / secs, sw / secs);
+    }
+    sdnn_dfree(xp);
+    sdnn_dfree(op);
+    sdnn_dctx_destroy(c);
+}
+
 /* kernels.cu's kernels, through dev.h, against ops.h's formulas. */
 static void formulas(void)
 {
@@ -493,8 +569,12 @@ static void formulas(void)
     sdnn_ex_force_order(-1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && !std::strcmp(argv[1], "--bench")) {
+        scan_heavy(std::atoi(argv[2]));
+        return g_failed ? 1 : 0;
+    }
     barriers();
     shared_memory();
     launch_limits();
@@ -502,6 +582,7 @@ int main(void)
     grid_geometry();
     block_orders();
     warps();
+    scan_heavy(0);
     formulas();
     std::printf("executor: %d passed, %d failed (simulated devices: the executor's host logic, "
                 "not a GPU)\n", g_passed, g_failed);
