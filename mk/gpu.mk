@@ -128,7 +128,7 @@ GPU_CFLAGS := -DSDNN_CUDNN=0 -DSDNN_NCCL=1 -Iplugin/cuda
 # against plugin/cuda/sim/cuda_shim.h, with no contraction of a*b + c (as
 # nvcc's --fmad=false above).  The rest of plugin/cuda/*.cu has simulated
 # stand-ins in plugin/cuda/sim/*.c.
-GPU_SIM_CU := plugin/cuda/kernels.cu
+GPU_SIM_CU := plugin/cuda/kernels.cu plugin/cuda/codec.cu
 CXX ?= g++
 SIM_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -ffp-contract=off \
                 -Iinclude $(PLUGIN_INC) -Iplugin/cuda $(OPT) $(SANFLAGS) \

@@ -1,7 +1,7 @@
 /*
  * dcodec_ids: the device codec ids of dev.h mapped onto the host codec
- * registry (codec.h), shared by the CUDA build (codec.cu) and the
- * simulated one (sim/codec.c): host C, no kernels.
+ * registry (codec.h), used by codec.cu in both builds (nvcc, and the
+ * host compiler under GPU=sim): host C, no kernels.
  */
 #include "dev.h"
 

@@ -165,5 +165,5 @@ expect cpu 0 "scalednn: engine cpu, 2 replicas (-gpus 7,9)" \
     say "ok engine=cpu with -gpus 7,9: 2 CPU replicas, the ids only counting them"
 
 if [ $failed -eq 0 ] && [ -z "${SDNN_KEEP:-}" ]; then rm -rf "$W"; fi
-say "$failed of $checks check(s) failed (simulated devices: host logic and ordering; kernels.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
+say "$failed of $checks check(s) failed (simulated devices: host logic and ordering; kernels.cu's and codec.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
 exit $failed

@@ -229,5 +229,5 @@ elif train random-gpu 2 && train random-cpu 2; then
 fi
 
 if [ $failed -eq 0 ] && [ -z "${SDNN_KEEP:-}" ]; then rm -rf "$W"; fi
-say "$failed check(s) failed (simulated devices: host logic and ordering; kernels.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
+say "$failed check(s) failed (simulated devices: host logic and ordering; kernels.cu's and codec.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
 exit $failed

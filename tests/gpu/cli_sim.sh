@@ -136,5 +136,5 @@ else
     bad "-gpus 0,1,2 with engine=gpu on 2 devices: exit $rc ($W/bad.log)"
 fi
 if [ $failed -eq 0 ] && [ -z "${SDNN_KEEP:-}" ]; then rm -rf "$W"; fi
-say "$failed check(s) failed (simulated devices: host logic and ordering; kernels.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
+say "$failed check(s) failed (simulated devices: host logic and ordering; kernels.cu's and codec.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)"
 exit $failed

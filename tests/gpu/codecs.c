@@ -1,6 +1,8 @@
 /*
  * codecs: the device codecs against the host codecs (codec.h), and the
- * device ring against the host "local" backend.  Needs a CUDA device.
+ * device ring against the host "local" backend: on a GPU (GPU=1), or on
+ * simulated devices (GPU=sim), where codec.cu's kernels run on the kernel
+ * executor (sim/exec.c) and the comparison checks them, not a twin.
  *
  * The device encoders must write the host encoders' bytes exactly (same
  * format, rounding, stochastic draws and top-k cut); decoding, decode_add

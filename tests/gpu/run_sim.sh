@@ -151,5 +151,5 @@ while read -r kind name rest; do
     fi
     [ "$(cat "$f.rc")" = 0 ] || failed=$((failed + 1))
 done <"$UNITS/all"
-echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering; kernels.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)" | tee -a "$LOG"
+echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering; kernels.cu's and codec.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)" | tee -a "$LOG"
 exit $failed

@@ -68,10 +68,13 @@ _Thread_local sdnn_ex_state sdnn_ex;
 #endif
 
 #if EX_ASM
-/* sdnn_ex_switch_ctx(save, to): pushes rbp, rbx, r12-r15 and an 8-byte slot
- * (MXCSR, x87 control word), stores rsp in *save, loads `to` as rsp and
- * pops the same frame; `ret` then returns into the other context (or, the
- * first time, into fiber_entry, which fiber_init places there). */
+/* sdnn_ex_switch_ctx(save, to): pushes rbp, rbx, r12-r15, stores rsp in
+ * *save, loads `to` as rsp and pops the same registers; `ret` then returns
+ * into the other context (or, the first time, into fiber_entry, which
+ * fiber_init places there).  MXCSR and the x87 control word are not
+ * switched: every fiber of a worker runs the same kernels with the same
+ * floating-point environment, which none of them changes (loading them
+ * at each switch cost a third of the switch). */
 __attribute__((visibility("hidden"))) void sdnn_ex_switch_ctx(void **save, void *to);
 __asm__(".text\n"
         ".globl sdnn_ex_switch_ctx\n"
@@ -85,14 +88,8 @@ __asm__(".text\n"
         "    pushq %r13\n"
         "    pushq %r14\n"
         "    pushq %r15\n"
-        "    subq $8, %rsp\n"
-        "    stmxcsr (%rsp)\n"
-        "    fnstcw 4(%rsp)\n"
         "    movq %rsp, (%rdi)\n"
         "    movq %rsi, %rsp\n"
-        "    ldmxcsr (%rsp)\n"
-        "    fldcw 4(%rsp)\n"
-        "    addq $8, %rsp\n"
         "    popq %r15\n"
         "    popq %r14\n"
         "    popq %r13\n"
@@ -101,6 +98,17 @@ __asm__(".text\n"
         "    popq %rbp\n"
         "    ret\n"
         ".size sdnn_ex_switch_ctx, .-sdnn_ex_switch_ctx\n");
+#endif
+
+/* A fiber that reaches a barrier or returns hands the OS thread straight
+ * to the next thread of the block that is ready (one switch, not two
+ * through the worker's stack); the worker's stack runs again only when no
+ * thread after it is ready.  Under ASan (whose fiber calls name the stack
+ * switched from) and with ucontext every switch goes through the worker. */
+#if EX_ASM && !EX_ASAN
+#define EX_HANDON 1
+#else
+#define EX_HANDON 0
 #endif
 
 enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE, F_FAULT };
@@ -134,6 +142,8 @@ typedef struct ex_worker {
     sdnn_ex_thread_fn run;
     void *args;
     unsigned cur;
+    unsigned nthreads;          /* of the block running now */
+    int faulted;                /* a fiber of the block stopped with an error */
     uint64_t serial;            /* blocks run on this thread */
     sigjmp_buf fault_jb;        /* where a fault in the block returns to */
     volatile int armed;
@@ -283,6 +293,11 @@ static void set_thread(unsigned t)
 {
     sdnn_ex_dim b = sdnn_ex.bdim;
     sdnn_ex.flat = t;
+    if (b.y == 1 && b.z == 1) {     /* most blocks: no division */
+        sdnn_ex.tid.x = t;
+        sdnn_ex.tid.y = sdnn_ex.tid.z = 0;
+        return;
+    }
     sdnn_ex.tid.x = t % b.x;
     sdnn_ex.tid.y = (t / b.x) % b.y;
     sdnn_ex.tid.z = t / (b.x * b.y);
@@ -327,6 +342,32 @@ static void to_main(ex_worker *w, unsigned me, int done)
 #endif
 }
 
+#if EX_HANDON
+/* The next thread after `me` that is ready, or nthreads. */
+static unsigned next_ready(const ex_worker *w, unsigned me)
+{
+    for (unsigned t = me + 1; t < w->nthreads; ++t)
+        if (w->f[t].state == F_READY) return t;
+    return w->nthreads;
+}
+#endif
+
+/* Fiber me (its state set) leaves the OS thread: to the next ready thread
+ * of the block, else to the worker's stack. */
+static void leave(ex_worker *w, unsigned me, int done)
+{
+#if EX_HANDON
+    unsigned t = w->faulted ? w->nthreads : next_ready(w, me);
+    if (t < w->nthreads) {
+        w->cur = t;
+        set_thread(t);
+        sdnn_ex_switch_ctx(&w->f[me].sp, w->f[t].sp);
+        return;
+    }
+#endif
+    to_main(w, me, done);
+}
+
 int sdnn_ex_barrier(int scope, const char *what)
 {
     if (!sdnn_ex.fibers)
@@ -336,9 +377,9 @@ int sdnn_ex_barrier(int scope, const char *what)
     ex_worker *w = g_w;
     unsigned me = w->cur;
     w->f[me].state = scope == SDNN_EX_WARP ? F_WAIT_WARP : F_WAIT_BLOCK;
-    to_main(w, me, 0);
-    /* Resumed: the barrier is complete. */
-    set_thread(me);
+    leave(w, me, 0);
+    /* Resumed (whoever switched here set this thread's indices): the
+     * barrier is complete. */
     return 0;
 }
 
@@ -351,7 +392,8 @@ __attribute__((noreturn)) static void fiber_entry(void)
     unsigned me = w->cur;
     int rc = w->run(w->args);
     w->f[me].state = rc ? F_FAULT : F_DONE;
-    to_main(w, me, 1);
+    if (rc) w->faulted = 1;
+    leave(w, me, 1);
     abort();    /* a finished fiber is never resumed */
 }
 
@@ -365,20 +407,18 @@ static void fiber_init(ex_worker *w, unsigned t)
     unsigned char *lo = w->stacks + STACK_BYTES * t;
 #if EX_ASM
     clean_stack(w, t);
-    /* The frame sdnn_ex_switch_ctx pops: MXCSR and x87 control word as this
-     * thread has them, six zero registers, then fiber_entry as the return
-     * address, entered with rsp = 8 mod 16 as after a call (a zero return
-     * address above it ends backtraces). */
-    uint64_t *top = (uint64_t *)(((uintptr_t)(lo + STACK_BYTES)) & ~(uintptr_t)15);
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+    /* The frame sdnn_ex_switch_ctx pops: six zero registers, then
+     * fiber_entry as the return address, entered with rsp = 8 mod 16 as
+     * after a call (a zero return address above it ends backtraces). */
+    /* Each stack starts a different number of cache lines below its top:
+     * tops 64 KiB apart would all fall in the same cache sets, and every
+     * switch would miss. */
+    uintptr_t colour = (uintptr_t)(t % 128) * 64;
+    uint64_t *top = (uint64_t *)(((uintptr_t)(lo + STACK_BYTES) - colour) & ~(uintptr_t)15);
     top[-1] = 0;
     top[-2] = (uint64_t)(uintptr_t)fiber_entry;
     for (int r = 3; r <= 8; ++r) top[-r] = 0;
-    top[-9] = (uint64_t)mxcsr | (uint64_t)fpucw << 32;
-    f->sp = top - 9;
+    f->sp = top - 8;
 #else
     getcontext(&f->uc);
     f->uc.uc_stack.ss_sp = lo;
@@ -401,11 +441,12 @@ static void resume(ex_worker *w, unsigned t)
 static sdnn_status run_fibers(ex_worker *w, unsigned T)
 {
     for (unsigned t = 1; t < T; ++t) fiber_init(w, t);
+    w->nthreads = T;
     for (;;) {
         for (unsigned t = 0; t < T; ++t)
             if (w->f[t].state == F_READY) {
                 resume(w, t);
-                if (w->f[t].state == F_FAULT) return SDNN_ERR_INVALID;
+                if (w->faulted) return SDNN_ERR_INVALID;
             }
         unsigned done = 0, at_block = 0, first_done = T, first_block = T;
         for (unsigned t = 0; t < T; ++t) {
@@ -493,6 +534,8 @@ static sdnn_status run_block_body(ex_worker *w, unsigned T)
     sdnn_ex.epoch = 0;
     sdnn_ex.static_shared = 0;
     sdnn_ex.fibers = 1;
+    w->nthreads = 1;    /* thread 0 alone until it reaches a barrier */
+    w->faulted = 0;
     fiber_init(w, 0);
     resume(w, 0);
     if (w->f[0].state == F_FAULT) return SDNN_ERR_INVALID;

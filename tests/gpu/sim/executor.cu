@@ -519,7 +519,7 @@ static void scan_heavy(int bench)
     sdnn_dctx_destroy(c);
 }
 
-/* kernels.cu's kernels, through dev.h, against ops.h's formulas. */
+/* kernels.cu's and codec.cu's kernels, through dev.h, against ops.h's formulas. */
 static void formulas(void)
 {
     const size_t sizes[] = {1, 31, 32, 33, 255, 256, 257, 65537, (1u << 24) + 3};
