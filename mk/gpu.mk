@@ -196,9 +196,30 @@ $(BUILD)/bench/gpu/%: bench/gpu/%.c $$(LIBA) $(wildcard tests/gpu/*.h) $(GPU_HDR
 ifeq ($(GPU),sim)
 GPU_SIM_TEST_SRC := $(wildcard tests/gpu/sim/*.cu)
 GPU_SIM_TEST_BIN := $(GPU_SIM_TEST_SRC:tests/gpu/sim/%.cu=$(BUILD)/tests/gpu/sim/%)
-$(BUILD)/tests/gpu/sim/%: tests/gpu/sim/%.cu $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
+$(BUILD)/tests/gpu/sim/%: tests/gpu/sim/%.cu $$(SIM_TEST_OBJ_$$*) $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(SIM_TEST_OBJ_$*) $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+
+# tests/gpu/sim/mutants: real kernels with one defect put in.  Each mutant
+# (tests/gpu/sim/mutate.sh NAME: a copy of one plugin/cuda/*.cu with one
+# exact text replaced) is compiled and linked into its own copy of the
+# program, before the library, so the library's member of that file is
+# never linked; bn.cu (not in the library on GPU=sim) is linked real or
+# mutated.  The program of the real kernels runs each mutant's program.
+SIM_MUTANTS := codec-int8-nosync codec-int8-short kernels-fill-floor bn-nosync \
+               bn-finish-floor bn-bound bn-grid-y
+SIM_MUT_DIR := $(BUILD)/tests/gpu/sim/mutants.d
+SIM_TEST_OBJ_mutants := $(BUILD)/cuda/cu/bn.o
+$(BUILD)/tests/gpu/sim/mutants: $(SIM_MUTANTS:%=$(SIM_MUT_DIR)/%)
+$(SIM_MUT_DIR)/%.cu: tests/gpu/sim/mutate.sh $(wildcard plugin/cuda/*.cu)
+	@mkdir -p $(dir $@)
+	sh tests/gpu/sim/mutate.sh $* $@
+$(SIM_MUT_DIR)/%.o: $(SIM_MUT_DIR)/%.cu $(GPU_HDR) $(GPU_STAMP)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ -c $< -o $@
+$(SIM_MUT_DIR)/%: tests/gpu/sim/mutants.cu $(SIM_MUT_DIR)/%.o $$(if $$(filter bn-%,$$*),,$(BUILD)/cuda/cu/bn.o) $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(SIM_MUT_DIR)/$*.o \
+	    $(if $(filter bn-%,$*),,$(BUILD)/cuda/cu/bn.o) $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+.PRECIOUS: $(SIM_MUT_DIR)/%.cu $(SIM_MUT_DIR)/%.o
 endif
 
 .PHONY: gpu-tests gpu-bench

@@ -38,7 +38,7 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
                                   float *partial)
 {
     constexpr int K = MODE == 3 ? 3 : 1;
-    __shared__ float sh[K][SDNN_THREADS];
+    SDNN_SHARED(float, sh, K * SDNN_THREADS);
     int ch = (int)(blockIdx.x / (unsigned)parts), part = (int)(blockIdx.x % (unsigned)parts);
     size_t per = (m + parts - 1) / parts;
     size_t lo = per * part, hi = lo + per < m ? lo + per : m;
@@ -57,15 +57,17 @@ __global__ void k_channel_partial(const float *a, const float *b, const float *c
             for (int k = 0; k < K; ++k) acc[k] += t[k];
         }
     }
-    for (int k = 0; k < K; ++k) sh[k][threadIdx.x] = acc[k];
+    for (int k = 0; k < K; ++k) sh[k * SDNN_THREADS + threadIdx.x] = acc[k];
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w >>= 1) {
         if ((int)threadIdx.x < w)
-            for (int k = 0; k < K; ++k) sh[k][threadIdx.x] += sh[k][threadIdx.x + w];
+            for (int k = 0; k < K; ++k)
+                sh[k * SDNN_THREADS + threadIdx.x] += sh[k * SDNN_THREADS + threadIdx.x + w];
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        for (int k = 0; k < K; ++k) partial[((size_t)ch * parts + part) * K + k] = sh[k][0];
+        for (int k = 0; k < K; ++k)
+            partial[((size_t)ch * parts + part) * K + k] = sh[k * SDNN_THREADS];
 }
 
 /* One thread per channel: the parts in order, then the finishing step. */
@@ -176,58 +178,55 @@ static sdnn_status partial_grid(int parts, int C, dim3 *grid)
 
 sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
 {
-    cudaStream_t s = c->s[0];
+    cudaStream_t s = sdnn_stream(c, SDNN_STREAM_COMPUTE);
     size_t m = (size_t)a->batch * a->spatial, n = m * a->channels;
     if (!train) {
-        k_bn_apply_infer<<<sdnn_grid(n), SDNN_THREADS, 0, s>>>(
-            a->out, a->rolling_mean, a->rolling_var, a->scales, a->biases, a->channels,
-            a->spatial, n);
+        SDNN_LAUNCH(k_bn_apply_infer, sdnn_grid(n), SDNN_THREADS, 0, s, a->out, a->rolling_mean,
+                    a->rolling_var, a->scales, a->biases, a->channels, a->spatial, n);
         SDNN_LAUNCHED("bn infer");
         return SDNN_OK;
     }
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, a->channels, &grid));
-    k_channel_partial<0><<<grid, SDNN_THREADS, 0, s>>>(a->out, NULL, NULL, NULL, a->channels,
-                                                       a->spatial, m, parts, a->partial);
+    SDNN_LAUNCH(k_channel_partial<0>, grid, SDNN_THREADS, 0, s, a->out, nullptr, nullptr, nullptr,
+                a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn mean");
-    k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        sdnn_bn_mean_scale(m), a->mean);
+    SDNN_LAUNCH(k_finish_mean, ch_grid(a->channels), 128, 0, s, a->partial, a->channels, parts,
+                sdnn_bn_mean_scale(m), a->mean);
     SDNN_LAUNCHED("bn mean");
-    k_channel_partial<1><<<grid, SDNN_THREADS, 0, s>>>(a->out, NULL, NULL, a->mean, a->channels,
-                                                       a->spatial, m, parts, a->partial);
+    SDNN_LAUNCH(k_channel_partial<1>, grid, SDNN_THREADS, 0, s, a->out, nullptr, nullptr, a->mean,
+                a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn variance");
-    k_finish_mean<<<ch_grid(a->channels), 128, 0, s>>>(a->partial, a->channels, parts,
-                                                        sdnn_bn_var_scale(m), a->var);
+    SDNN_LAUNCH(k_finish_mean, ch_grid(a->channels), 128, 0, s, a->partial, a->channels, parts,
+                sdnn_bn_var_scale(m), a->var);
     SDNN_LAUNCHED("bn variance");
-    k_rolling<<<ch_grid(a->channels), 128, 0, s>>>(a->channels, a->mean, a->var, a->rolling_mean,
-                                                    a->rolling_var);
+    SDNN_LAUNCH(k_rolling, ch_grid(a->channels), 128, 0, s, a->channels, a->mean, a->var,
+                a->rolling_mean, a->rolling_var);
     SDNN_LAUNCHED("bn rolling");
-    k_bn_apply_train<<<sdnn_grid(n), SDNN_THREADS, 0, s>>>(a->out, a->x, a->x_norm, a->mean,
-                                                           a->var, a->scales, a->biases,
-                                                           a->channels, a->spatial, n);
+    SDNN_LAUNCH(k_bn_apply_train, sdnn_grid(n), SDNN_THREADS, 0, s, a->out, a->x, a->x_norm,
+                a->mean, a->var, a->scales, a->biases, a->channels, a->spatial, n);
     SDNN_LAUNCHED("bn apply");
     return SDNN_OK;
 }
 
 sdnn_status sdnn_bn_backward(sdnn_dctx *c, const sdnn_bn_args *a)
 {
-    cudaStream_t s = c->s[0];
+    cudaStream_t s = sdnn_stream(c, SDNN_STREAM_COMPUTE);
     size_t m = (size_t)a->batch * a->spatial, n = m * a->channels;
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, a->channels, &grid));
-    k_channel_partial<3><<<grid, SDNN_THREADS, 0, s>>>(a->delta, a->x_norm, a->x, a->mean,
-                                                       a->channels, a->spatial, m, parts,
-                                                       a->partial);
+    SDNN_LAUNCH(k_channel_partial<3>, grid, SDNN_THREADS, 0, s, a->delta, a->x_norm, a->x, a->mean,
+                a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn backward sums");
-    k_finish_bn_backward<<<ch_grid(a->channels), 128, 0, s>>>(
-        a->partial, a->channels, parts, a->scales, a->var, a->bias_updates, a->scale_updates,
-        a->mean_delta, a->var_delta, a->exact, m);
+    SDNN_LAUNCH(k_finish_bn_backward, ch_grid(a->channels), 128, 0, s, a->partial, a->channels,
+                parts, a->scales, a->var, a->bias_updates, a->scale_updates, a->mean_delta,
+                a->var_delta, a->exact, m);
     SDNN_LAUNCHED("bn backward sums");
-    k_bn_delta<<<sdnn_grid(n), SDNN_THREADS, 0, s>>>(a->delta, a->x, a->mean, a->var, a->scales,
-                                                     a->mean_delta, a->var_delta, a->channels,
-                                                     a->spatial, (int)m, n, a->exact);
+    SDNN_LAUNCH(k_bn_delta, sdnn_grid(n), SDNN_THREADS, 0, s, a->delta, a->x, a->mean, a->var,
+                a->scales, a->mean_delta, a->var_delta, a->channels, a->spatial, (int)m, n,
+                a->exact);
     SDNN_LAUNCHED("bn delta");
     return SDNN_OK;
 }
@@ -236,7 +235,8 @@ sdnn_status sdnn_bias_forward(sdnn_dctx *c, float *out, const float *biases, int
                               int S)
 {
     size_t n = (size_t)batch * C * S;
-    k_add_bias<<<sdnn_grid(n), SDNN_THREADS, 0, c->s[0]>>>(out, biases, C, S, n);
+    SDNN_LAUNCH(k_add_bias, sdnn_grid(n), SDNN_THREADS, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE), out,
+                biases, C, S, n);
     SDNN_LAUNCHED("add bias");
     return SDNN_OK;
 }
@@ -248,10 +248,11 @@ sdnn_status sdnn_bias_backward(sdnn_dctx *c, float *bias_updates, const float *d
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, C, &grid));
-    k_channel_partial<2><<<grid, SDNN_THREADS, 0, c->s[0]>>>(delta, NULL, NULL, NULL, C, S, m,
-                                                             parts, partial);
+    SDNN_LAUNCH(k_channel_partial<2>, grid, SDNN_THREADS, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE),
+                delta, nullptr, nullptr, nullptr, C, S, m, parts, partial);
     SDNN_LAUNCHED("bias gradient");
-    k_finish_add<<<ch_grid(C), 128, 0, c->s[0]>>>(partial, C, parts, bias_updates);
+    SDNN_LAUNCH(k_finish_add, ch_grid(C), 128, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE), partial, C,
+                parts, bias_updates);
     SDNN_LAUNCHED("bias gradient");
     return SDNN_OK;
 }

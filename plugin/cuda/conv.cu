@@ -236,7 +236,9 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
 
 #else /* !SDNN_CUDNN: im2col + gemm */
 
-/* The index maps are ops.h's (shared with the simulated device). */
+/* The index maps are ops.h's; the geometry is passed by value (no pointers). */
+SDNN_PLAIN_STRUCT(sdnn_conv_geom)
+
 __global__ void k_im2col(const float *im, sdnn_conv_geom g, float *col)
 {
     size_t n = (size_t)g.ch * g.size * g.size * g.oh * g.ow;
@@ -279,7 +281,8 @@ sdnn_status sdnn_conv_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *s
             const float *wt = l->weights + (size_t)j * l->nweights / g;
             const float *src = in;
             if (l->size != 1 || l->stride != 1 || l->pad != 0) {
-                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(in, cg, col);
+                SDNN_LAUNCH(k_im2col, sdnn_grid((size_t)k * n), SDNN_THREADS, 0,
+                            sdnn_stream(c, SDNN_STREAM_COMPUTE), in, cg, col);
                 SDNN_LAUNCHED("im2col");
                 src = col;
             }
@@ -302,7 +305,8 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
             float *wu = l->weight_updates + (size_t)j * l->nweights / g;
             const float *src = in;
             if (!direct) {
-                k_im2col<<<sdnn_grid((size_t)k * n), SDNN_THREADS, 0, c->s[0]>>>(in, cg, col);
+                SDNN_LAUNCH(k_im2col, sdnn_grid((size_t)k * n), SDNN_THREADS, 0,
+                            sdnn_stream(c, SDNN_STREAM_COMPUTE), in, cg, col);
                 SDNN_LAUNCHED("im2col");
                 src = col;
             }
@@ -314,8 +318,8 @@ sdnn_status sdnn_conv_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dstate *
                     SDNN_CHECK(sdnn_gemm_rm(c, 1, 0, k, n, m, 1, wt, k, d, n, 1, pd, n));
                 } else {
                     SDNN_CHECK(sdnn_gemm_rm(c, 1, 0, k, n, m, 1, wt, k, d, n, 0, col, n));
-                    k_col2im_add<<<sdnn_grid((size_t)(l->c / g) * l->h * l->w), SDNN_THREADS, 0,
-                                   c->s[0]>>>(col, cg, pd);
+                    SDNN_LAUNCH(k_col2im_add, sdnn_grid((size_t)(l->c / g) * l->h * l->w),
+                                SDNN_THREADS, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE), col, cg, pd);
                     SDNN_LAUNCHED("col2im");
                 }
             }

@@ -16,6 +16,10 @@
 
 /* ---- kernels of the simpler kinds --------------------------------------------- */
 
+/* Geometry structs passed by value: plain numbers, no device pointers. */
+SDNN_PLAIN_STRUCT(sdnn_pool_geom)
+SDNN_PLAIN_STRUCT(sdnn_shortcut_geom)
+
 /* The (int) casts below hand an element index to ops.h's int index maps
  * (libdarknet sizes its buffers with int); sdnn_dl_setup refuses a layer
  * whose input or output times the batch exceeds INT_MAX
@@ -218,8 +222,8 @@ static sdnn_status loss_sum(sdnn_dctx *c, sdnn_dlayer *l, const float *d, size_t
         return SDNN_ERROR(SDNN_ERR_INTERNAL, "layer %d: loss of %zu floats, %zu set up",
                           l->index, n, im->loss_floats);
     SDNN_CU(cudaMemcpyAsync(im->loss_host, d, n * sizeof(float), cudaMemcpyDeviceToHost,
-                            c->s[0]));
-    SDNN_CU(cudaStreamSynchronize(c->s[0]));
+                            sdnn_stream(c, SDNN_STREAM_COMPUTE)));
+    SDNN_CU(cudaStreamSynchronize(sdnn_stream(c, SDNN_STREAM_COMPUTE)));
     float s = 0;
     for (size_t i = 0; i < n; ++i) s += im->loss_host[i];
     *sum = s;
@@ -277,7 +281,7 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
 {
     size_t out = (size_t)l->outputs * l->batch;
     size_t in = (size_t)l->inputs * l->batch;
-    cudaStream_t st = c->s[0];
+    cudaStream_t st = sdnn_stream(c, SDNN_STREAM_COMPUTE);
     l->has_cost = 0;
     switch (l->kind) {
     case SDNN_DL_CONV:
@@ -289,14 +293,14 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         return norm_bias_act(c, l, l->outputs, 1, s->train);
     case SDNN_DL_MAXPOOL: {
         sdnn_pool_geom g = {l->w, l->h, l->c, l->out_w, l->out_h, l->size, l->stride, l->pad};
-        k_maxpool_fwd<<<sdnn_grid(out), SDNN_THREADS, 0, st>>>(s->input, g, out, l->output,
-                                                               l->indexes);
+        SDNN_LAUNCH(k_maxpool_fwd, sdnn_grid(out), SDNN_THREADS, 0, st, s->input, g, out, l->output,
+                    l->indexes);
         SDNN_LAUNCHED("maxpool");
         return SDNN_OK;
     }
     case SDNN_DL_AVGPOOL:
-        k_avgpool_fwd<<<sdnn_grid(out), SDNN_THREADS, 0, st>>>(s->input, l->w * l->h, out,
-                                                               l->output);
+        SDNN_LAUNCH(k_avgpool_fwd, sdnn_grid(out), SDNN_THREADS, 0, st, s->input, l->w * l->h, out,
+                    l->output);
         SDNN_LAUNCHED("avgpool");
         return SDNN_OK;
     case SDNN_DL_ROUTE: {
@@ -317,26 +321,25 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         sdnn_shortcut_geom g;
         sdnn_shortcut_geom_init(&g, l->w, l->h, l->c, l->out_w, l->out_h, l->out_c);
         size_t n = (size_t)g.minw * g.minh * g.minc * l->batch;
-        k_shortcut<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(g, l->alpha, l->beta,
-                                                          s->layers[l->from].output, l->output, n);
+        SDNN_LAUNCH(k_shortcut, sdnn_grid(n), SDNN_THREADS, 0, st, g, l->alpha, l->beta,
+                    s->layers[l->from].output, l->output, n);
         SDNN_LAUNCHED("shortcut");
         return sdnn_dl_activate(c, l);
     }
     case SDNN_DL_UPSAMPLE:
-        k_upsample_fwd<<<sdnn_grid(out), SDNN_THREADS, 0, st>>>(s->input, l->w, l->h, l->c,
-                                                                l->stride, l->scale, out,
-                                                                l->output);
+        SDNN_LAUNCH(k_upsample_fwd, sdnn_grid(out), SDNN_THREADS, 0, st, s->input, l->w, l->h, l->c,
+                    l->stride, l->scale, out, l->output);
         SDNN_LAUNCHED("upsample");
         return SDNN_OK;
     case SDNN_DL_SOFTMAX: {
         int groups = l->softmax_groups;
         int n = l->inputs / groups;
-        k_softmax<<<sdnn_grid((size_t)l->batch * groups), SDNN_THREADS, 0, st>>>(
-            s->input, n, l->batch * groups, groups, l->inputs, n, l->temperature, l->output);
+        SDNN_LAUNCH(k_softmax, sdnn_grid((size_t)l->batch * groups), SDNN_THREADS, 0, st, s->input,
+                    n, l->batch * groups, groups, l->inputs, n, l->temperature, l->output);
         SDNN_LAUNCHED("softmax");
         if (s->truth && !l->noloss) {
-            k_softmax_xent<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->output, s->truth, in,
-                                                                   l->delta, l->loss);
+            SDNN_LAUNCH(k_softmax_xent, sdnn_grid(in), SDNN_THREADS, 0, st, l->output, s->truth, in,
+                        l->delta, l->loss);
             SDNN_LAUNCHED("softmax loss");
             SDNN_CHECK(loss_sum(c, l, l->loss, in, &l->cost));
             l->has_cost = 1;
@@ -346,8 +349,8 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
     case SDNN_DL_COST:
         if (!s->truth) return SDNN_OK;
         /* The masked cost writes SECRET_NUM into its input, as Darknet. */
-        k_cost<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->cost_type, (float *)s->input, s->truth,
-                                                       in, l->delta, l->output);
+        SDNN_LAUNCH(k_cost, sdnn_grid(in), SDNN_THREADS, 0, st, l->cost_type, (float *)s->input,
+                    s->truth, in, l->delta, l->output);
         SDNN_LAUNCHED("cost");
         SDNN_CHECK(loss_sum(c, l, l->output, in, &l->cost));
         l->has_cost = 1;
@@ -356,9 +359,8 @@ extern "C" sdnn_status sdnn_dl_forward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_
         if (!s->train) return SDNN_OK;
         /* In place on the previous layer's output, which this layer's
          * output aliases. */
-        k_dropout_fwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->output, l->rand, in,
-                                                              l->probability, l->scale, l->seed,
-                                                              l->draws++);
+        SDNN_LAUNCH(k_dropout_fwd, sdnn_grid(in), SDNN_THREADS, 0, st, l->output, l->rand, in,
+                    l->probability, l->scale, l->seed, l->draws++);
         SDNN_LAUNCHED("dropout");
         return SDNN_OK;
     case SDNN_DL_YOLO:
@@ -377,7 +379,7 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
 {
     size_t out = (size_t)l->outputs * l->batch;
     size_t in = (size_t)l->inputs * l->batch;
-    cudaStream_t st = c->s[0];
+    cudaStream_t st = sdnn_stream(c, SDNN_STREAM_COMPUTE);
     switch (l->kind) {
     case SDNN_DL_CONV:
         SDNN_CHECK(act_norm_bias_backward(c, l, l->out_c, l->out_h * l->out_w));
@@ -394,15 +396,15 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
     case SDNN_DL_MAXPOOL: {
         if (!s->delta) return SDNN_OK;
         sdnn_pool_geom g = {l->w, l->h, l->c, l->out_w, l->out_h, l->size, l->stride, l->pad};
-        k_maxpool_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->delta, l->indexes, g, in,
-                                                              s->delta);
+        SDNN_LAUNCH(k_maxpool_bwd, sdnn_grid(in), SDNN_THREADS, 0, st, l->delta, l->indexes, g, in,
+                    s->delta);
         SDNN_LAUNCHED("maxpool backward");
         return SDNN_OK;
     }
     case SDNN_DL_AVGPOOL:
         if (!s->delta) return SDNN_OK;
-        k_avgpool_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->delta, l->w * l->h, in,
-                                                              s->delta);
+        SDNN_LAUNCH(k_avgpool_bwd, sdnn_grid(in), SDNN_THREADS, 0, st, l->delta, l->w * l->h, in,
+                    s->delta);
         SDNN_LAUNCHED("avgpool backward");
         return SDNN_OK;
     case SDNN_DL_ROUTE: {
@@ -410,9 +412,9 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
         for (int j = 0; j < l->nroute; ++j) {
             sdnn_dlayer *from = &s->layers[l->route_from[j]];
             size_t len = (size_t)l->route_size[j];
-            k_rows_add<<<sdnn_grid(len * l->batch), SDNN_THREADS, 0, st>>>(
-                l->delta + off, (size_t)l->outputs, from->delta + l->route_off[j],
-                (size_t)from->outputs, len, (size_t)l->batch);
+            SDNN_LAUNCH(k_rows_add, sdnn_grid(len * l->batch), SDNN_THREADS, 0, st, l->delta + off,
+                        (size_t)l->outputs, from->delta + l->route_off[j], (size_t)from->outputs,
+                        len, (size_t)l->batch);
             SDNN_LAUNCHED("route backward");
             off += len;
         }
@@ -424,15 +426,15 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
         sdnn_shortcut_geom g;
         sdnn_shortcut_geom_init(&g, l->out_w, l->out_h, l->out_c, l->w, l->h, l->c);
         size_t n = (size_t)g.minw * g.minh * g.minc * l->batch;
-        k_shortcut<<<sdnn_grid(n), SDNN_THREADS, 0, st>>>(g, 1.0f, l->beta, l->delta,
-                                                          s->layers[l->from].delta, n);
+        SDNN_LAUNCH(k_shortcut, sdnn_grid(n), SDNN_THREADS, 0, st, g, 1.0f, l->beta, l->delta,
+                    s->layers[l->from].delta, n);
         SDNN_LAUNCHED("shortcut backward");
         return SDNN_OK;
     }
     case SDNN_DL_UPSAMPLE:
         if (!s->delta) return SDNN_OK;
-        k_upsample_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(l->delta, l->w, l->h, l->stride,
-                                                               l->scale, in, s->delta);
+        SDNN_LAUNCH(k_upsample_bwd, sdnn_grid(in), SDNN_THREADS, 0, st, l->delta, l->w, l->h,
+                    l->stride, l->scale, in, s->delta);
         SDNN_LAUNCHED("upsample backward");
         return SDNN_OK;
     case SDNN_DL_SOFTMAX:
@@ -444,14 +446,13 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
         return sdnn_k_axpy(c, in, l->scale, l->delta, s->delta);
     case SDNN_DL_DROPOUT:
         if (!s->delta) return SDNN_OK;
-        k_dropout_bwd<<<sdnn_grid(in), SDNN_THREADS, 0, st>>>(s->delta, l->rand, in,
-                                                              l->probability, l->scale);
+        SDNN_LAUNCH(k_dropout_bwd, sdnn_grid(in), SDNN_THREADS, 0, st, s->delta, l->rand, in,
+                    l->probability, l->scale);
         SDNN_LAUNCHED("dropout backward");
         return SDNN_OK;
     case SDNN_DL_REGION:
-        k_region_grad<<<sdnn_grid(out), SDNN_THREADS, 0, st>>>(
-            l->output, l->delta, l->outputs, l->w * l->h, l->coords, l->classes, l->background,
-            out);
+        SDNN_LAUNCH(k_region_grad, sdnn_grid(out), SDNN_THREADS, 0, st, l->output, l->delta,
+                    l->outputs, l->w * l->h, l->coords, l->classes, l->background, out);
         SDNN_LAUNCHED("region backward");
         if (!s->delta) return SDNN_OK;
         return sdnn_k_axpy(c, in, 1.0f, l->delta, s->delta);
@@ -466,21 +467,21 @@ extern "C" sdnn_status sdnn_dl_backward(sdnn_dctx *c, sdnn_dlayer *l, const sdnn
 extern "C" sdnn_status sdnn_dl_update(sdnn_dctx *c, sdnn_dlayer *l, const sdnn_dupdate *a)
 {
     if (l->kind != SDNN_DL_CONV && l->kind != SDNN_DL_CONNECTED) return SDNN_OK;
-    cudaStream_t st = c->s[0];
+    cudaStream_t st = sdnn_stream(c, SDNN_STREAM_COMPUTE);
     float lr = a->learning_rate * l->lr_scale;
     float rate = lr / a->batch;
     float decay = -a->decay * a->batch;
     size_t nb = sdnn_dl_nbiases(l), nw = sdnn_dl_nweights(l);
-    k_sgd<<<sdnn_grid(nb), SDNN_THREADS, 0, st>>>(l->biases, l->bias_updates, nb, 0.0f, rate,
-                                                  a->momentum);
+    SDNN_LAUNCH(k_sgd, sdnn_grid(nb), SDNN_THREADS, 0, st, l->biases, l->bias_updates, nb, 0.0f,
+                rate, a->momentum);
     SDNN_LAUNCHED("update biases");
     if (l->bn) {
-        k_sgd<<<sdnn_grid(nb), SDNN_THREADS, 0, st>>>(l->scales, l->scale_updates, nb, 0.0f,
-                                                      rate, a->momentum);
+        SDNN_LAUNCH(k_sgd, sdnn_grid(nb), SDNN_THREADS, 0, st, l->scales, l->scale_updates, nb,
+                    0.0f, rate, a->momentum);
         SDNN_LAUNCHED("update scales");
     }
-    k_sgd<<<sdnn_grid(nw), SDNN_THREADS, 0, st>>>(l->weights, l->weight_updates, nw, decay, rate,
-                                                  a->momentum);
+    SDNN_LAUNCH(k_sgd, sdnn_grid(nw), SDNN_THREADS, 0, st, l->weights, l->weight_updates, nw, decay,
+                rate, a->momentum);
     SDNN_LAUNCHED("update weights");
     return SDNN_OK;
 }

@@ -353,6 +353,36 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
     return sdnn_ex_cuda(sdnn_dcopy(s.c, s.which, dst, src, bytes, 0));
 }
 
+/* A pitched copy as one dev.h copy per row, queued in row order on the stream. */
+inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                     size_t width, size_t height, cudaMemcpyKind,
+                                     cudaStream_t s)
+{
+    if (width > dpitch || width > spitch)
+        return sdnn_ex_cuda(SDNN_ERROR(SDNN_ERR_INVALID,
+                                       "cudaMemcpy2DAsync: width %zu over a pitch (%zu, %zu)",
+                                       width, dpitch, spitch));
+    for (size_t r = 0; r < height; ++r) {
+        sdnn_status st = sdnn_dcopy(s.c, s.which, (char *)dst + r * dpitch,
+                                    (const char *)src + r * spitch, width, 0);
+        if (st != SDNN_OK) return sdnn_ex_cuda(st);
+    }
+    return cudaSuccess;
+}
+
+/* Pinned host memory: the simulated runtime's (its copies are then truly
+ * asynchronous, as cudaMallocHost's). */
+inline cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    return sdnn_ex_cuda(sdnn_hmalloc_pinned(bytes, p));
+}
+
+inline cudaError_t cudaFreeHost(void *p)
+{
+    sdnn_hfree_pinned(p);
+    return cudaSuccess;
+}
+
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
 {
     if (v != 0)
