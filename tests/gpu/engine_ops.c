@@ -512,7 +512,7 @@ static void choices(int simulated)
                                   : SDNN_ERR_INVALID;
         if (s == SDNN_OK) s = e->ops->comm_open(e, NULL, &comm);
         sdnn_link test_link = {"test-0.25us", 0.25e-6, 450e9};
-        if (s == SDNN_OK) s = sdnn_gpu_engine_comm_set_link(comm, &test_link);
+        if (s == SDNN_OK) s = sdnn_comm_set_link(comm, &test_link, "test");
         SOFT_ASSERT(s == SDNN_OK, "W=%d: engine and comm over NCCL (%s)", W,
                     s == SDNN_OK ? "ok" : sdnn_last_error());
         double expect = 0, reported = 0;
