@@ -28,7 +28,9 @@
 #     naming its buckets), the collective W = 4 gets, and the link it
 #     priced with: bucket_mb=auto the one the step measured before the
 #     banner (the plan's line names the same figures), fixed buckets the
-#     default nvlink4, said to be not measured (banner_check below);
+#     default nvlink4, said to be not measured (banner_check below); and
+#     one more run, 1 x 4 int8 fixed buckets with link=eth10g: the header
+#     prices with the cfg's link, "link: cfg eth10g (not measured)";
 #   - losses, step by step against the MPI path of the same layout and codec
 #     (2 x 2: mpirun -np 2; 1 x 4: mpirun -np 1 with -gpus 0,1,2,3), over
 #     the 2 steps every run has (FIXED_ITERS iterations of a world of 4).
@@ -367,6 +369,22 @@ for lay in $LAYOUTS; do
         done
     done
 done
+# ---- a link named in the cfg ---------------------------------------------------------
+# link=eth10g with fixed buckets: the step hands the cfg's link to the comm ("cfg"), which
+# prices with it and names it (costmodel.c's eth10g: 20 us, 1.17 GB/s).
+tag=1x4-fixed-nccl-int8-eth10g
+cfg "$tag" nccl int8 fixed
+echo "link=eth10g" >>"$W/$tag.cfg"
+train "$tag" 1 "$FIXED_ITERS"
+rc=$?
+want="link: cfg eth10g (not measured), 20.0 us, 1.17 GB/s,"
+if [ $rc -ne 0 ]; then
+    bad "link=eth10g, fixed buckets: exited $rc ($W/$tag.log)"
+elif grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: $want" "$W/$tag.log"; then
+    say "ok link=eth10g, fixed buckets: the banner prices with the cfg's link ($(grep -o "cost model: link: [^,]*, [^,]*, [^,]*" "$W/$tag.log" | head -n 1))"
+else
+    bad "link=eth10g, fixed buckets: the banner does not name '$want' ($W/$tag.log)"
+fi
 say "$cells cells, $failed failed"
 [ "$failed" -eq 0 ] && rm -rf "$W"
 exit "$failed"
