@@ -25,7 +25,8 @@
 #include <stdint.h>
 
 typedef struct sdnn_comm sdnn_comm;
-/* costmodel.h's link (alpha, beta, name); comm needs only its name here. */
+/* costmodel.h's link (alpha, beta, name), by its tag only: comm.h does not
+ * include plan/ (set_link below). */
 struct sdnn_link;
 
 /* Default for sdnn_comm_opts.timeout_s (seconds). */
