@@ -160,6 +160,14 @@ void sdnn_comm_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const 
     if (c && c->ops->announce && nb > 0) c->ops->announce(c, codec, n, nb, p, plan);
 }
 
+sdnn_status sdnn_comm_set_link(sdnn_comm *c, const struct sdnn_link *link, const char *how)
+{
+    if (!c || !c->ops->set_link) return SDNN_OK;
+    if (!link) return SDNN_ERROR(SDNN_ERR_INVALID, "comm %s: set_link without a link",
+                                 sdnn_comm_name(c));
+    return c->ops->set_link(c, link, how ? how : "given");
+}
+
 /* The world's replicas: every process holds nin (the layout agrees). */
 static int world_replicas(const sdnn_comm *c, int nin)
 {

@@ -25,6 +25,9 @@
 #include <stdint.h>
 
 typedef struct sdnn_comm sdnn_comm;
+/* costmodel.h's link (alpha, beta, name), by its tag only: comm.h does not
+ * include plan/ (set_link below). */
+struct sdnn_link;
 
 /* Default for sdnn_comm_opts.timeout_s (seconds). */
 #define SDNN_COMM_TIMEOUT_S 60.0
@@ -102,6 +105,15 @@ typedef struct sdnn_comm_ops {
      * process 0); nothing travels. */
     void (*announce)(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
                      const sdnn_codec_params *p, int plan);
+    /* NULL, or told the link the step has for this world (costmodel.h's
+     * sdnn_link), before the buckets are announced: `how` says where it
+     * came from ("measured": the step timed it, sdnn_measure_for_plan;
+     * "cfg": link= or link_gbps= in the cfg).  A comm that prices a
+     * collective per bucket (the gpu engine's over NCCL) prices with it
+     * from then on and names it, with `how`, in its banner; until told, it
+     * prices with its own default and says so.  SDNN_ERR_INVALID for a
+     * link without bandwidth or with a negative latency. */
+    sdnn_status (*set_link)(sdnn_comm *c, const struct sdnn_link *link, const char *how);
 } sdnn_comm_ops;
 
 struct sdnn_comm {
@@ -136,6 +148,9 @@ unsigned sdnn_comm_offers(const sdnn_comm *c, const sdnn_codec_ops *codec);
 /* The table's announce op (nothing when the table has none). */
 void sdnn_comm_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const size_t *n, int nb,
                         const sdnn_codec_params *p, int plan);
+/* The table's set_link op (SDNN_OK and nothing when the table has none:
+ * a comm that prices nothing needs no link). */
+sdnn_status sdnn_comm_set_link(sdnn_comm *c, const struct sdnn_link *link, const char *how);
 sdnn_status sdnn_comm_allreduce_mean(sdnn_comm *c, const float *const *in, int nin,
                                      float *out, size_t n, size_t *wire);
 sdnn_status sdnn_comm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops *codec,

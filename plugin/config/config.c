@@ -275,11 +275,13 @@ static const key_spec g_keys[N_KEYS] = {
     [K_LINK] = {
         .key = "link", .type = KT_NAME, F(link), .check = check_link, .names = sdnn_link_names,
         .allowed = "a link name (%s)", .def_text = "probe the backend",
-        .help = "bucket_mb=auto: the planner's link model", .group = SDNN_KEYS_BUCKETS },
+        .help = "the link model of the planner (bucket_mb=auto) and of engine=gpu's "
+                "collective per bucket over NCCL",
+        .group = SDNN_KEYS_BUCKETS },
     [K_LINK_GBPS] = {
         .key = "link_gbps", .type = KT_NUM, F(link_gbps), .lo = 0.0, .hi = 1e6, .lo_open = 1,
         .allowed = "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)", .def_text = "unset",
-        .help = "bucket_mb=auto: an explicit link's bandwidth", .group = SDNN_KEYS_BUCKETS },
+        .help = "an explicit link's bandwidth (as link=)", .group = SDNN_KEYS_BUCKETS },
     [K_LINK_US] = {
         .key = "link_us", .type = KT_NUM, F(link_us), .lo = 0.0, .hi = 1e7,
         .allowed = "a latency in microseconds >= 0", .help = "with link_gbps: the link's latency",

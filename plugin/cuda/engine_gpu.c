@@ -1056,9 +1056,11 @@ typedef struct eg_comm {
     float *h;                    /* pinned: every local buffer, between processes */
     size_t h_n;
     /* The pricing of each bucket's collective (sdnn_cm_choose): the link
-     * (sdnn_gpu_engine_comm_set_link, default SDNN_EG_LINK) and the device
-     * codecs' rate (SDNN_EG_CODEC_BPS). */
+     * (the comm table's set_link: the step's, "measured" or "cfg", in
+     * link_how; until then SDNN_EG_LINK, "default") and the device codecs'
+     * rate (SDNN_EG_CODEC_BPS: the step measures host codecs only). */
     sdnn_link link;
+    char link_how[16];
     double codec_Bps;
 } eg_comm;
 
@@ -1246,9 +1248,11 @@ static void gc_announce(sdnn_comm *c, const sdnn_codec_ops *const *codec, const 
             if (strstr(desc, "simulated"))
                 snprintf(dev, sizeof dev, "; simulated devices: the choice and the arithmetic, "
                          "never NCCL's timing");
+            /* the link it priced with, and where that came from */
             printf("scalednn: collective per bucket over NCCL, one line per choice for the %s%d "
-                   "buckets (cost model: link %s %.1f us %.0f GB/s, device codecs %.0f GB/s, "
-                   "world %d%s):\n", plan ? "plan's " : "", nb, env.link.name,
+                   "buckets (cost model: link: %s %s%s, %.1f us, %.2f GB/s, device codecs "
+                   "%.0f GB/s, world %d%s):\n", plan ? "plan's " : "", nb, g->link_how,
+                   env.link.name, strcmp(g->link_how, "measured") ? " (not measured)" : "",
                    env.link.alpha_s * 1e6, env.link.beta_Bps / 1e9, g->codec_Bps / 1e9,
                    env.world, dev);
         }
@@ -1357,6 +1361,21 @@ static unsigned gc_offers_op(const sdnn_comm *c, const sdnn_codec_ops *codec)
     return gc_offers(c->impl, codec);
 }
 
+/* The comm table's set_link op: the link every later choice and banner
+ * prices with. */
+static sdnn_status gc_set_link(sdnn_comm *c, const sdnn_link *link, const char *how)
+{
+    eg_comm *g = c->impl;
+    if (!g) return SDNN_ERROR(SDNN_ERR_INVALID, "gpu engine comm: closed");
+    if (!(link->beta_Bps > 0) || !(link->alpha_s >= 0))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "gpu engine comm: a link needs bandwidth > 0 and "
+                          "latency >= 0 (%s: %g s, %g B/s)", link->name, link->alpha_s,
+                          link->beta_Bps);
+    g->link = *link;
+    snprintf(g->link_how, sizeof g->link_how, "%s", how);
+    return SDNN_OK;
+}
+
 static const sdnn_comm_ops gc_ops = {
     .name = "gpu-engine",
     .available = gc_available,
@@ -1371,6 +1390,7 @@ static const sdnn_comm_ops gc_ops = {
     .unavailable_reason = NULL,
     .offers = gc_offers_op,
     .announce = gc_announce,
+    .set_link = gc_set_link,
 };
 
 /* backend=nccl between processes: every process the same device count,
@@ -1452,6 +1472,7 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     g->E = E;
     g->host = host;
     (void)sdnn_link_find(SDNN_EG_LINK, &g->link);
+    snprintf(g->link_how, sizeof g->link_how, "default");
     g->codec_Bps = SDNN_EG_CODEC_BPS;
     c->ops = &gc_ops;
     c->rank = host ? host->rank : 0;
@@ -1475,17 +1496,6 @@ static sdnn_status eg_comm_open(sdnn_engine *e, struct sdnn_comm *host, struct s
     say_path(g);
     E->comm = c;
     *out = c;
-    return SDNN_OK;
-}
-
-sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link)
-{
-    if (!c || c->ops != &gc_ops || !c->impl)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "not the gpu engine's comm");
-    if (!link || !(link->beta_Bps > 0) || link->alpha_s < 0)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "gpu engine comm: a link needs bandwidth > 0 and "
-                          "latency >= 0");
-    ((eg_comm *)c->impl)->link = *link;
     return SDNN_OK;
 }
 

@@ -52,13 +52,8 @@ sdnn_status sdnn_gpucomm_allreduce_mean_coded(sdnn_comm *c, const sdnn_codec_ops
 sdnn_status sdnn_gpucomm_broadcast(sdnn_comm *c, float *buf, size_t n);
 sdnn_status sdnn_gpucomm_barrier(sdnn_comm *c);
 
-/* The link the gpu engine's comm (engine_comm_open's, not these backends)
- * prices each bucket's collective with (sdnn_cm_choose: coded ring, NCCL's
- * native half / bf16 allreduce or the all-gather), e.g. the one the step
- * measured; until then costmodel.c's nvlink4.  SDNN_ERR_INVALID for
- * another comm. */
-sdnn_status sdnn_gpu_engine_comm_set_link(sdnn_comm *c, const sdnn_link *link);
-/* How the gpu engine's comm prices a bucket of n floats with codec: the
+/* How the gpu engine's comm prices a bucket of n floats with codec (on the
+ * link sdnn_comm_set_link gave it, until then costmodel.c's nvlink4): the
  * model's environment and codec model (env->codecs = m), the collectives
  * it offers the codec (SDNN_CM_OFFERS bits; 0 over device copies:
  * collective.c's way only) and the one it takes (tests hold each to its

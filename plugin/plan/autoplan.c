@@ -96,12 +96,26 @@ sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t 
     return SDNN_OK;
 }
 
+sdnn_status sdnn_autoplan_cfg_link(const sdnn_config *cfg, sdnn_link *out, int *named)
+{
+    *named = 0;
+    if (cfg->link[0]) {
+        SDNN_CHECK(sdnn_link_find(cfg->link, out));
+    } else if (cfg->link_gbps > 0) {
+        SDNN_CHECK(sdnn_link_custom(cfg->link_gbps / 8.0, cfg->link_us, out));
+    } else {
+        return SDNN_OK;
+    }
+    *named = 1;
+    return SDNN_OK;
+}
+
 static sdnn_status setup_link(sdnn_autoplan *a, const sdnn_config *cfg,
                               const sdnn_plan_measured *m)
 {
-    if (cfg->link[0]) return sdnn_link_find(cfg->link, &a->env.link);
-    if (cfg->link_gbps > 0)
-        return sdnn_link_custom(cfg->link_gbps / 8.0, cfg->link_us, &a->env.link);
+    int named = 0;
+    SDNN_CHECK(sdnn_autoplan_cfg_link(cfg, &a->env.link, &named));
+    if (named) return SDNN_OK;
     if (a->world < 2) {
         /* Nothing crosses a link: any link gives the same plan. */
         return sdnn_link_custom(1000.0, 0.0, &a->env.link);

@@ -65,6 +65,11 @@ typedef struct sdnn_plan_agree {
 /* 1 when sdnn_autoplan_create needs a measured link for cfg in a world of
  * `world` ranks (no link=, no link_gbps=, world >= 2). */
 int sdnn_autoplan_needs_link(const sdnn_config *cfg, int world);
+/* The link cfg names (link=NAME, or link_gbps= with link_us=) into *out
+ * and *named = 1; *named = 0 (out untouched) when it names none.  The
+ * planner uses it instead of a measured one, and so does the step's
+ * handoff to the comm (trainer.c). */
+sdnn_status sdnn_autoplan_cfg_link(const sdnn_config *cfg, sdnn_link *out, int *named);
 
 /* The codec names the planner may choose for cfg (compress, or
  * compress_allow under compress=auto), written to names[0..max) as

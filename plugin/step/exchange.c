@@ -319,21 +319,6 @@ sdnn_status sdnn_exchange_create_on(sdnn_engine *e, sdnn_comm *comm,
         goto fail;
     }
     SDNN_CHECKGOTO(build_buckets(ex, opts->bucket_mb), st, fail);
-    if (ex->world > 1 && ex->nb > 0) {
-        /* The comm hears the buckets before the first of them travels. */
-        const sdnn_codec_ops **codecs = calloc((size_t)ex->nb, sizeof *codecs);
-        size_t *counts = calloc((size_t)ex->nb, sizeof *counts);
-        if (codecs && counts) {
-            for (int k = 0; k < ex->nb; ++k) {
-                codecs[k] = ex->b[k].codec;
-                counts[k] = ex->b[k].count;
-            }
-            sdnn_comm_announce(ex->comm, codecs, counts, ex->nb, &ex->opts.params,
-                               opts->plan != NULL);
-        }
-        free(codecs);
-        free(counts);
-    }
     {
         int *nl = calloc(ex->nb > 0 ? (size_t)ex->nb : 1, sizeof *nl);
         if (!nl) {
@@ -363,6 +348,23 @@ fail:
 }
 
 sdnn_comm *sdnn_exchange_comm(const sdnn_exchange *ex) { return ex->comm; }
+
+void sdnn_exchange_announce(sdnn_exchange *ex)
+{
+    if (!ex || ex->world < 2 || ex->nb < 1) return;
+    const sdnn_codec_ops **codecs = calloc((size_t)ex->nb, sizeof *codecs);
+    size_t *counts = calloc((size_t)ex->nb, sizeof *counts);
+    if (codecs && counts) {
+        for (int k = 0; k < ex->nb; ++k) {
+            codecs[k] = ex->b[k].codec;
+            counts[k] = ex->b[k].count;
+        }
+        sdnn_comm_announce(ex->comm, codecs, counts, ex->nb, &ex->opts.params,
+                           ex->opts.plan != NULL);
+    }
+    free(codecs);
+    free(counts);
+}
 
 sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
                                  const sdnn_exchange_opts *opts, sdnn_exchange **out)

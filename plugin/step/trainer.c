@@ -244,6 +244,8 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
     t->cfg = *cfg;
     sdnn_status st = SDNN_OK;
     const int plan_auto = cfg->mode == SDNN_MODE_SCALEDNN && cfg->bucket_mb <= 0;
+    sdnn_link measured;   /* the link the step measured (plan_auto) */
+    int have_measured = 0;
     t->devices = malloc((size_t)n * sizeof *t->devices);
     if (!t->devices) {
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the trainer");
@@ -358,6 +360,26 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
         sdnn_plan_agree ag = sdnn_plan_agree_over(t->comm);
         SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->world, cfg, &pm, &ag, &t->ap), st,
                        fail);
+        if (pm.have_link) {
+            measured = pm.link;
+            have_measured = 1;
+        }
+    }
+    if (t->ex) {
+        /* The exchange's comm gets the link the step has (the cfg's, else
+         * the one measured above; neither: the comm keeps its default and
+         * says so), then hears the buckets: a comm that picks a collective
+         * per bucket prices, and names, that link in its banner. */
+        sdnn_link named_link;
+        int named = 0;
+        SDNN_CHECKGOTO(sdnn_autoplan_cfg_link(cfg, &named_link, &named), st, fail);
+        if (named)
+            SDNN_CHECKGOTO(sdnn_comm_set_link(sdnn_exchange_comm(t->ex), &named_link, "cfg"), st,
+                           fail);
+        else if (have_measured)
+            SDNN_CHECKGOTO(sdnn_comm_set_link(sdnn_exchange_comm(t->ex), &measured, "measured"),
+                           st, fail);
+        sdnn_exchange_announce(t->ex);
     }
     /* Several replica threads share the cores: one BLAS thread each (the
      * setting is process-wide, and OpenBLAS's own threads would compete with
@@ -435,6 +457,9 @@ static sdnn_status replan(sdnn_trainer *t, const sdnn_bucket_spec *spec, int nb)
     SDNN_CHECK(sdnn_exchange_create_on(t->eng, t->comm, &xo, &ex));
     (void)sdnn_exchange_carry_ef(ex, t->ex);
     sdnn_exchange_set_timeline(ex, t->tl);
+    /* The comm (the engine's, kept) still holds the link handed at the
+     * start: the plan's buckets are priced on it. */
+    sdnn_exchange_announce(ex);
     sdnn_exchange_destroy(t->ex);
     t->ex = ex;
     return SDNN_OK;

@@ -25,7 +25,12 @@
 #     "bytes exchanged" counter (rank 0's trace) is the CSV's, step by step;
 #   - nccl cells with a lossy codec: the start banner, before the first
 #     step, one line per codec and collective the cost model chose (each
-#     naming its buckets), the collective W = 4 gets (banner_check below);
+#     naming its buckets), the collective W = 4 gets, and the link it
+#     priced with: bucket_mb=auto the one the step measured before the
+#     banner (the plan's line names the same figures), fixed buckets the
+#     default nvlink4, said to be not measured (banner_check below); and
+#     one more run, 1 x 4 int8 fixed buckets with link=eth10g: the header
+#     prices with the cfg's link, "link: cfg eth10g (not measured)";
 #   - losses, step by step against the MPI path of the same layout and codec
 #     (2 x 2: mpirun -np 2; 1 x 4: mpirun -np 1 with -gpus 0,1,2,3), over
 #     the 2 steps every run has (FIXED_ITERS iterations of a world of 4).
@@ -174,7 +179,13 @@ loss_check() {
 # the header's count; at W = 4 the collective the model takes: fp16 / bf16
 # NCCL's native allreduce (the ring's bytes, less codec work), int8 the
 # coded ring (the all-gather would send 2 x its bytes: the byte cap), topk
-# the all-gather (its only way).
+# the all-gather (its only way).  Every header names the link it priced
+# with ("cost model: link: HOW NAME, A us, B GB/s"): fixed buckets the
+# comm's default, "default nvlink4 (not measured), 3.0 us, 450.00 GB/s";
+# auto "measured probed nccl, A us, B GB/s" with the A and B of the plan's
+# line ("link probed nccl: alpha A us, beta B GB/s"): the step measured
+# before the first header, which comes before the first step, so the
+# banner was printed after the measurement and priced with it.
 banner_check() {
     case $2 in
     fp16) want="nccl half all-reduce" ;; bf16) want="nccl bf16 all-reduce" ;;
@@ -187,7 +198,17 @@ banner_check() {
         /^scalednn: collective per bucket over NCCL, one line per choice for the / {
             h++; if (h == 1) first = NR
             for (i = 1; i <= NF; ++i) if ($i == "buckets") { n = $(i - 1); break }
-            announced[h] = n + 0 }
+            announced[h] = n + 0
+            lk[h] = ""
+            if (match($0, /cost model: link: [^,]*, [0-9.]+ us, [0-9.]+ GB\/s/))
+                lk[h] = substr($0, RSTART + 18, RLENGTH - 18) }
+        /^scalednn: plan [0-9]+ \(bucket_mb=auto\), link / {
+            a = b = ""
+            for (i = 1; i <= NF; ++i) { if ($i == "alpha") a = $(i + 1); if ($i == "beta") b = $(i + 1) }
+            match($0, /, link [^:]*:/)
+            pl = "measured " substr($0, RSTART + 7, RLENGTH - 8) ", " a " us, " b " GB/s"
+            if (plink == "") plink = pl
+            else if (pl != plink) plans = plans "; " pl }
         /^scalednn:   bucket [0-9]* \(/ {
             lines[h]++
             if (index($0, ": " c " via " want ": ") == 0) wrong = wrong "; " $0
@@ -202,7 +223,15 @@ banner_check() {
                 if (listed[j] > announced[j]) { printf "layout %d: %d buckets listed, %d announced", j, listed[j], announced[j]; exit }
             }
             if (wrong != "") { printf "%s not via %s%s", c, want, wrong; exit }
-            printf "ok %s via %s, %d line(s) for %d of %d buckets", c, want, lines[1], listed[1], announced[1]
+            link = "default nvlink4 (not measured), 3.0 us, 450.00 GB/s"
+            if (heads == 2) {
+                if (plink == "") { printf "no plan line naming the measured link"; exit }
+                if (plans != "") { printf "plans on other links: %s then%s", plink, plans; exit }
+                link = plink
+            }
+            for (j = 1; j <= h; ++j)
+                if (lk[j] != link) { printf "header %d priced with link \"%s\", not \"%s\"", j, lk[j], link; exit }
+            printf "ok %s via %s, %d line(s) for %d of %d buckets, link %s", c, want, lines[1], listed[1], announced[1], link
         }' "$1"
 }
 bound_of() {
@@ -340,6 +369,22 @@ for lay in $LAYOUTS; do
         done
     done
 done
+# ---- a link named in the cfg ---------------------------------------------------------
+# link=eth10g with fixed buckets: the step hands the cfg's link to the comm ("cfg"), which
+# prices with it and names it (costmodel.c's eth10g: 20 us, 1.17 GB/s).
+tag=1x4-fixed-nccl-int8-eth10g
+cfg "$tag" nccl int8 fixed
+echo "link=eth10g" >>"$W/$tag.cfg"
+train "$tag" 1 "$FIXED_ITERS"
+rc=$?
+want="link: cfg eth10g (not measured), 20.0 us, 1.17 GB/s,"
+if [ $rc -ne 0 ]; then
+    bad "link=eth10g, fixed buckets: exited $rc ($W/$tag.log)"
+elif grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: $want" "$W/$tag.log"; then
+    say "ok link=eth10g, fixed buckets: the banner prices with the cfg's link ($(grep -o "cost model: link: [^,]*, [^,]*, [^,]*" "$W/$tag.log" | head -n 1))"
+else
+    bad "link=eth10g, fixed buckets: the banner does not name '$want' ($W/$tag.log)"
+fi
 say "$cells cells, $failed failed"
 [ "$failed" -eq 0 ] && rm -rf "$W"
 exit "$failed"

@@ -153,7 +153,7 @@ for codec in fp16 int8; do
     if [ $rc -ne 0 ]; then
         tail -5 "$W/$tag.log"
         bad "$tag: compress=$codec, 1 process x 4 devices, exited $rc ($W/$tag.log)"
-    elif ! grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: link .*, world 4; simulated devices" "$W/$tag.log"; then
+    elif ! grep -q "^scalednn: collective per bucket over NCCL, .*(cost model: link: .*, world 4; simulated devices" "$W/$tag.log"; then
         bad "$tag: no banner header for the collective per bucket ($W/$tag.log)"
     elif [ "$lines" -lt 1 ] || [ "$dear" -ne 0 ]; then
         bad "$tag: $lines bucket lines for $codec, $dear choosing the dearer collective ($W/$tag.log)"

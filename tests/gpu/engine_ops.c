@@ -31,6 +31,19 @@
  *                sends (the comm's *wire) = sdnn_wire_bytes of the
  *                collective taken, and so is the simulated NCCL's own count
  *                per rank (SDNN_SIM_NCCL_BYTES; real NCCL cannot count)
+ *   handoff      the link the step hands the comm (sdnn_comm_set_link, the
+ *                comm table's set_link op) changes the choice: at W = 2 an
+ *                int8 bucket of 8.39 MB fp32 by the coded ring on the
+ *                default nvlink4 pricing, by the all-gather once a 1 ms,
+ *                1 GB/s link is handed over (S* = 2 alpha x the device
+ *                codecs' rate: 6 MB, then 2 GB); each result its
+ *                collective's reference bit for bit, the bytes the comm
+ *                reports = sdnn_wire_bytes of each = the simulated NCCL's
+ *                count; the banner (the announce op) names the link it
+ *                priced with ("default nvlink4 (not measured)", then
+ *                "measured test-1ms") and the collective; a link without
+ *                bandwidth is refused and changes nothing; a table
+ *                without the op (local) takes any link as a no-op
  *   ef_step      int8 and topk error feedback = sdnn_codec_ef_step bit
  *                for bit (grad and residual)
  *   train        the callbacks: backward_done once per parameter layer on
@@ -512,7 +525,7 @@ static void choices(int simulated)
                                   : SDNN_ERR_INVALID;
         if (s == SDNN_OK) s = e->ops->comm_open(e, NULL, &comm);
         sdnn_link test_link = {"test-0.25us", 0.25e-6, 450e9};
-        if (s == SDNN_OK) s = sdnn_gpu_engine_comm_set_link(comm, &test_link);
+        if (s == SDNN_OK) s = sdnn_comm_set_link(comm, &test_link, "test");
         SOFT_ASSERT(s == SDNN_OK, "W=%d: engine and comm over NCCL (%s)", W,
                     s == SDNN_OK ? "ok" : sdnn_last_error());
         double expect = 0, reported = 0;
@@ -602,6 +615,151 @@ static void choices(int simulated)
                 sdnn_cm_coll_name(took[0][1]), sdnn_cm_coll_name(took[0][2]));
 }
 
+/* What sdnn_comm_announce of one int8 bucket of n floats prints (the
+ * banner on stdout), into buf. */
+static void banner_of(sdnn_comm *comm, size_t n, char *buf, size_t len)
+{
+    const sdnn_codec_ops *codec[1] = {sdnn_codec_find("int8")};
+    const size_t count[1] = {n};
+    sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+    buf[0] = 0;
+    char path[] = "/tmp/sdnn-engine-ops-banner-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    fflush(stdout);
+    int saved = dup(1);
+    if (saved < 0 || dup2(fd, 1) < 0) {
+        close(fd);
+        remove(path);
+        return;
+    }
+    sdnn_comm_announce(comm, codec, count, 1, &cp, 0);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    ssize_t got = pread(fd, buf, len - 1, 0);
+    buf[got > 0 ? got : 0] = 0;
+    close(fd);
+    remove(path);
+}
+
+/* The link the step hands over flips an int8 bucket's collective at W = 2
+ * (see the header): the crossover and both choices from the comm's own
+ * pricing, checked against the formula, each collective run and held to
+ * its reference, its bytes to the simulated NCCL's count. */
+static void handoff(int simulated)
+{
+    enum { W = 2 };
+    const size_t n = (size_t)1 << 21;   /* 8.39 MB of fp32 */
+    char count_path[] = "/tmp/sdnn-engine-ops-bytes-XXXXXX";
+    int fd = mkstemp(count_path);
+    if (fd >= 0) close(fd);
+    if (simulated && fd >= 0) setenv("SDNN_SIM_NCCL_BYTES", count_path, 1);
+    network *ns[W] = {0};
+    for (int r = 0; r < W; ++r) ns[r] = gt_parse_file("cfg/shapes.cfg", "batch=2\n");
+    sdnn_engine_opts o = SDNN_ENGINE_OPTS_INIT;
+    sdnn_engine *e = NULL;
+    sdnn_comm *comm = NULL;
+    sdnn_status s = ns[W - 1] ? sdnn_engine_create(&sdnn_engine_gpu, ns, W, &o, &e)
+                              : SDNN_ERR_INVALID;
+    if (s == SDNN_OK) s = e->ops->comm_open(e, NULL, &comm);
+    SOFT_ASSERT(s == SDNN_OK, "handoff: engine and comm over NCCL at W=%d (%s)", W,
+                s == SDNN_OK ? "ok" : sdnn_last_error());
+    double expect = 0;
+    if (s == SDNN_OK) {
+        const sdnn_codec_ops *c8 = sdnn_codec_find("int8");
+        sdnn_codec_params cp = SDNN_CODEC_PARAMS_INIT;
+        const sdnn_link slow = {"test-1ms", 1e-3, 1e9};
+        float *hin[W], *din[W];
+        for (int r = 0; r < W; ++r) {
+            hin[r] = malloc(n * 4);
+            gt_seed(2000 + (uint64_t)r);
+            gt_fill(hin[r], n, -1, 1);
+            din[r] = NULL;
+            (void)e->ops->buf_alloc(e, r, n, &din[r]);
+            (void)e->ops->buf_write(e, r, din[r], hin[r], n);
+        }
+        sdnn_cm_coll took[2] = {SDNN_CM_NCOLL, SDNN_CM_NCOLL};
+        for (int h = 0; h < 2; ++h) {
+            if (h == 1) {
+                /* refused: no bandwidth; the pricing stays the default */
+                const sdnn_link none = {"no-bandwidth", 1e-3, 0};
+                SOFT_ASSERT(sdnn_comm_set_link(comm, &none, "measured") == SDNN_ERR_INVALID,
+                            "handoff: a link of 0 B/s is refused");
+                SOFT_ASSERT(sdnn_comm_set_link(comm, &slow, "measured") == SDNN_OK,
+                            "handoff: the 1 ms, 1 GB/s link is taken (%s)", sdnn_last_error());
+            }
+            sdnn_cm_env env;
+            sdnn_codec_model m;
+            unsigned offers = 0;
+            sdnn_cm_coll path = SDNN_CM_NCOLL;
+            (void)sdnn_gpu_engine_comm_pricing(comm, c8, &cp, n, &env, &m, &offers, &path);
+            const double Sx = sdnn_cm_crossover(&env, &m, SDNN_CM_ALLGATHER, SDNN_CM_CODED_RING);
+            /* W = 2: ring - all-gather = alpha - dec/2, dec = S / dec_Bps */
+            const double formula = 2.0 * env.link.alpha_s * m.dec_Bps;
+            const double want_alpha = h ? slow.alpha_s : 3e-6;
+            const sdnn_cm_coll want = (double)n * 4 < Sx ? SDNN_CM_ALLGATHER : SDNN_CM_CODED_RING;
+            printf("    handoff %s: link %s %.1f us, S* = %.3f MB, the %.2f MB bucket by the %s\n",
+                   h ? "after" : "before", env.link.name, env.link.alpha_s * 1e6, Sx / 1e6,
+                   n * 4 / 1e6, sdnn_cm_coll_name(path));
+            SOFT_ASSERT(fabs(env.link.alpha_s - want_alpha) <= 1e-12 &&
+                        fabs(Sx - formula) <= 1e-9 * formula && path == want,
+                        "handoff %s: the comm prices with alpha %.1f us (want %.1f), S* %.4g = "
+                        "2 alpha x dec rate %.4g, and takes the %s (model: %s)",
+                        h ? "after" : "before", env.link.alpha_s * 1e6, want_alpha * 1e6, Sx,
+                        formula, sdnn_cm_coll_name(path), sdnn_cm_coll_name(want));
+            char banner[4096], what[64];
+            banner_of(comm, n, banner, sizeof banner);
+            const char *link_text = h ? "link: measured test-1ms, 1000.0 us, 1.00 GB/s"
+                                      : "link: default nvlink4 (not measured), 3.0 us, 450.00 GB/s";
+            char via[64];
+            snprintf(via, sizeof via, ": int8 via %s: ", sdnn_cm_coll_name(path));
+            SOFT_ASSERT(strstr(banner, link_text) && strstr(banner, via),
+                        "handoff %s: the banner names '%s' and '%s' (it says: %s)",
+                        h ? "after" : "before", link_text, via, banner);
+            snprintf(what, sizeof what, "handoff %s", h ? "after" : "before");
+            size_t wire = 0;
+            took[h] = coded_vs_ref(e, comm, what, din, (const float *const *)hin, W, n,
+                                   700 + (uint64_t)h, &wire);
+            const double per = sdnn_wire_bytes(took[h] == SDNN_CM_ALLGATHER
+                                                   ? SDNN_WIRE_ALLGATHER : SDNN_WIRE_ALLREDUCE,
+                                               W, (double)c8->encoded_size(&cp, n));
+            SOFT_ASSERT(took[h] == path && fabs((double)wire - per) <= 0.5,
+                        "%s: took the %s as priced; bytes per replica %zu = sdnn_wire_bytes %.0f",
+                        what, sdnn_cm_coll_name(took[h]), wire, per);
+            expect += per;
+        }
+        SOFT_ASSERT(took[0] == SDNN_CM_CODED_RING && took[1] == SDNN_CM_ALLGATHER,
+                    "handoff: the 8.39 MB bucket by the coded ring on nvlink4, by the all-gather "
+                    "on the handed 1 ms link (%s, then %s)", sdnn_cm_coll_name(took[0]),
+                    sdnn_cm_coll_name(took[1]));
+        for (int r = 0; r < W; ++r) {
+            e->ops->buf_free(e, r, din[r]);
+            free(hin[r]);
+        }
+    }
+    sdnn_engine_destroy(e);   /* frees the communicators: the counter's lines */
+    for (int r = 0; r < W; ++r)
+        if (ns[r]) sdnn_network_free(ns[r]);
+    if (simulated && fd >= 0) {
+        double per[W] = {0, 0}, mean = 0;
+        int lines = sim_counted(count_path, per, W);
+        for (int r = 0; r < W; ++r) mean += per[r] / W;
+        SOFT_ASSERT(lines == W && fabs(mean - expect) <= 1.0,
+                    "handoff: the simulated NCCL counted %.0f bytes per rank (%d lines) = the "
+                    "comm's, %.0f", mean, lines, expect);
+        unsetenv("SDNN_SIM_NCCL_BYTES");
+    }
+    if (fd >= 0) remove(count_path);
+    /* a table without the op: the handoff is a no-op */
+    sdnn_comm *local = NULL;
+    const sdnn_link slow = {"test-1ms", 1e-3, 1e9};
+    s = sdnn_comm_open("local", &local);
+    SOFT_ASSERT(s == SDNN_OK && sdnn_comm_set_link(local, &slow, "measured") == SDNN_OK,
+                "handoff: the local backend (no set_link op) takes a link as a no-op");
+    sdnn_comm_close(local);
+}
+
 int main(void)
 {
     argv0_ = "engine_ops";
@@ -619,6 +777,7 @@ int main(void)
     static const int one_device[NREP] = {0, 0};
     (void)run(NULL);
     (void)run(one_device);
+    handoff(strstr(desc, "simulated") != NULL);
     if (ndev >= 4) choices(strstr(desc, "simulated") != NULL);
     else printf("    %d device(s): the collective choice at W = 4 needs 4 (not run)\n", ndev);
     return gt_summary(argv0_);

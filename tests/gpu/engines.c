@@ -205,7 +205,7 @@ static void versus(const char *name, const char *cfg, int is_file, const tcase *
         const sdnn_exchange *gx = sdnn_trainer_exchange(G);
         sdnn_comm *gc = gx ? sdnn_exchange_comm(gx) : NULL;
         const sdnn_link flat = {"no-latency", 0, 450e9};
-        s = gc ? sdnn_gpu_engine_comm_set_link(gc, &flat) : SDNN_ERR_INVALID;
+        s = gc ? sdnn_comm_set_link(gc, &flat, "test") : SDNN_ERR_INVALID;
         int ring = s == SDNN_OK, nb = gx ? sdnn_exchange_nbuckets(gx) : 0;
         for (int k = 0; k < nb && ring; ++k) {
             const sdnn_codec_ops *bc = sdnn_exchange_bucket_codec(gx, k);

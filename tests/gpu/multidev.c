@@ -501,7 +501,7 @@ int main(int argc, char **argv)
              * the ring the cost model's choice, so the two compare bit for bit. */
             const sdnn_exchange *gx = sdnn_trainer_exchange(nc.T);
             const sdnn_link flat = {"no-latency", 0, 450e9};
-            GT_OK(sdnn_gpu_engine_comm_set_link(sdnn_exchange_comm(gx), &flat));
+            GT_OK(sdnn_comm_set_link(sdnn_exchange_comm(gx), &flat, "test"));
         }
         GT_OK(train(&nc, 5, 8, &rdn));
         e = param_err(nc.nets[0], v.nets[0], &b);
