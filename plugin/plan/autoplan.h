@@ -93,6 +93,12 @@ double *sdnn_autoplan_prof(sdnn_autoplan *a, int r);
 sdnn_status sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s,
                                      int ok, const sdnn_bucket_spec **spec, int *n, int *ready);
 
+/* 1 while the next step is a warm-up or profiled step (before the first
+ * plan, and after a drift until the next): the trainer runs those without
+ * overlap, so the per-layer times are the compute alone, not slowed by an
+ * exchange on the same cores; the plan then runs with the cfg's overlap. */
+int sdnn_autoplan_profiling(const sdnn_autoplan *a);
+
 /* The plan in force (NULL before the first) and how many plans were made. */
 const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a);
 int sdnn_autoplan_count(const sdnn_autoplan *a);

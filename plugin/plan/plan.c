@@ -411,7 +411,7 @@ void sdnn_plan_print_tta(FILE *f, const char *what, const sdnn_plan *pl,
 {
     const char *codec = pl->factor_codec >= 0 && pl->factor_codec < env->ncodecs
                             ? env->codecs[pl->factor_codec].name
-                            : "no codec";
+                            : "nothing exchanged";
     fprintf(f, "%s: time to accuracy N x %.3g x step %.3f ms = N x %.3f ms (iteration factor "
                "%.3g: %s; N = none's iterations to the target)\n",
             what, pl->iter_factor, pl->pred.step_s * 1e3, pl->pred.step_s * pl->iter_factor * 1e3,
