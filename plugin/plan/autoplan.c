@@ -98,6 +98,23 @@ sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t 
     return SDNN_OK;
 }
 
+void sdnn_autoplan_describe_factors(const sdnn_config *cfg, char *buf, size_t len)
+{
+    char names[sizeof cfg->compress_allow + sizeof cfg->compress];
+    const char *name[MAX_CODECS];
+    int ef[MAX_CODECS], n = 0;
+    if (len) buf[0] = '\0';
+    if (sdnn_autoplan_codec_names(cfg, names, sizeof names, name, ef, MAX_CODECS, &n) != SDNN_OK)
+        sdnn_clear_error();
+    size_t at = 0;
+    for (int i = 0; i < n && at < len; ++i) {
+        int w = snprintf(buf + at, len - at, "%s%s %.3g", i ? ", " : "", name[i],
+                         sdnn_iter_factor(cfg->iter_factor, name[i]));
+        if (w < 0) break;
+        at += (size_t)w;
+    }
+}
+
 static sdnn_status setup_link(sdnn_autoplan *a, const sdnn_config *cfg,
                               const sdnn_plan_measured *m)
 {

@@ -73,6 +73,11 @@ int sdnn_autoplan_needs_link(const sdnn_config *cfg, int world);
 sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t len,
                                       const char **names, int *ef, int max, int *n);
 
+/* "none 1, fp16 1, int8 1.25": the iteration factor of each codec the
+ * planner may choose for cfg (sdnn_autoplan_codec_names, iter_factor=
+ * over the codecs' own), for the start banner. */
+void sdnn_autoplan_describe_factors(const sdnn_config *cfg, char *buf, size_t len);
+
 /* For replicas shaped like `net` (nrep of them in this process, `world`
  * ranks in all) with the step's measurements m (the link is used only when
  * sdnn_autoplan_needs_link) and its agreement ag (NULL: one process). */
