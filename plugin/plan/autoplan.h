@@ -8,7 +8,11 @@
  * of the active backend made at start) and the codecs' measured encode and
  * decode rates go into the cost model, and the planner (plan.c) chooses the
  * buckets and, with compress=auto, each bucket's codec among
- * compress_allow.  After that the measured step time is compared with the
+ * compress_allow, for the smallest predicted time to accuracy: step x the
+ * plan's iteration factor (iter_factor= over the codecs' own, costmodel.h).
+ * The warm-up and profiled steps run without overlap
+ * (sdnn_autoplan_profiling), so the hooks time the compute with no
+ * exchange competing for the cores; the plan runs with the cfg's overlap.  After that the measured step time is compared with the
  * prediction; when the median of the last 10 steps drifts by more than
  * replan_drift (a fraction) the layers are re-profiled over the next
  * profile_iters steps and planned again (at most once every 20 steps; when a
