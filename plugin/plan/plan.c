@@ -296,7 +296,9 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
             return SDNN_ERROR(SDNN_ERR_INVALID, "plan: codec %s has iteration factor %g "
                               "(expected a number > 0)", env->codecs[c].name, f[c]);
     /* Each factor among the codecs, ascending: the best plan whose factor
-     * is at most that (plan.h), and the best product of those. */
+     * is at most that (plan.h), and the best product of those.  Without a
+     * lossless codec at or below a level, only plans whose buckets all
+     * reach compress_min exist there, and plan_dp may find none. */
     int have = 0;
     double best = INFINITY, prev = -INFINITY;
     for (;;) {
@@ -305,30 +307,26 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
             if (f[c] > prev && f[c] < level) level = f[c];
         if (f && !isfinite(level)) break;
         prev = level;
-        /* (without a lossless codec of factor <= level, only plans
-         * whose buckets all reach compress_min exist: plan_dp says) */
-        {
-            sdnn_plan cand;
-            int found;
-            sdnn_status st = plan_dp(p, env, o, level, &cand, &found);
-            if (st != SDNN_OK) {
+        sdnn_plan cand;
+        int found;
+        sdnn_status st = plan_dp(p, env, o, level, &cand, &found);
+        if (st != SDNN_OK) {
+            sdnn_plan_free(out);
+            return st;
+        }
+        if (found) {
+            sdnn_plan_set_factor(&cand, f);
+            double t = cand.pred.step_s * cand.iter_factor;
+            if (!have || t < best) {
                 sdnn_plan_free(out);
-                return st;
-            }
-            if (found) {
-                sdnn_plan_set_factor(&cand, f);
-                double t = cand.pred.step_s * cand.iter_factor;
-                if (!have || t < best) {
-                    sdnn_plan_free(out);
-                    *out = cand;
-                    best = t;
-                    have = 1;
-                } else {
-                    sdnn_plan_free(&cand);
-                }
+                *out = cand;
+                best = t;
+                have = 1;
+            } else {
+                sdnn_plan_free(&cand);
             }
         }
-        if (!f) break;
+        if (!f) break;   /* no factors: one programme over every codec */
     }
     if (!have) return SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: no plan for %d layers", p->n);
     sdnn_status st = out->nb > 0 ? check_layout(p, out) : SDNN_OK;
