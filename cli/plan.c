@@ -156,18 +156,27 @@ int sdnn_cmd_plan(int argc, char **argv)
     int world = nrep * (comm ? comm->size : 1);
     sdnn_cm_env env = {link, world, conf.overlap, allowed, nallowed};
     sdnn_cm_env envc = {link, world, conf.overlap, cfgc, ncfg};
+    /* Iteration factors: each plan minimises time to accuracy, step x its
+     * factor (plan.h); the codecs' own, or the cfg's iter_factor=. */
+    double fa[MAX_CODECS], fc[MAX_CODECS];
+    for (int c = 0; c < nallowed; ++c) fa[c] = sdnn_iter_factor(conf.iter_factor, allowed[c].name);
+    for (int c = 0; c < ncfg; ++c) fc[c] = sdnn_iter_factor(conf.iter_factor, cfgc[c].name);
     sdnn_plan_opts po = SDNN_PLAN_OPTS_INIT;
     po.compress_min_bytes = conf.compress_min_kb * 1024.0;
+    sdnn_plan_opts poc = po;
+    po.iter_factor = fa;
+    poc.iter_factor = fc;
     /* The cfg's own plan: with bucket_mb=auto training replaces its first
      * 1 MiB buckets by the planner's over the cfg's codecs, so that plan is
      * what the cfg trains with; with a fixed size, exchange.c's partition. */
     sdnn_status pst = sdnn_plan_auto(&prof, &env, &po, &autop);
     if (pst == SDNN_OK)
         pst = cfg_auto_buckets
-                  ? sdnn_plan_auto(&prof, &envc, &po, &cfgp)
+                  ? sdnn_plan_auto(&prof, &envc, &poc, &cfgp)
                   : sdnn_plan_fixed(&prof, &envc, conf.bucket_mb,
                                     !cfg_auto_codec && ncfg > 1 ? 1 : 0, po.compress_min_bytes,
                                     &cfgp);
+    if (pst == SDNN_OK) sdnn_plan_set_factor(&cfgp, fc);
     if (pst != SDNN_OK) {
         sdnn_cli_fail(cmd);
         goto done;
@@ -200,6 +209,12 @@ int sdnn_cmd_plan(int argc, char **argv)
     char desc[512];
     sdnn_cli_describe_codecs(allowed, nallowed, desc, sizeof desc);
     printf("codecs allowed: %s\n", desc);
+    sdnn_plan_describe_factors(&env, fa, desc, sizeof desc);
+    printf("iteration factors (iterations to the target against none's, %s): %s; the plans "
+           "minimise time to accuracy = step x factor\n",
+           conf.iter_factor[0] ? "the cfg's iter_factor= over the codecs' own"
+                               : "the codecs' own, iter_factor= overrides",
+           desc);
     if (!conf.present)
         printf("note: %s has no [scalednn] section, so it trains in stock mode; the plans "
                "below are for mode=scalednn with the section's defaults (bucket_mb=auto, "
@@ -213,12 +228,14 @@ int sdnn_cmd_plan(int argc, char **argv)
     printf("\nautomatic plan (bucket_mb=auto, compress=auto, overlap=%d):\n", conf.overlap);
     sdnn_plan_print(stdout, &autop, &env);
     sdnn_plan_print_prediction(stdout, "predicted", &autop);
+    sdnn_plan_print_tta(stdout, "predicted", &autop, &env);
     char what[128];
     char bucket[32];
     if (cfg_auto_buckets) snprintf(bucket, sizeof bucket, "auto");
     else snprintf(bucket, sizeof bucket, "%g", conf.bucket_mb);
     snprintf(what, sizeof what, "cfg plan (bucket_mb=%s, compress=%s)", bucket, conf.compress);
     sdnn_plan_print_prediction(stdout, what, &cfgp);
+    sdnn_plan_print_tta(stdout, what, &cfgp, &envc);
     if (verbose) {
         printf("\n%s:\n", what);
         sdnn_plan_print(stdout, &cfgp, &envc);

@@ -107,6 +107,7 @@ typedef struct sim_row {
     int nb[NVARIANTS];
     char coll[NVARIANTS][192];   /* -nccl 1: the collective of each bucket (issue 24) */
     double wire[NVARIANTS];   /* bytes each replica sends per step (collective.h) */
+    double factor[NVARIANTS]; /* iteration factor of each variant's plan (stock: 1) */
 } sim_row;
 
 /* "fp16: 3 nccl half all-reduce, 2 all-gather; none: 4" for plan pl. */
@@ -142,6 +143,8 @@ typedef struct sim_setup {
     const sdnn_codec_model *codecs;    /* [0] none, [1] the --codec one */
     const sdnn_codec_model *allowed;
     int nallowed;
+    const double *fixed_f;             /* iteration factors of codecs[0..1] */
+    const double *allowed_f;           /* and of allowed[] */
 } sim_setup;
 
 /* Bytes each replica sends in a step of plan pl: the cost model's figure
@@ -165,7 +168,9 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
     const topology *t = s->topo;
     sdnn_link ring = nodes > 1 ? t->inter : t->intra;
 
-    /* stock */
+    /* stock: the iterations of none (issue 29 measured 400 for both in one
+     * process; its averaging every `interval` steps is not a codec) */
+    row->factor[V_STOCK] = 1.0;
     int share = t->host_share_max > 0 ? t->host_share_max : per_node;
     if (share > per_node) share = per_node;
     sdnn_cm_stock st = {t->host, per_node, share, s->interval, 10e9};
@@ -190,6 +195,9 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
             return sdnn_cli_fail(cmd);
         row->r[v] = pl.pred;
         row->nb[v] = pl.nb;
+        sdnn_plan_set_factor(&pl, s->fixed_f);
+        /* a world of one codes nothing: none's iterations */
+        row->factor[v] = row->world > 1 ? pl.iter_factor : 1.0;
         describe_colls(&pl, &e, row->coll[v], sizeof row->coll[v]);
         row->wire[v] = plan_wire(&e, &pl);
         sdnn_plan_free(&pl);
@@ -197,7 +205,9 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
     sdnn_cm_env e = {ring, row->world, 1, s->allowed, s->nallowed};
     sdnn_plan_opts po = SDNN_PLAN_OPTS_INIT;
     po.compress_min_bytes = s->compress_min_bytes;
+    po.iter_factor = s->allowed_f;   /* the planner minimises time to accuracy */
     if (sdnn_plan_auto(s->prof, &e, &po, &pl) != SDNN_OK) return sdnn_cli_fail(cmd);
+    row->factor[V_PLANNED] = pl.iter_factor;
     row->r[V_PLANNED] = pl.pred;
     row->nb[V_PLANNED] = pl.nb;
     describe_colls(&pl, &e, row->coll[V_PLANNED], sizeof row->coll[V_PLANNED]);
@@ -432,8 +442,12 @@ int sdnn_cmd_simulate(int argc, char **argv)
         fprintf(stderr, "%s: no memory\n", cmd);
         goto done;
     }
+    double fixed_f[MAX_CODECS], allowed_f[MAX_CODECS];
+    for (int k = 0; k < nfixed; ++k) fixed_f[k] = sdnn_iter_factor(conf.iter_factor, fixed[k].name);
+    for (int k = 0; k < nallowed; ++k)
+        allowed_f[k] = sdnn_iter_factor(conf.iter_factor, allowed[k].name);
     sim_setup s = {&prof, &topo, bucket_mb, conf.compress_min_kb * 1024.0, interval, fixed,
-                   allowed, nallowed};
+                   allowed, nallowed, fixed_f, allowed_f};
     for (int i = 0; i < nsw; ++i)
         if (simulate_world(cmd, &s, multi ? sw[i] : 1, multi ? gpus : sw[i], &rows[i]))
             goto done;
@@ -484,6 +498,31 @@ int sdnn_cmd_simulate(int argc, char **argv)
                rows[i].wire[V_PLANNED] / 1e6);
     }
     printf("(eff = single-GPU step / step: scaling efficiency at a fixed per-GPU batch)\n");
+    /* Time to accuracy beside the step: iterations x step, relative to
+     * none's iterations N (the iteration factors, costmodel.h). */
+    sdnn_cm_env fe = {topo.intra, 1, 1, allowed, nallowed};
+    char fl[256];
+    sdnn_plan_describe_factors(&fe, allowed_f, fl, sizeof fl);
+    printf("\ntime to accuracy = N x factor x step (N: none's iterations to the target); "
+           "iteration factors (%s): %s; stock and none 1; overlap+%s: %.3g; planned: the "
+           "largest of its buckets' codecs\n",
+           conf.iter_factor[0] ? "the cfg's iter_factor= over the codecs' own"
+                               : "the codecs' own, iter_factor= overrides",
+           fl, codec, fixed_f[nfixed > 1 ? 1 : 0]);
+    printf("%5s %5s", "gpus", "hosts");
+    for (int v = 0; v < NVARIANTS; ++v) printf(" | %-17s", variant_name(v, codec));
+    printf("\n%11s", "");
+    for (int v = 0; v < NVARIANTS; ++v) printf(" | %6s %10s", "factor", "tta_ms/N");
+    printf("\n");
+    for (int i = 0; i < nsw; ++i) {
+        printf("%5d %5d", rows[i].world, rows[i].nodes);
+        for (int v = 0; v < NVARIANTS; ++v)
+            printf(" | %6.3g %10.3f", rows[i].factor[v],
+                   rows[i].factor[v] * rows[i].r[v].step_s * 1e3);
+        printf("\n");
+    }
+    printf("(tta_ms/N = factor x step_ms: milliseconds of training per iteration none needs; "
+           "the planned variant minimises it)\n");
     if (nccl) {
         printf("\ncollective per bucket (-nccl %d; modelled, not measured):\n", nccl);
         for (int i = 0; i < nsw; ++i)

@@ -962,6 +962,16 @@ int sdnn_train(const sdnn_train_job *job)
         sdnn_config_describe(&R.cfg, desc, sizeof desc);
         printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
                desc);
+        if (R.cfg.mode == SDNN_MODE_SCALEDNN && !(R.cfg.bucket_mb > 0) &&
+            strcmp(R.cfg.compress, "auto") == 0) {
+            char fl[256];
+            sdnn_autoplan_describe_factors(&R.cfg, fl, sizeof fl);
+            printf("scalednn: compress=auto plans for time to accuracy = step x iteration "
+                   "factor (iterations to the target against none's; %s): %s\n",
+                   R.cfg.iter_factor[0] ? "iter_factor= over the codecs' own"
+                                        : "the codecs' own, iter_factor= overrides",
+                   fl);
+        }
         print_devices(&R);
         fflush(stdout);
     }

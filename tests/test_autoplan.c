@@ -169,6 +169,95 @@ static void test_compress_auto_slow_link(void **state)
     sdnn_trainer_destroy(t);
 }
 
+/* compress=auto weighs the codecs by their iteration factors: over the same
+ * 10 Mbit/s link, lossy codecs that cost 50 times none's iterations lose
+ * everywhere, and the printed plan shows the factors and the predicted
+ * time to accuracy beside the step. */
+static void test_compress_auto_factors(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = trainer(2, "bucket_mb=auto\ncompress=auto\ncompress_allow=none,fp16,int8\n"
+                                 "link_gbps=0.01\nlink_us=100\nprofile_iters=1\n"
+                                 "iter_factor=fp16:50,int8:50\n");
+    uint64_t seed = 9;
+    int planned = 0;
+    for (int i = 0; i < 4; ++i) planned += step(t, &seed);
+    assert_int_equal(planned, 1);
+    const sdnn_exchange *ex = sdnn_trainer_exchange(t);
+    for (int k = 0; k < sdnn_exchange_nbuckets(ex); ++k)
+        assert_ptr_equal(sdnn_exchange_bucket_codec(ex, k), &sdnn_codec_none);
+    const sdnn_plan *pl = sdnn_autoplan_current(sdnn_trainer_autoplan(t));
+    assert_true(pl->iter_factor == 1.0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sdnn_autoplan_print(sdnn_trainer_autoplan(t), f);
+    fclose(f);
+    assert_non_null(strstr(buf, "iteration factors (iterations to the target against none's; "
+                                "iter_factor= overrides): none 1, fp16 50, int8 50\n"));
+    assert_non_null(strstr(buf, "predicted: time to accuracy N x 1 x step "));
+    free(buf);
+    sdnn_trainer_destroy(t);
+    /* the stated factors (int8's 1.25 is the one overridden here) */
+    t = trainer(2, "bucket_mb=auto\ncompress=auto\ncompress_allow=none,fp16,int8\n"
+                   "link_gbps=0.01\nlink_us=100\nprofile_iters=1\niter_factor=int8:1.1\n");
+    for (int i = 0; i < 4; ++i) step(t, &seed);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    sdnn_autoplan_print(sdnn_trainer_autoplan(t), f);
+    fclose(f);
+    assert_non_null(strstr(buf, "none 1, fp16 1, int8 1.1\n"));
+    pl = sdnn_autoplan_current(sdnn_trainer_autoplan(t));
+    /* the plan's factor: the largest of its buckets' codecs' (in
+     * compress_allow's order: none 1, fp16 1, int8 1.1) */
+    const double want[] = {1.0, 1.0, 1.1};
+    double fmax = 0;
+    for (int k = 0; k < pl->nb; ++k)
+        if (want[pl->b[k].codec] > fmax) fmax = want[pl->b[k].codec];
+    assert_true(pl->iter_factor == fmax);
+    free(buf);
+    sdnn_trainer_destroy(t);
+}
+
+/* The warm-up and profiled steps run without overlap, so the hooks time
+ * the compute with no exchange on the same cores; the planned steps with
+ * the cfg's overlap; a drift's re-profile without it again. */
+static void test_profiled_steps_without_overlap(void **state)
+{
+    (void)state;
+    sdnn_trainer *t = trainer(2, "bucket_mb=auto\nprofile_iters=2\nreplan_drift=0.000001\n");
+    const sdnn_autoplan *a = sdnn_trainer_autoplan(t);
+    uint64_t seed = 4;
+    int profiled = 0, planned_steps = 0, replans = 0, reprofiled = 0;
+    for (int i = 0; i < 40; ++i) {
+        int p = sdnn_autoplan_profiling(a);
+        if (i < 3) assert_true(p);   /* warm-up and 2 profiled steps */
+        if (p && sdnn_autoplan_count(a) > 0) reprofiled++;
+        int re = step(t, &seed);
+        replans += re;
+        /* a replanned step ran on the exchange it replaced */
+        if (re) {
+            assert_int_equal(sdnn_exchange_overlap(sdnn_trainer_exchange(t)), 1);
+            continue;
+        }
+        assert_int_equal(sdnn_exchange_overlap(sdnn_trainer_exchange(t)), p ? 0 : 1);
+        profiled += p;
+        planned_steps += !p;
+    }
+    assert_true(replans >= 1);
+    assert_true(planned_steps >= 20);
+    assert_true(reprofiled >= 1);   /* the drift's re-profile ran without overlap too */
+    assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
+    sdnn_trainer_destroy(t);
+    /* overlap=0 stays 0 */
+    t = trainer(2, "bucket_mb=auto\nprofile_iters=1\noverlap=0\n");
+    for (int i = 0; i < 5; ++i) {
+        step(t, &seed);
+        assert_int_equal(sdnn_exchange_overlap(sdnn_trainer_exchange(t)), 0);
+    }
+    sdnn_trainer_destroy(t);
+}
+
 /* sdnn_exchange_carry_ef moves every layer's residual slice into its new
  * bucket, whatever the boundaries. */
 static void test_carry_ef(void **state)
@@ -395,6 +484,8 @@ int main(void)
         cmocka_unit_test(test_plan_arrives_and_is_used),
         cmocka_unit_test(test_auto_equals_fixed),
         cmocka_unit_test(test_compress_auto_slow_link),
+        cmocka_unit_test(test_compress_auto_factors),
+        cmocka_unit_test(test_profiled_steps_without_overlap),
         cmocka_unit_test(test_carry_ef),
         cmocka_unit_test(test_drift_replans),
         cmocka_unit_test(test_plan_names_no_comm),

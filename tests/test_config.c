@@ -21,6 +21,7 @@
 #include "codec.h"
 #include "comm.h"
 #include "config.h"
+#include "costmodel.h"
 #include "replicas.h"
 
 #define NAME "cfg/x.cfg"
@@ -376,6 +377,21 @@ static const bad_case g_bad[] = {
     { "replan_drift=0", SDNN_ERR_INVALID, "expected", "fraction > 0" },
     { "compress_allow=fp16,int8", SDNN_ERR_INVALID, "must include none", "none" },
     { "compress_allow=none,fp8", SDNN_ERR_INVALID, "unknown codec fp8", "none, fp16" },
+    { "iter_factor=topk", SDNN_ERR_INVALID, "topk: expected NAME:X", "topk:1.5" },
+    { "iter_factor=topk:", SDNN_ERR_INVALID, "expected NAME:X", "topk:1.5" },
+    { "iter_factor=:1.5", SDNN_ERR_INVALID, "expected NAME:X", "topk:1.5" },
+    { "iter_factor=topk:0", SDNN_ERR_INVALID, "topk:0: expected a factor", "> 0 and <= 100" },
+    { "iter_factor=topk:-1", SDNN_ERR_INVALID, "expected a factor", "> 0 and <= 100" },
+    { "iter_factor=topk:abc", SDNN_ERR_INVALID, "expected a factor", "> 0 and <= 100" },
+    { "iter_factor=topk:nan", SDNN_ERR_INVALID, "expected a factor", "> 0 and <= 100" },
+    { "iter_factor=topk:1e3", SDNN_ERR_INVALID, "expected a factor", "> 0 and <= 100" },
+    { "iter_factor=topk:0x2", SDNN_ERR_INVALID, "expected a factor", "> 0 and <= 100" },
+    { "iter_factor=fp12:1.2", SDNN_ERR_INVALID, "unknown codec fp12", "none, fp16, bf16" },
+    { "iter_factor=none:1.5", SDNN_ERR_INVALID, "none is the reference", "its factor is 1" },
+    { "iter_factor=topk:1.5,topk:1.2", SDNN_ERR_INVALID, "topk is named twice", "" },
+    { "iter_factor=topk:1.5,", SDNN_ERR_INVALID, "an empty item", "NAME:X" },
+    { "iter_factor=fp16:1,,int8:1.2", SDNN_ERR_INVALID, "an empty item", "NAME:X" },
+    { "iter_factor=", SDNN_ERR_INVALID, "empty value", "CODEC:FACTOR" },
     { "bucket_mb=", SDNN_ERR_INVALID, "empty value", BUCKET },
     { "overlap=2", SDNN_ERR_INVALID, "expected", "0 or 1" },
     { "overlap=yes", SDNN_ERR_INVALID, "expected", "0 or 1" },
@@ -470,6 +486,7 @@ static void test_bad_combinations(void **state)
         { "link=eth1g\nlink_gbps=1\n", 4, "link_gbps", "either link= or link_gbps=" },
         { "link_us=5\n", 3, "link_us", "needs link_gbps=" },
         { "compress=auto\nerror_feedback=1\n", 4, "error_feedback", "follows the codec" },
+    { "compress=topk\niter_factor=topk:1.2\n", 4, "iter_factor", "applies to compress=auto only" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         char text[512], prefix[256];
@@ -527,6 +544,24 @@ static void test_auto_keys(void **state)
     assert_true(cfg.link_gbps == 10.0 && cfg.link_us == 20.0);
     assert_int_equal(cfg.profile_iters, 3);
     assert_true(cfg.replan_drift == 0.5);
+    /* iter_factor: the codecs it names take its numbers, the others keep
+     * their own (the registry's stated factors); none is the reference. */
+    assert_string_equal(cfg.iter_factor, "");
+    text = "[scalednn]\ncompress=auto\niter_factor=int8:1.1,topk:2\n";
+    assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
+    assert_string_equal(cfg.iter_factor, "int8:1.1,topk:2");
+    assert_true(sdnn_iter_factor(cfg.iter_factor, "int8") == 1.1);
+    assert_true(sdnn_iter_factor(cfg.iter_factor, "topk") == 2.0);
+    assert_true(sdnn_iter_factor(cfg.iter_factor, "fp16") == sdnn_codec_fp16.iter_factor);
+    assert_true(sdnn_iter_factor(cfg.iter_factor, "none") == 1.0);
+    assert_true(sdnn_iter_factor("", "topk") == sdnn_codec_topk.iter_factor);
+    assert_true(sdnn_iter_factor(NULL, "int8") == sdnn_codec_int8.iter_factor);
+    assert_true(sdnn_iter_factor("none:1,fp16:0.8", "fp16") == 0.8);
+    /* every codec of the registry states a factor, none's is 1 */
+    assert_true(sdnn_codec_none.iter_factor == 1.0);
+    const sdnn_codec_ops *all[] = {&sdnn_codec_fp16, &sdnn_codec_bf16, &sdnn_codec_int8,
+                                   &sdnn_codec_topk};
+    for (int i = 0; i < 4; ++i) assert_true(all[i]->iter_factor >= 1.0);
     text = "[scalednn]\nlink=nvlink3\nbucket_mb=2\n";
     assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_OK);
     assert_string_equal(cfg.link, "nvlink3");
@@ -879,7 +914,7 @@ static void test_describe_groups(void **state)
     sdnn_config_describe_group(&cfg, SDNN_KEYS_CODEC, buf, sizeof buf);
     assert_string_equal(buf, "compress=none topk_ratio=0.01 topk_momentum=0 topk_warmup=0 "
                              "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8 "
-                             "error_feedback=0 compress_min_kb=0");
+                             "iter_factor=- error_feedback=0 compress_min_kb=0");
     /* paths and per-process settings are no group's */
     sdnn_config_describe_group(&cfg, SDNN_KEYS_OWN, buf, sizeof buf);
     assert_non_null(strstr(buf, "csv=-"));

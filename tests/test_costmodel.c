@@ -519,7 +519,12 @@ static void brute_codecs(brute *bf, sdnn_cm_bucket *b, int nb, int k)
     if (k == nb) {
         sdnn_cm_result r;
         assert_int_equal(sdnn_cm_simulate(bf->p, bf->e, b, nb, &r), SDNN_OK);
-        if (r.step_s < bf->best) bf->best = r.step_s;
+        /* with factors: step x the largest factor of the buckets' codecs */
+        const double *f = bf->o->iter_factor;
+        double fmax = f && nb > 0 ? 0 : 1;
+        for (int j = 0; f && j < nb; ++j)
+            if (f[b[j].codec] > fmax) fmax = f[b[j].codec];
+        if (r.step_s * fmax < bf->best) bf->best = r.step_s * fmax;
         bf->tried++;
         return;
     }
@@ -564,11 +569,17 @@ static void check_against_brute_force(int n, int m, const sdnn_cm_env *e,
     double best = brute_force(&bf);
     sdnn_plan plan;
     assert_int_equal(sdnn_plan_auto(&p, e, o, &plan), SDNN_OK);
-    if (fabs(plan.pred.step_s - best) > 1e-12 * best) {
+    double got = plan.pred.step_s * plan.iter_factor;
+    if (fabs(got - best) > 1e-12 * best) {
         fprintf(stderr, "n=%d m=%d world=%d overlap=%d: plan %.12g, best of %ld: %.12g\n", n, m,
-                e->world, e->overlap, plan.pred.step_s, bf.tried, best);
+                e->world, e->overlap, got, bf.tried, best);
         fail();
     }
+    /* the plan's factor is its codecs' largest (1 without factors) */
+    double fmax = o->iter_factor && plan.nb > 0 ? 0 : 1;
+    for (int k = 0; o->iter_factor && k < plan.nb; ++k)
+        if (o->iter_factor[plan.b[k].codec] > fmax) fmax = o->iter_factor[plan.b[k].codec];
+    assert_true(plan.iter_factor == fmax);
     sdnn_plan_free(&plan);
     sdnn_cost_profile_free(&p);
 }
@@ -590,8 +601,8 @@ static void test_plan_matches_brute_force(void **state)
         {"bandwidth", 1e-6, 1e9},  /* bytes dominate: many small buckets */
         {"balanced", 2e-5, 5e9},
     };
-    sdnn_plan_opts exact = {0, 0, 0};          /* plain min over everything */
-    sdnn_plan_opts rules = {64e3, 16e3, 0.05}; /* min bucket, compress_min, gain */
+    sdnn_plan_opts exact = {0, 0, 0, NULL};    /* plain min over everything */
+    sdnn_plan_opts rules = {64e3, 16e3, 0.05, NULL}; /* min bucket, compress_min, gain */
     for (int li = 0; li < 3; ++li)
         for (int overlap = 0; overlap <= 1; ++overlap)
             for (int world = 2; world <= 8; world *= 2)
@@ -608,6 +619,151 @@ static void test_plan_matches_brute_force(void **state)
                     check_against_brute_force(12, 8, &three, &rules);
                     if (!ef) check_against_brute_force(12, 10, &one, &rules);
                 }
+}
+
+/* Time to accuracy: with iteration factors the plan is the best product of
+ * step and its largest factor over every partition and codec assignment,
+ * for factors that reorder the codecs (a lossy codec dearer in iterations
+ * than it gains in step, one cheaper, one below none's 1, ties). */
+static void test_plan_tta_matches_brute_force(void **state)
+{
+    (void)state;
+    rng_state = 7;
+    const sdnn_link links[] = {{"bandwidth", 1e-6, 1e9}, {"balanced", 2e-5, 5e9}};
+    const double factors[][3] = {{1, 1.0, 1.5}, {1, 1.2, 1.05}, {1, 0.8, 3}, {1, 1.3, 1.3}};
+    int changed = 0;
+    for (int fi = 0; fi < 4; ++fi)
+        for (int li = 0; li < 2; ++li)
+            for (int overlap = 0; overlap <= 1; ++overlap)
+                for (int ef = 0; ef <= 1; ++ef) {
+                    sdnn_plan_opts exact = {0, 0, 0, factors[fi]};
+                    sdnn_plan_opts rules = {64e3, 16e3, 0.05, factors[fi]};
+                    sdnn_cm_env three = env_of(links[li], 4, overlap, CODECS3[ef], 3);
+                    for (int m = 1; m <= 6; ++m) check_against_brute_force(m + 3, m, &three, &exact);
+                    check_against_brute_force(10, 7, &three, &rules);
+                    /* the factors matter: count where they change the plan */
+                    sdnn_cost_profile p = random_profile(10, 7);
+                    sdnn_plan_opts step_only = exact;
+                    step_only.iter_factor = NULL;
+                    sdnn_plan a, b;
+                    assert_int_equal(sdnn_plan_auto(&p, &three, &exact, &a), SDNN_OK);
+                    assert_int_equal(sdnn_plan_auto(&p, &three, &step_only, &b), SDNN_OK);
+                    assert_true(a.pred.step_s >= b.pred.step_s * (1 - 1e-12));
+                    int same = a.nb == b.nb;
+                    for (int k = 0; same && k < a.nb; ++k)
+                        same = a.b[k].codec == b.b[k].codec && a.b[k].lo == b.b[k].lo;
+                    changed += !same;
+                    sdnn_plan_free(&a);
+                    sdnn_plan_free(&b);
+                    sdnn_cost_profile_free(&p);
+                }
+    assert_true(changed > 0);
+}
+
+/* A codec whose faster step does not pay for its extra iterations loses.
+ * One layer of 1e9 bytes, world 2, no overlap, free codecs, no latency:
+ * none's ring moves 2 x 1e9/2 bytes at 1e9 B/s, 1 s, after 0.3 s of
+ * compute: step 1.3 s; top-k at ratio 0.7 sends 0.7e9 bytes once: 1.0 s.
+ * Top-k's step is 1.3 x faster; at factor 1.5 its time to accuracy is
+ * 1.5 N s against none's 1.3 N s, at 1.1 it is 1.1 N s. */
+static void test_plan_tta_choice(void **state)
+{
+    (void)state;
+    const double fwd[] = {0.1}, bwd[] = {0.2}, bytes[] = {1e9};
+    sdnn_cost_profile p = make_profile(1, fwd, bwd, NULL, bytes);
+    const sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0},
+                                  {"topk", 0.7, 0, 0, 0, 1, 1, 0}};
+    sdnn_cm_env e = env_of(link_of(0, 1e9), 2, 0, m, 2);
+    sdnn_plan_opts o = SDNN_PLAN_OPTS_INIT;
+    sdnn_plan pl;
+    /* without factors: the faster step, top-k */
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+    assert_int_equal(pl.nb, 1);
+    assert_int_equal(pl.b[0].codec, 1);
+    NEAR(pl.pred.step_s, 1.0);
+    assert_true(pl.iter_factor == 1.0);
+    sdnn_plan_free(&pl);
+    /* none's step on its own */
+    sdnn_cm_env only_none = env_of(link_of(0, 1e9), 2, 0, m, 1);
+    assert_int_equal(sdnn_plan_auto(&p, &only_none, &o, &pl), SDNN_OK);
+    NEAR(pl.pred.step_s, 1.3);
+    sdnn_plan_free(&pl);
+    /* factor 1.5: 1.5 > 1.3, none */
+    const double dear[] = {1.0, 1.5};
+    o.iter_factor = dear;
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+    assert_int_equal(pl.b[0].codec, 0);
+    NEAR(pl.pred.step_s, 1.3);
+    assert_true(pl.iter_factor == 1.0);
+    assert_int_equal(pl.factor_codec, 0);
+    sdnn_plan_free(&pl);
+    /* factor 1.1: 1.1 < 1.3, top-k */
+    const double cheap[] = {1.0, 1.1};
+    o.iter_factor = cheap;
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+    assert_int_equal(pl.b[0].codec, 1);
+    NEAR(pl.pred.step_s, 1.0);
+    assert_true(pl.iter_factor == 1.1);
+    assert_int_equal(pl.factor_codec, 1);
+    sdnn_plan_free(&pl);
+    /* at the break-even factor 1.3 the tie goes to the smaller factor */
+    const double even[] = {1.0, 1.3};
+    o.iter_factor = even;
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+    assert_int_equal(pl.b[0].codec, 0);
+    sdnn_plan_free(&pl);
+    /* a factor that is not > 0 is refused */
+    const double bad[] = {1.0, 0.0};
+    o.iter_factor = bad;
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_ERR_INVALID);
+    sdnn_cost_profile_free(&p);
+}
+
+/* A mixed plan costs the iterations of its lossiest codec.  A small early
+ * layer with a long backward and a big late layer: the big one's top-k
+ * exchange hides behind layer 0's 0.5 s backward, then the 1 KiB layer
+ * (below compress_min) goes uncompressed on its own; the plan's factor is
+ * top-k's though none carries one of its two buckets. */
+static void test_plan_mixed_factor(void **state)
+{
+    (void)state;
+    const double fwd[] = {1e-3, 1e-3}, bwd[] = {0.5, 1e-3}, bytes[] = {1024, 64e6};
+    sdnn_cost_profile p = make_profile(2, fwd, bwd, NULL, bytes);
+    const sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0},
+                                  {"topk", 0.01, 0, 0, 0, 1, 1, 0}};
+    sdnn_cm_env e = env_of(link_of(1e-3, 1e8), 2, 1, m, 2);
+    sdnn_plan_opts o = SDNN_PLAN_OPTS_INIT;
+    o.compress_min_bytes = 4096;   /* the 1 KiB layer stays uncompressed */
+    const double f[] = {1.0, 1.2};
+    o.iter_factor = f;
+    sdnn_plan pl;
+    assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+    int coded = 0, plain = 0;
+    for (int k = 0; k < pl.nb; ++k) {
+        coded += pl.b[k].codec == 1;
+        plain += pl.b[k].codec == 0;
+    }
+    assert_true(coded >= 1 && plain >= 1);
+    assert_true(pl.iter_factor == 1.2);
+    assert_int_equal(pl.factor_codec, 1);
+    /* printed beside the step: N x 1.2 x step */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&text, &len);
+    assert_non_null(mf);
+    sdnn_plan_print_tta(mf, "predicted", &pl, &e);
+    char fl[64];
+    sdnn_plan_describe_factors(&e, f, fl, sizeof fl);
+    fprintf(mf, "%s\n", fl);
+    fclose(mf);
+    char want[160];
+    snprintf(want, sizeof want, "predicted: time to accuracy N x 1.2 x step %.3f ms = N x %.3f ms "
+             "(iteration factor 1.2: topk", pl.pred.step_s * 1e3, 1.2 * pl.pred.step_s * 1e3);
+    assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, "none 1, topk 1.2\n"));
+    free(text);
+    sdnn_plan_free(&pl);
+    sdnn_cost_profile_free(&p);
 }
 
 static void test_plan_beats_fixed_sizes(void **state)
@@ -705,10 +861,10 @@ static void test_codec_choice(void **state)
     assert_int_equal(sdnn_plan_best_codec(&e, &o, small), 0);
     assert_int_equal(sdnn_plan_best_codec(&e, &o, big), 1);
     /* Without the minimum gain fp16's sliver of a win takes even 1 KiB. */
-    sdnn_plan_opts greedy = {0, 0, 0};
+    sdnn_plan_opts greedy = {0, 0, 0, NULL};
     assert_int_equal(sdnn_plan_best_codec(&e, &greedy, small), 1);
     /* compress_min_bytes keeps smaller buckets uncompressed. */
-    sdnn_plan_opts minkb = {0, 2 * big, 0.05};
+    sdnn_plan_opts minkb = {0, 2 * big, 0.05, NULL};
     assert_int_equal(sdnn_plan_best_codec(&e, &minkb, big), 0);
     /* A codec that costs more than it saves is never chosen. */
     sdnn_codec_model slow[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0}, {"fp16", 0.5, 1e8, 1e8, 1, 1, 0, 0}};
@@ -1152,6 +1308,9 @@ int main(void)
         cmocka_unit_test(test_link_fit),
         cmocka_unit_test(test_probe_link_local),
         cmocka_unit_test(test_plan_matches_brute_force),
+        cmocka_unit_test(test_plan_tta_matches_brute_force),
+        cmocka_unit_test(test_plan_tta_choice),
+        cmocka_unit_test(test_plan_mixed_factor),
         cmocka_unit_test(test_plan_beats_fixed_sizes),
         cmocka_unit_test(test_plan_fixed_matches_exchange),
         cmocka_unit_test(test_codec_choice),

@@ -248,6 +248,91 @@ static void test_simulate_command(void **state)
     tu_run("rm -rf %s", dir);
 }
 
+/* The rows of simulate's table `lines` lines below the one with `head`:
+ * per row, world and the NVARIANTS (a, b) pairs (step_ms and eff, or
+ * factor and tta_ms/N); the number of rows. */
+enum { SIM_VARIANTS = 5 };
+typedef struct sim_line {
+    int world;
+    double a[SIM_VARIANTS], b[SIM_VARIANTS];
+} sim_line;
+
+static int sim_rows(const char *log, const char *head, int lines, sim_line *out, int max)
+{
+    const char *p = strstr(log, head);
+    if (!p) return -1;
+    for (int skip = 0; skip < lines && p; ++skip) p = strchr(p + 1, '\n');   /* head's lines */
+    int n = 0;
+    while (p && n < max) {
+        ++p;
+        int w, h, used;
+        if (sscanf(p, "%d %d%n", &w, &h, &used) != 2) break;
+        const char *q = p + used;
+        out[n].world = w;
+        for (int v = 0; v < SIM_VARIANTS; ++v) {
+            if (sscanf(q, " | %lf %lf%n", &out[n].a[v], &out[n].b[v], &used) != 2) return -1;
+            q += used;
+        }
+        ++n;
+        p = strchr(p, '\n');
+    }
+    return n;
+}
+
+/* simulate prints time to accuracy beside the step: for every variant
+ * factor x step (stock and none 1, the codec's factor where it codes, the
+ * plan's largest for the planned variant), and the planned variant, which
+ * minimises it, leaves a codec out whose factor no step gain pays. */
+static void test_simulate_time_to_accuracy(void **state)
+{
+    (void)state;
+    const char *bin = getenv("SDNN_DARKNET_BIN");
+    if (!bin) bin = "./darknet";
+    char dir[] = "/tmp/sdnn-devmodel-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *factors[] = {"topk:2", "topk:100"};
+    for (int fi = 0; fi < 2; ++fi) {
+        int rc = tu_run("(cat cfg/shapes.cfg; printf '[scalednn]\\ncompress=auto\\n"
+                        "iter_factor=%s\\n') >%s/tta.cfg && %s scalednn simulate %s/tta.cfg "
+                        "-topology eth -gpus 1 -nodes 4 -codec topk -compress_allow none,topk "
+                        ">%s/tta.log 2>&1", factors[fi], dir, bin, dir, dir);
+        if (rc) tu_run("tail -5 %s/tta.log", dir);
+        assert_int_equal(rc, 0);
+        char path[256];
+        snprintf(path, sizeof path, "%s/tta.log", dir);
+        char *log = tu_slurp(path);
+        assert_non_null(log);
+        char want[128];
+        snprintf(want, sizeof want, "iteration factors (the cfg's iter_factor= over the codecs' "
+                 "own): none 1, topk %s;", factors[fi] + 5);
+        assert_non_null(strstr(log, want));
+        sim_line step[8], tta[8];
+        int ns = sim_rows(log, " gpus hosts | stock", 2, step, 8);
+        int nt = sim_rows(log, "time to accuracy = N x factor x step", 3, tta, 8);
+        assert_int_equal(ns, 3);   /* worlds 1, 2, 4 */
+        assert_int_equal(nt, ns);
+        double topk = atof(factors[fi] + 5);
+        for (int i = 0; i < nt; ++i) {
+            assert_int_equal(tta[i].world, step[i].world);
+            for (int v = 0; v < SIM_VARIANTS; ++v) {
+                double f = tta[i].a[v], t = tta[i].b[v], s = step[i].a[v];
+                /* both printed to 0.0005 ms, the factors exactly */
+                if (fabs(t - f * s) > 0.0005 * (1 + f))
+                    fail_msg("world %d variant %d: tta %.3f, factor %g x step %.3f", tta[i].world,
+                             v, t, f, s);
+                if (v < 3) assert_true(f == 1.0);   /* stock, no-overlap, overlap */
+            }
+            /* overlap+topk codes every bucket from world 2 on */
+            assert_true(tta[i].a[3] == (tta[i].world > 1 ? topk : 1.0));
+            /* planned: none's 1 or top-k's factor; at 100 top-k never pays */
+            assert_true(tta[i].a[4] == 1.0 || tta[i].a[4] == topk);
+            if (topk == 100) assert_true(tta[i].a[4] == 1.0);
+        }
+        free(log);
+    }
+    tu_run("rm -rf %s", dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_roofline_regimes),
         cmocka_unit_test(test_profile_layout),
         cmocka_unit_test(test_simulate_command),
+        cmocka_unit_test(test_simulate_time_to_accuracy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

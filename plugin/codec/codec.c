@@ -59,6 +59,7 @@ static void none_accumulate(const sdnn_codec_params *p, const void *in, size_t n
 
 const sdnn_codec_ops sdnn_codec_none = {
     .name = "none",
+    .iter_factor = 1.0,
     .lossy = 0,
     .dense = 1,
     .encoded_size = none_size,

@@ -60,6 +60,12 @@ typedef struct sdnn_codec_ops {
     int lossy;             /* 0 only for none */
     int dense;             /* 1: ring (decode, add in fp32, re-encode per hop);
                             * 0: sparse, all-gather and local sum */
+    /* The planner's default iteration factor: iterations to a target
+     * accuracy with this codec / with none (none: 1).  A stated model, not
+     * a property of the code: docs/ARCHITECTURE.md ("Iterations to the
+     * target") says which runs each number comes from; [scalednn]
+     * iter_factor= overrides it (costmodel.h, sdnn_iter_factor). */
+    double iter_factor;
     /* Bytes encode() writes for n floats (exact). */
     size_t (*encoded_size)(const sdnn_codec_params *p, size_t n);
     /* Element alignment a ring chunk boundary must respect (int8: chunk). */

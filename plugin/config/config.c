@@ -106,7 +106,7 @@ struct key_spec {
 enum {
     K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_FIX_BN_DELTA, K_CPU_CONV, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
-    K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
+    K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ITER_FACTOR, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
 };
 
@@ -149,6 +149,7 @@ static sdnn_status check_backend(const key_spec *k, const line_ref *lr);
 static sdnn_status check_engine(const key_spec *k, const line_ref *lr);
 static sdnn_status check_compress(const key_spec *k, const line_ref *lr);
 static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr);
+static sdnn_status check_iter_factor(const key_spec *k, const line_ref *lr);
 static sdnn_status check_link(const key_spec *k, const line_ref *lr);
 static sdnn_status check_split(const key_spec *k, const line_ref *lr);
 static const char *split_names(void) { return "cpu, device0"; }
@@ -258,6 +259,15 @@ static const key_spec g_keys[N_KEYS] = {
         .check = check_compress_allow, .names = sdnn_codec_names,
         .allowed = "a comma-separated list of codecs (%s) including none", .codec = "auto",
         .shown = 1, .help = "compress=auto: the codecs the planner may choose",
+        .group = SDNN_KEYS_CODEC },
+    [K_ITER_FACTOR] = {
+        .key = "iter_factor", .type = KT_NAME, F(iter_factor), .check = check_iter_factor,
+        .names = sdnn_codec_names,
+        .allowed = "a comma-separated list of CODEC:FACTOR (codecs: %s; a factor > 0 and "
+            "<= 100, none only 1), e.g. fp16:1.0,int8:1.2,topk:1.5", .codec = "auto",
+        .def_text = "each codec's stated factor, listed by `scalednn plan`",
+        .help = "compress=auto: iterations to the target with a codec / with none; the "
+            "planner minimises step time x factor (codecs not listed keep their own)",
         .group = SDNN_KEYS_CODEC },
     [K_ERROR_FEEDBACK] = {
         .key = "error_feedback", .type = KT_BOOL, F(error_feedback), .allowed = "0 or 1",
@@ -420,6 +430,21 @@ static sdnn_status check_compress_allow(const key_spec *k, const line_ref *lr)
         return line_error(lr, SDNN_ERR_INVALID,
                           "the list must include none (small buckets stay uncompressed)");
     return SDNN_OK;
+}
+
+/* iter_factor=: NAME:X overrides of the codecs' iteration factors
+ * (costmodel.c, sdnn_iter_factor_check says what is wrong). */
+static sdnn_status check_iter_factor(const key_spec *k, const line_ref *lr)
+{
+    if (!lr->value[0]) return expected(k, lr);
+    if (strlen(lr->value) >= k->size) {
+        char what[96];
+        snprintf(what, sizeof what, "too long (at most %zu characters)", k->size - 1);
+        return line_error(lr, SDNN_ERR_INVALID, what);
+    }
+    char why[256];
+    if (sdnn_iter_factor_check(lr->value, why, sizeof why) == 0) return SDNN_OK;
+    return line_error(lr, SDNN_ERR_INVALID, why);
 }
 
 /* link=: a named link of the cost model (costmodel.c). */

@@ -44,6 +44,9 @@ typedef struct sdnn_config {
     int topk_warmup;    /* topk: iterations over which the ratio falls from 1 */
     char timeline[1024]; /* timeline=<path>: Chrome trace JSON, "" = none */
     char compress_allow[64]; /* compress=auto: codecs the planner may use */
+    char iter_factor[128]; /* compress=auto: NAME:X overrides of the codecs'
+                            * iteration factors ("" = their own; costmodel.h,
+                            * sdnn_iter_factor) */
     char link[24];      /* link=<name>: link model; "" = probe the backend */
     double link_gbps;   /* link_gbps=<Gbit/s>: explicit link (0 = unset) */
     double link_us;     /* link_us=<latency us> with link_gbps */
@@ -77,6 +80,7 @@ typedef struct sdnn_config {
       .compress_min_kb = 0.0, .topk_ratio = 0.01, .int8_chunk = 256,            \
       .error_feedback = -1, .stochastic_rounding = 0, .topk_momentum = 0.0,     \
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
+      .iter_factor = "",                                                        \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, \
       .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu", \

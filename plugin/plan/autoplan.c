@@ -41,6 +41,7 @@ struct sdnn_autoplan {
     sdnn_cm_env env;
     sdnn_codec_model models[MAX_CODECS];
     const sdnn_codec_ops *ops[MAX_CODECS];
+    double factors[MAX_CODECS];             /* iteration factors (iter_factor=) */
     int state;                              /* 0 warm-up, 1 profiling, 2 planned */
     int steps;                              /* steps counted in this state */
     int since_plan;
@@ -50,6 +51,7 @@ struct sdnn_autoplan {
     int have_plan;
     int plans;
     int backoff;                            /* steps to wait before the next drift check */
+    int settle;                             /* 1: the next step is the new plan's first */
     sdnn_bucket_spec *spec;
     sdnn_bucket_spec *prev;                 /* the plan before, to notice a repeat */
     int nprev;
@@ -108,6 +110,23 @@ sdnn_status sdnn_autoplan_cfg_link(const sdnn_config *cfg, sdnn_link *out, int *
     }
     *named = 1;
     return SDNN_OK;
+}
+
+void sdnn_autoplan_describe_factors(const sdnn_config *cfg, char *buf, size_t len)
+{
+    char names[sizeof cfg->compress_allow + sizeof cfg->compress];
+    const char *name[MAX_CODECS];
+    int ef[MAX_CODECS], n = 0;
+    if (len) buf[0] = '\0';
+    if (sdnn_autoplan_codec_names(cfg, names, sizeof names, name, ef, MAX_CODECS, &n) != SDNN_OK)
+        sdnn_clear_error();
+    size_t at = 0;
+    for (int i = 0; i < n && at < len; ++i) {
+        int w = snprintf(buf + at, len - at, "%s%s %.3g", i ? ", " : "", name[i],
+                         sdnn_iter_factor(cfg->iter_factor, name[i]));
+        if (w < 0) break;
+        at += (size_t)w;
+    }
 }
 
 static sdnn_status setup_link(sdnn_autoplan *a, const sdnn_config *cfg,
@@ -178,6 +197,7 @@ sdnn_status sdnn_autoplan_create(const network *net, int nrep, int world, const 
     for (int i = 0; i < m->ncodecs; ++i) {
         a->ops[i] = m->ops[i];
         a->models[i] = m->models[i];
+        a->factors[i] = sdnn_iter_factor(cfg->iter_factor, m->models[i].name);
     }
     a->env.ncodecs = m->ncodecs;
     *out = a;
@@ -210,6 +230,8 @@ const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a)
 }
 
 int sdnn_autoplan_count(const sdnn_autoplan *a) { return a->plans; }
+
+int sdnn_autoplan_profiling(const sdnn_autoplan *a) { return a->state != 2; }
 
 /* The per-layer costs of one replica and one mini-batch, averaged over the
  * replicas and the profiled steps, then scaled so that they add up to the
@@ -308,6 +330,8 @@ static sdnn_status make_plan(sdnn_autoplan *a, const network *net)
     SDNN_CHECK(make_profile(a, net, &p));
     sdnn_plan_opts o = SDNN_PLAN_OPTS_INIT;
     if (!a->fixed_codec) o.compress_min_bytes = a->compress_min_bytes;
+    /* time to accuracy: step x the plan's iteration factor (plan.h) */
+    o.iter_factor = a->factors;
     sdnn_plan pl;
     sdnn_status st = sdnn_plan_auto(&p, &a->env, &o, &pl);
     sdnn_cost_profile_free(&p);
@@ -379,12 +403,19 @@ sdnn_status sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, doubl
         *spec = a->spec;
         *n = a->plan.nb;
         *ready = 1;
+        a->settle = 1;
         return SDNN_OK;
     }
     /* Planned: watch the drift.  The accumulators keep running, so a
      * re-plan profiles the next profile_iters steps afresh. */
     reset_prof(a);
     a->steps = 0;
+    if (a->settle) {
+        /* The new exchange's first step (its buffers' first touch, the
+         * switch from no overlap) is no steady state: not in the window. */
+        a->settle = 0;
+        return SDNN_OK;
+    }
     a->since_plan++;
     a->window[a->nwindow++ % DRIFT_WINDOW] = step_s;
     if (a->nwindow < DRIFT_WINDOW || a->since_plan < a->backoff) return SDNN_OK;
@@ -414,4 +445,9 @@ void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f)
             a->env.link.beta_Bps / 1e9, a->env.world);
     sdnn_plan_print(f, &a->plan, &a->env);
     sdnn_plan_print_prediction(f, "predicted", &a->plan);
+    char fl[256];
+    sdnn_plan_describe_factors(&a->env, a->factors, fl, sizeof fl);
+    fprintf(f, "scalednn: iteration factors (iterations to the target against none's; "
+               "iter_factor= overrides): %s\n", fl);
+    sdnn_plan_print_tta(f, "predicted", &a->plan, &a->env);
 }

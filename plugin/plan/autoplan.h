@@ -8,7 +8,11 @@
  * of the active backend made at start) and the codecs' measured encode and
  * decode rates go into the cost model, and the planner (plan.c) chooses the
  * buckets and, with compress=auto, each bucket's codec among
- * compress_allow.  After that the measured step time is compared with the
+ * compress_allow, for the smallest predicted time to accuracy: step x the
+ * plan's iteration factor (iter_factor= over the codecs' own, costmodel.h).
+ * The warm-up and profiled steps run without overlap
+ * (sdnn_autoplan_profiling), so the hooks time the compute with no
+ * exchange competing for the cores; the plan runs with the cfg's overlap.  After that the measured step time is compared with the
  * prediction; when the median of the last 10 steps drifts by more than
  * replan_drift (a fraction) the layers are re-profiled over the next
  * profile_iters steps and planned again (at most once every 20 steps; when a
@@ -78,6 +82,11 @@ sdnn_status sdnn_autoplan_cfg_link(const sdnn_config *cfg, sdnn_link *out, int *
 sdnn_status sdnn_autoplan_codec_names(const sdnn_config *cfg, char *buf, size_t len,
                                       const char **names, int *ef, int max, int *n);
 
+/* "none 1, fp16 1, int8 1.25": the iteration factor of each codec the
+ * planner may choose for cfg (sdnn_autoplan_codec_names, iter_factor=
+ * over the codecs' own), for the start banner. */
+void sdnn_autoplan_describe_factors(const sdnn_config *cfg, char *buf, size_t len);
+
 /* For replicas shaped like `net` (nrep of them in this process, `world`
  * ranks in all) with the step's measurements m (the link is used only when
  * sdnn_autoplan_needs_link) and its agreement ag (NULL: one process). */
@@ -97,6 +106,12 @@ double *sdnn_autoplan_prof(sdnn_autoplan *a, int r);
  * (SDNN_ERR_COMM ...) and training must stop. */
 sdnn_status sdnn_autoplan_after_step(sdnn_autoplan *a, const network *net, double step_s,
                                      int ok, const sdnn_bucket_spec **spec, int *n, int *ready);
+
+/* 1 while the next step is a warm-up or profiled step (before the first
+ * plan, and after a drift until the next): the trainer runs those without
+ * overlap, so the per-layer times are the compute alone, not slowed by an
+ * exchange on the same cores; the plan then runs with the cfg's overlap. */
+int sdnn_autoplan_profiling(const sdnn_autoplan *a);
 
 /* The plan in force (NULL before the first) and how many plans were made. */
 const sdnn_plan *sdnn_autoplan_current(const sdnn_autoplan *a);

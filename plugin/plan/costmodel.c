@@ -162,6 +162,104 @@ sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_p
     return m;
 }
 
+/* ---- iterations to the target ------------------------------------------- */
+
+/* The next item of an override list: [*p, end) up to ',' or the end. */
+static const char *next_item(const char *p, const char **end)
+{
+    const char *c = strchr(p, ',');
+    *end = c ? c : p + strlen(p);
+    return p;
+}
+
+/* "NAME:X" in [p, end): the name (copied to name[0..len)) and X; 0, or -1
+ * and why. */
+static int parse_item(const char *p, const char *end, char *name, size_t len, double *x,
+                      char *why, size_t wlen)
+{
+    size_t n = (size_t)(end - p);
+    const char *colon = memchr(p, ':', n);
+    if (n == 0) {
+        snprintf(why, wlen, "an empty item (expected NAME:X, e.g. topk:1.5)");
+        return -1;
+    }
+    if (!colon || colon == p || colon + 1 == end) {
+        snprintf(why, wlen, "%.*s: expected NAME:X, e.g. topk:1.5", (int)(n > 40 ? 40 : n), p);
+        return -1;
+    }
+    size_t nl = (size_t)(colon - p);
+    if (nl >= len) nl = len - 1;
+    memcpy(name, p, nl);
+    name[nl] = '\0';
+    const sdnn_codec_ops *c = sdnn_codec_find(name);
+    if (!c) {
+        snprintf(why, wlen, "unknown codec %s (%s)", name, sdnn_codec_names());
+        return -1;
+    }
+    char num[32];
+    size_t xl = (size_t)(end - colon - 1);
+    int ok = xl < sizeof num;
+    if (ok) {
+        memcpy(num, colon + 1, xl);
+        num[xl] = '\0';
+        for (size_t i = 0; i < xl; ++i)
+            if (!strchr("0123456789.eE+-", num[i])) ok = 0;
+    }
+    char *e = NULL;
+    double v = ok ? strtod(num, &e) : 0;
+    if (!ok || e == num || *e != '\0' || !isfinite(v) || !(v > 0) || v > SDNN_ITER_FACTOR_MAX) {
+        snprintf(why, wlen, "%s:%.*s: expected a factor > 0 and <= %g (iterations to the "
+                 "target against none's)", name, (int)(xl > 32 ? 32 : xl), colon + 1,
+                 SDNN_ITER_FACTOR_MAX);
+        return -1;
+    }
+    if (!c->lossy && v != 1.0) {
+        snprintf(why, wlen, "%s:%.*s: %s is the reference, its factor is 1", name,
+                 (int)(xl > 32 ? 32 : xl), colon + 1, name);
+        return -1;
+    }
+    *x = v;
+    return 0;
+}
+
+int sdnn_iter_factor_check(const char *spec, char *why, size_t len)
+{
+    if (!spec || !*spec) return 0;
+    char seen[16][16];
+    int nseen = 0;
+    for (const char *p = spec;;) {
+        const char *end;
+        next_item(p, &end);
+        char name[16];
+        double x;
+        if (parse_item(p, end, name, sizeof name, &x, why, len)) return -1;
+        for (int k = 0; k < nseen; ++k)
+            if (strcmp(seen[k], name) == 0) {
+                snprintf(why, len, "%s is named twice", name);
+                return -1;
+            }
+        if (nseen < 16) snprintf(seen[nseen++], sizeof seen[0], "%s", name);
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
+
+double sdnn_iter_factor(const char *spec, const char *name)
+{
+    for (const char *p = spec && *spec ? spec : NULL; p;) {
+        const char *end;
+        next_item(p, &end);
+        char item[16], why[8];
+        double x;
+        if (parse_item(p, end, item, sizeof item, &x, why, sizeof why) == 0 &&
+            strcmp(item, name) == 0)
+            return x;
+        p = *end ? end + 1 : NULL;
+    }
+    const sdnn_codec_ops *c = sdnn_codec_find(name);
+    return c && c->iter_factor > 0 ? c->iter_factor : 1.0;
+}
+
 /*
  * Codec work of one rank, after collective.c.  Dense ring: the rank
  * encodes its chunk, re-encodes a chunk after each of the W-1 reduce-scatter

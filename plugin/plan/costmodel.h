@@ -109,6 +109,30 @@ sdnn_codec_model sdnn_codec_model_none(void);
 sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_params *p,
                                      double enc_Bps, double dec_Bps);
 
+/* ---- iterations to the target ------------------------------------------- */
+
+/*
+ * What a user waits for is time to accuracy = iterations to the target x
+ * step time.  A lossy codec may need more iterations than none; its
+ * iteration factor is that ratio (none: 1, by definition).  Each codec
+ * states its default (sdnn_codec_ops.iter_factor; docs/ARCHITECTURE.md
+ * says which runs each number comes from); [scalednn]
+ * iter_factor=NAME:X[,NAME:X...] overrides the codecs it names and leaves
+ * the others at their own.  A plan whose buckets mix codecs costs the
+ * iterations of its lossiest one (plan.h, sdnn_plan.iter_factor).
+ */
+#define SDNN_ITER_FACTOR_MAX 100.0
+
+/* 0 when spec is a valid override list: NAME:X items, comma-separated,
+ * NAME a codec of the registry named once, X a decimal number > 0 and
+ * <= SDNN_ITER_FACTOR_MAX, none only at 1 (the reference); "" is valid
+ * (no overrides).  Else -1 and, in why[0..len), what is wrong. */
+int sdnn_iter_factor_check(const char *spec, char *why, size_t len);
+/* Codec `name`'s factor under spec (one sdnn_iter_factor_check accepts;
+ * NULL or "": no overrides): the override, else the codec's stated one,
+ * else 1 (a name outside the registry). */
+double sdnn_iter_factor(const char *spec, const char *name);
+
 /* ---- profiles ----------------------------------------------------------- */
 
 /* One layer of one replica, for one mini-batch (net->batch images). */

@@ -24,6 +24,8 @@ sdnn_status sdnn_plan_from_buckets(const sdnn_cost_profile *p, const sdnn_cm_env
     memset(out, 0, sizeof *out);
     out->b = b;
     out->nb = nb;
+    out->iter_factor = 1.0;
+    out->factor_codec = -1;
     sdnn_cm_bucket_bytes(p, b, nb);
     sdnn_status st = sdnn_cm_simulate(p, env, b, nb, &out->pred);
     if (st != SDNN_OK) sdnn_plan_free(out);
@@ -176,20 +178,15 @@ done:
     return st;
 }
 
-sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
-                           const sdnn_plan_opts *o, sdnn_plan *out)
+/* The programme over the codecs whose factor is at most fmax (all without
+ * factors): the plan of smallest step among them in *out, *found = 1; or
+ * *found = 0 when those codecs leave no plan (the gain and size rules
+ * refuse every one of them for some bucket). */
+static sdnn_status plan_dp(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                           const sdnn_plan_opts *o, double fmax, sdnn_plan *out, int *found)
 {
     memset(out, 0, sizeof *out);
-    if (env->ncodecs < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "plan: no codec allowed");
-    for (int i = 0; i < p->n; ++i)
-        if (!(p->layer[i].bytes >= 0) || p->layer[i].bytes != floor(p->layer[i].bytes))
-            return SDNN_ERROR(SDNN_ERR_INVALID, "plan: layer %d has %g bytes (expected a "
-                              "whole number)", i, p->layer[i].bytes);
-    int lossless = 0;
-    for (int c = 0; c < env->ncodecs; ++c) lossless |= !env->codecs[c].lossy;
-    if (!lossless && o->compress_min_bytes > 0)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "plan: buckets below compress_min travel "
-                          "uncompressed, but codec none is not allowed");
+    *found = 0;
     sdnn_status st = SDNN_OK;
     int *q = malloc((size_t)p->n * sizeof *q);
     front *fr = calloc((size_t)p->n + 1, sizeof *fr);
@@ -211,6 +208,7 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
             bytes += p->layer[q[i]].bytes;
             if (j < m && bytes < o->min_bucket_bytes) continue;
             for (int c = 0; c < env->ncodecs; ++c) {
+                if (o->iter_factor && o->iter_factor[c] > fmax) continue;
                 if (!sdnn_plan_codec_allowed(env, o, bytes, c)) continue;
                 const sdnn_codec_model *cm = &env->codecs[c];
                 double x = sdnn_cm_exchange_cost(env, cm, bytes).total_s;
@@ -229,10 +227,8 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
             }
         }
     }
-    if (fr[m].n == 0) {
-        st = SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: no plan for %d layers", m);
-        goto done;
-    }
+    if (fr[m].n == 0) goto done;
+    *found = 1;
 
     /* The step is non-decreasing in both numbers: simulate each survivor. */
     if (m == 0) {
@@ -256,12 +252,85 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
 nomem:
     st = SDNN_ERROR(SDNN_ERR_NOMEM, "plan: no memory");
 done:
-    if (st == SDNN_OK && out->nb > 0) st = check_layout(p, out);
     if (st != SDNN_OK) sdnn_plan_free(out);
     if (fr)
         for (int j = 0; j <= p->n; ++j) free(fr[j].v);
     free(fr);
     free(q);
+    return st;
+}
+
+void sdnn_plan_set_factor(sdnn_plan *pl, const double *f)
+{
+    pl->iter_factor = 1.0;
+    pl->factor_codec = -1;
+    if (!f) return;
+    /* The largest factor among the buckets' codecs (the first bucket of
+     * that codec names it); no buckets: nothing is coded, 1. */
+    for (int k = 0; k < pl->nb; ++k) {
+        int c = pl->b[k].codec;
+        if (pl->factor_codec < 0 || f[c] > pl->iter_factor) {
+            pl->iter_factor = f[c];
+            pl->factor_codec = c;
+        }
+    }
+}
+
+sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
+                           const sdnn_plan_opts *o, sdnn_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (env->ncodecs < 1) return SDNN_ERROR(SDNN_ERR_INVALID, "plan: no codec allowed");
+    for (int i = 0; i < p->n; ++i)
+        if (!(p->layer[i].bytes >= 0) || p->layer[i].bytes != floor(p->layer[i].bytes))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan: layer %d has %g bytes (expected a "
+                              "whole number)", i, p->layer[i].bytes);
+    int lossless = 0;
+    for (int c = 0; c < env->ncodecs; ++c) lossless |= !env->codecs[c].lossy;
+    if (!lossless && o->compress_min_bytes > 0)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "plan: buckets below compress_min travel "
+                          "uncompressed, but codec none is not allowed");
+    const double *f = o->iter_factor;
+    for (int c = 0; f && c < env->ncodecs; ++c)
+        if (!(f[c] > 0) || !isfinite(f[c]))
+            return SDNN_ERROR(SDNN_ERR_INVALID, "plan: codec %s has iteration factor %g "
+                              "(expected a number > 0)", env->codecs[c].name, f[c]);
+    /* Each factor among the codecs, ascending: the best plan whose factor
+     * is at most that (plan.h), and the best product of those.  Without a
+     * lossless codec at or below a level, only plans whose buckets all
+     * reach compress_min exist there, and plan_dp may find none. */
+    int have = 0;
+    double best = INFINITY, prev = -INFINITY;
+    for (;;) {
+        double level = INFINITY;
+        for (int c = 0; f && c < env->ncodecs; ++c)
+            if (f[c] > prev && f[c] < level) level = f[c];
+        if (f && !isfinite(level)) break;
+        prev = level;
+        sdnn_plan cand;
+        int found;
+        sdnn_status st = plan_dp(p, env, o, level, &cand, &found);
+        if (st != SDNN_OK) {
+            sdnn_plan_free(out);
+            return st;
+        }
+        if (found) {
+            sdnn_plan_set_factor(&cand, f);
+            double t = cand.pred.step_s * cand.iter_factor;
+            if (!have || t < best) {
+                sdnn_plan_free(out);
+                *out = cand;
+                best = t;
+                have = 1;
+            } else {
+                sdnn_plan_free(&cand);
+            }
+        }
+        if (!f) break;   /* no factors: one programme over every codec */
+    }
+    if (!have) return SDNN_ERROR(SDNN_ERR_INTERNAL, "plan: no plan for %d layers", p->n);
+    sdnn_status st = out->nb > 0 ? check_layout(p, out) : SDNN_OK;
+    if (st != SDNN_OK) sdnn_plan_free(out);
     return st;
 }
 
@@ -333,4 +402,29 @@ void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl)
                "(communication %.3f ms)\n",
             what, pl->nb, pl->nb == 1 ? "" : "s", pl->pred.step_s * 1e3,
             pl->pred.compute_s * 1e3, pl->pred.exposed_s * 1e3, pl->pred.comm_s * 1e3);
+}
+
+void sdnn_plan_print_tta(FILE *f, const char *what, const sdnn_plan *pl,
+                         const sdnn_cm_env *env)
+{
+    const char *codec = pl->factor_codec >= 0 && pl->factor_codec < env->ncodecs
+                            ? env->codecs[pl->factor_codec].name
+                            : "nothing exchanged";
+    fprintf(f, "%s: time to accuracy N x %.3g x step %.3f ms = N x %.3f ms (iteration factor "
+               "%.3g: %s; N = none's iterations to the target)\n",
+            what, pl->iter_factor, pl->pred.step_s * 1e3, pl->pred.step_s * pl->iter_factor * 1e3,
+            pl->iter_factor, codec);
+}
+
+void sdnn_plan_describe_factors(const sdnn_cm_env *env, const double *f, char *buf,
+                                size_t len)
+{
+    size_t at = 0;
+    if (len) buf[0] = '\0';
+    for (int c = 0; c < env->ncodecs && at < len; ++c) {
+        int w = snprintf(buf + at, len - at, "%s%s %.3g", c ? ", " : "", env->codecs[c].name,
+                         f ? f[c] : 1.0);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
 }

@@ -33,6 +33,20 @@
  * front orders partial plans by the sum of their exchanges instead.
  * The tests check the plan against every partition and codec assignment
  * for up to 10 layers.
+ *
+ * Time to accuracy.  With iteration factors (sdnn_plan_opts.iter_factor,
+ * costmodel.h) the plan minimises step time x the plan's factor, the
+ * largest factor among its buckets' codecs: a plan costs the iterations of
+ * its lossiest codec.  The measured factors are of runs with one codec on
+ * every bucket; the largest is the one number a mixed plan is bounded by
+ * if a codec on more layers costs no fewer iterations than on fewer, where
+ * a bytes-weighted mean would be an interpolation nothing measured (and
+ * would let a lossy codec in on a few layers for almost nothing).  The
+ * largest factor also keeps the programme exact: for each factor F among
+ * the codecs (ascending), the programme above over the codecs of factor
+ * <= F gives the smallest step of any plan whose factor is <= F; the plan
+ * is the best of those products (on a tie, the smaller factor).  The tests
+ * check it against every partition and codec assignment too.
  */
 #ifndef SDNN_PLAN_H
 #define SDNN_PLAN_H
@@ -52,15 +66,30 @@ typedef struct sdnn_plan_opts {
      * environment (0: whatever is fastest).  Where latency dominates, a
      * codec saves little and its error is not worth it. */
     double codec_gain_min;
+    /* [env->ncodecs]: each codec's iteration factor (iterations to the
+     * target / none's, > 0; costmodel.h, sdnn_iter_factor); the plan then
+     * minimises step x factor.  NULL: every codec 1, the step alone. */
+    const double *iter_factor;
 } sdnn_plan_opts;
 
-#define SDNN_PLAN_OPTS_INIT { .min_bucket_bytes = 0.0, .compress_min_bytes = 0.0, .codec_gain_min = 0.05 }
+#define SDNN_PLAN_OPTS_INIT { .min_bucket_bytes = 0.0, .compress_min_bytes = 0.0, .codec_gain_min = 0.05, .iter_factor = NULL }
 
 typedef struct sdnn_plan {
     int nb;
     sdnn_cm_bucket *b;    /* [nb], exchange order, times predicted */
     sdnn_cm_result pred;  /* the predicted step */
+    /* The plan's iteration factor (the largest of its buckets' codecs';
+     * 1 without factors or buckets) and the codec that sets it (-1: no
+     * factors or no bucket); pred.step_s x iter_factor is its predicted time to accuracy
+     * in units of none's iterations. */
+    double iter_factor;
+    int factor_codec;
 } sdnn_plan;
+
+/* The plan's factor under f ([env->ncodecs], NULL: all 1): sets
+ * pl->iter_factor and pl->factor_codec (sdnn_plan_auto does it itself;
+ * the other constructors leave 1 and -1). */
+void sdnn_plan_set_factor(sdnn_plan *pl, const double *f);
 
 /* 1 when codec c may carry a bucket of `bytes` under o: lossless codecs
  * always; lossy ones from compress_min_bytes up, and only when they cut the
@@ -75,8 +104,10 @@ int sdnn_plan_best_codec(const sdnn_cm_env *env, const sdnn_plan_opts *o, double
 
 /* bucket_mb=auto, compress=auto: the partition and codecs (among those
  * sdnn_plan_codec_allowed lets through) that minimise the predicted step
- * time.  Layer byte counts must be whole numbers (they are: 4 x floats).
- * With compress_min_bytes > 0, env must hold a lossless codec. */
+ * time, or with o->iter_factor the predicted time to accuracy (step x the
+ * plan's factor).  Layer byte counts must be whole numbers (they are: 4 x
+ * floats).  With compress_min_bytes > 0, env must hold a lossless codec;
+ * SDNN_ERR_INVALID for a factor that is not > 0. */
 sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
                            const sdnn_plan_opts *o, sdnn_plan *out);
 
@@ -101,5 +132,14 @@ void sdnn_plan_free(sdnn_plan *pl);
 #include <stdio.h>
 void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env);
 void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl);
+/* "WHAT: time to accuracy N x F x step S ms = N x T ms (iteration factor F:
+ * CODEC; N = none's iterations to the target)": the line beside the
+ * prediction's step. */
+void sdnn_plan_print_tta(FILE *f, const char *what, const sdnn_plan *pl,
+                         const sdnn_cm_env *env);
+/* "none 1, fp16 1, int8 1.25, topk 1.5": env's codecs with factors f
+ * (NULL: 1), for banners. */
+void sdnn_plan_describe_factors(const sdnn_cm_env *env, const double *f, char *buf,
+                                size_t len);
 
 #endif

@@ -534,6 +534,16 @@ sdnn_status sdnn_exchange_replica_end(sdnn_exchange *ex, int r)
     return st;
 }
 
+void sdnn_exchange_set_overlap(sdnn_exchange *ex, int overlap)
+{
+    if (ex->sched) sdnn_sched_set_overlap(ex->sched, overlap);
+}
+
+int sdnn_exchange_overlap(const sdnn_exchange *ex)
+{
+    return ex->sched ? sdnn_sched_overlap(ex->sched) : 0;
+}
+
 void sdnn_exchange_set_timeline(sdnn_exchange *ex, sdnn_timeline *tl)
 {
     ex->tl = tl;

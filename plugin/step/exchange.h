@@ -173,6 +173,14 @@ sdnn_status sdnn_exchange_step_end(sdnn_exchange *ex, sdnn_exchange_stats *st);
  * comm thread each bucket's collective on the comm track. */
 void sdnn_exchange_set_timeline(sdnn_exchange *ex, sdnn_timeline *tl);
 
+/* From the next step on, queue buckets as they are ready (1) or all once
+ * the whole backward is done (0), whatever opts.overlap said; call between
+ * steps.  The values are the same either way (only when they move
+ * changes): the planner profiles its steps without overlap, so the
+ * layers' compute is measured apart from the exchange (autoplan.h). */
+void sdnn_exchange_set_overlap(sdnn_exchange *ex, int overlap);
+int sdnn_exchange_overlap(const sdnn_exchange *ex);
+
 /* 1 once the step was stopped. */
 int sdnn_exchange_aborted(sdnn_exchange *ex);
 

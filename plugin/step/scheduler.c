@@ -297,6 +297,15 @@ sdnn_status sdnn_sched_step_end(sdnn_sched *s, sdnn_sched_stats *st)
     return err;
 }
 
+void sdnn_sched_set_overlap(sdnn_sched *s, int overlap)
+{
+    pthread_mutex_lock(&s->mu);
+    s->o.overlap = overlap != 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sdnn_sched_overlap(const sdnn_sched *s) { return s->o.overlap; }
+
 void sdnn_sched_set_timeline(sdnn_sched *s, sdnn_timeline *tl)
 {
     pthread_mutex_lock(&s->mu);

@@ -92,4 +92,9 @@ sdnn_status sdnn_sched_step_end(sdnn_sched *s, sdnn_sched_stats *st);
  * stop; call between steps. */
 void sdnn_sched_set_timeline(sdnn_sched *s, sdnn_timeline *tl);
 
+/* Queue buckets as they are ready (1) or once the whole backward is done
+ * (0) from the next step on; call between steps. */
+void sdnn_sched_set_overlap(sdnn_sched *s, int overlap);
+int sdnn_sched_overlap(const sdnn_sched *s);
+
 #endif

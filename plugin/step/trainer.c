@@ -566,6 +566,10 @@ static sdnn_status step_on(sdnn_trainer *t, data d, sdnn_step_stats *st)
         t->seen_start = base + (size_t)(t->world - 1) * (size_t)per;
         size_t iter_after = (base + (size_t)t->world * (size_t)per) / (size_t)per;
         t->iteration = (int)iter_after;
+        /* The planner's warm-up and profiled steps run without overlap:
+         * no exchange competes with the compute it times (autoplan.h). */
+        if (t->ap)
+            sdnn_exchange_set_overlap(t->ex, sdnn_autoplan_profiling(t->ap) ? 0 : t->xo.overlap);
         sdnn_exchange_step_begin(t->ex, (int)iter_after);
         run_workers(t);
         sdnn_exchange_stats xs;
