@@ -112,7 +112,7 @@ sdnn_status sdnn_exchange_create(network **nets, int nrep, sdnn_comm *comm,
 /* Tells the exchange's comm its buckets (sdnn_comm_announce: each bucket's
  * codec and size; `plan` when they are a plan's), before the first of
  * them travels: a comm that picks a collective per bucket prints its
- * choice there (the gpu engine's over NCCL).  Creating an exchange does
+ * choice there (a device engine's over NCCL).  Creating an exchange does
  * not: the trainer calls it once it has handed the comm its link
  * (sdnn_comm_set_link), and again after a re-plan.  Nothing for a world
  * of one or a comm without the op. */
