@@ -126,6 +126,161 @@ static double channel_terms(const layer *l, const float *delta, const float *x)
     return sqrt(r);
 }
 
+static float *fdup(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    if (n) memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* ---- libdarknet's own rounding in batch norm ---------------------------------------
+ *
+ * The reference is libdarknet's float layer, not the exact one.  Its batch
+ * norm sums each channel's m = batch x positions values one after another
+ * in float (mean_cpu, variance_cpu, mean_delta_cpu, variance_delta_cpu):
+ * with m in the hundreds of thousands (2 x 416 x 416 at Debian's
+ * yolov3-tiny's first layer) such a sum errs by about u sqrt(m) of its
+ * terms' size (u = 2^-24), which batch norm then divides by a standard
+ * deviation that can be far below the mean: libdarknet itself lands above
+ * 1e-4 of the exact result there.  The device sums in blocks of 16 a thread
+ * and trees of 256 (bn.cu), within a few u of the exact sums.  So a
+ * batch-normalised layer is held to TOL plus libdarknet's own distance from
+ * the exact result (the triangle inequality), measured here against the
+ * same formulas in double: the statistics from the layer's x, and for the
+ * backward libdarknet's normalize_delta in double from its own
+ * activation-gradient delta. */
+
+/* Per channel of a batch-normalised layer: mean and unbiased variance of
+ * its x in double. */
+static void bn_exact_stats(const layer *l, double *mu, double *var)
+{
+    int C = l->out_c, S = l->out_w * l->out_h;
+    size_t m = (size_t)l->batch * S;
+    for (int c = 0; c < C; ++c) {
+        double s = 0, q = 0;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) s += l->x[((size_t)b * C + c) * S + k];
+        double mean = s / (double)m;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                double d = l->x[((size_t)b * C + c) * S + k] - mean;
+                q += d * d;
+            }
+        mu[c] = mean;
+        var[c] = m > 1 ? q / (double)(m - 1) : 0;
+    }
+}
+
+/* The largest slope of the layer's activation (the forward's error passes
+ * through it at most this much amplified). */
+static double act_slope(const layer *l)
+{
+    switch (l->activation) {
+    case LINEAR: case RELU: case LEAKY: case RAMP: case TANH: return 1.0;
+    case LOGISTIC: return 0.25;
+    default: return 1.1;
+    }
+}
+
+/* libdarknet's forward output of a batch-normalised conv layer against the
+ * same layer with exact statistics, relative to its output: first order in
+ * the statistics' errors, through normalize_cpu (x - mean) / (sqrt(var) +
+ * 1e-6), the scale and the activation's slope. */
+static double bn_forward_ref_err(const layer *l)
+{
+    int C = l->out_c, S = l->out_w * l->out_h;
+    double *mu = malloc((size_t)C * sizeof *mu), *var = malloc((size_t)C * sizeof *var);
+    bn_exact_stats(l, mu, var);
+    double e2 = 0, y2 = 0, slope = act_slope(l);
+    for (int c = 0; c < C; ++c) {
+        double sd = sqrt(var[c]), d = sd + 1e-6;
+        double dmu = (double)l->mean[c] - mu[c];
+        double dsd = sd > 0 ? ((double)l->variance[c] - var[c]) / (2 * sd) : 0;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                size_t e = ((size_t)b * C + c) * S + k;
+                double dz = -dmu / d - ((double)l->x[e] - mu[c]) * dsd / (d * d);
+                double dy = fabs((double)l->scales[c] * dz) * slope;
+                e2 += dy * dy;
+                y2 += (double)l->output[e] * l->output[e];
+            }
+    }
+    free(mu);
+    free(var);
+    return y2 > 0 ? sqrt(e2 / y2) : 0;
+}
+
+void gradient_array(const float *x, const int n, const ACTIVATION a, float *delta);
+
+/* libdarknet's weight gradient of a batch-normalised conv layer against the
+ * same formulas in double (normalize_delta with exact statistics and exact
+ * sums, then the same im2col gemm), relative to the weight updates after
+ * the backward (wu_after).  delta_in: the layer's delta before its
+ * backward; input: the layer's input. */
+static double bn_backward_ref_err(const layer *l, const float *delta_in, const float *input,
+                                  const float *wu_after)
+{
+    int C = l->out_c, S = l->out_w * l->out_h, g = l->groups > 0 ? l->groups : 1;
+    size_t m = (size_t)l->batch * S, n = outs(l);
+    double *mu = malloc((size_t)C * sizeof *mu), *var = malloc((size_t)C * sizeof *var);
+    bn_exact_stats(l, mu, var);
+    float *da = fdup(delta_in, n);
+    gradient_array(l->output, (int)n, l->activation, da);
+    /* exact normalize_delta (Darknet's formula, variance + 1e-5) minus
+     * libdarknet's result, l->delta */
+    double *dd = malloc(n * sizeof *dd);
+    for (int c = 0; c < C; ++c) {
+        double sc = l->scales[c], r = 1 / sqrt(var[c] + .00001), md = 0, vd = 0;
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                size_t e = ((size_t)b * C + c) * S + k;
+                double ds = da[e] * sc;
+                md += ds * -r;
+                vd += ds * ((double)l->x[e] - mu[c]);
+            }
+        vd *= -.5 * pow(var[c] + .00001, -1.5);
+        for (int b = 0; b < l->batch; ++b)
+            for (int k = 0; k < S; ++k) {
+                size_t e = ((size_t)b * C + c) * S + k;
+                double exact = da[e] * sc * r + vd * 2 * ((double)l->x[e] - mu[c]) / (double)m +
+                               md / (double)m;
+                dd[e] = (double)l->delta[e] - exact;
+            }
+    }
+    /* dW = sum over images of dd (per group: n/g x S) times im2col(input)^T */
+    int nf = l->n / g, cg = l->c / g, kk = cg * l->size * l->size;
+    sdnn_conv_geom geo = {cg, l->h, l->w, l->size, l->stride, l->pad, l->out_h, l->out_w};
+    double *dw = calloc((size_t)l->n * kk, sizeof *dw);
+    float *col = malloc((size_t)kk * S * sizeof *col);
+    for (int b = 0; b < l->batch; ++b)
+        for (int j = 0; j < g; ++j) {
+            const float *im = input + ((size_t)b * g + j) * cg * l->h * l->w;
+            for (size_t q = 0; q < (size_t)kk * S; ++q) col[q] = sdnn_im2col_elem(im, &geo, q);
+            for (int f = 0; f < nf; ++f) {
+                const double *row = dd + ((size_t)b * l->n + (size_t)j * nf + f) * S;
+                double *w = dw + ((size_t)j * nf + f) * kk;
+                for (int q = 0; q < kk; ++q) {
+                    const float *cr = col + (size_t)q * S;
+                    double acc = 0;
+                    for (int k = 0; k < S; ++k) acc += row[k] * cr[k];
+                    w[q] += acc;
+                }
+            }
+        }
+    double e2 = 0, w2 = 0;
+    for (size_t q = 0; q < (size_t)l->n * kk; ++q) {
+        e2 += dw[q] * dw[q];
+        w2 += (double)wu_after[q] * wu_after[q];
+    }
+    free(col);
+    free(dw);
+    free(dd);
+    free(da);
+    free(mu);
+    free(var);
+    return w2 > 0 ? sqrt(e2 / w2) : 0;
+}
+
 static int set_t(sdnn_gpu_net *g, int i, sdnn_gpu_tensor t, const float *host)
 {
     sdnn_status s = sdnn_gpu_net_set(g, i, t, host);
@@ -154,13 +309,6 @@ static void cpu_backward(network *net, int i, float *input, float *delta)
     n.train = 1;
     n.index = i;
     l->backward(*l, n);
-}
-
-static float *fdup(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    if (n) memcpy(y, x, n * sizeof *y);
-    return y;
 }
 
 /* Push every CPU output of layers < i (layer i-1's as it was before layer
@@ -227,8 +375,15 @@ static void check_forward(ref *R, int i)
         free(want);
     } else {
         e = dev_err(R->g, i, SDNN_GT_OUTPUT, l->output, outs(l));
-        tm_margin("gpu/layers:forward", e, TOL);
-        SOFT_ASSERT(e < TOL, "layer %2d %-9s forward: rel err %.2e", i, kind(l), e);
+        /* a batch-normalised conv: TOL plus libdarknet's own distance from
+         * the exact statistics (above) */
+        double ref = l->type == CONVOLUTIONAL && l->batch_normalize ? bn_forward_ref_err(l) : 0;
+        if (ref > 0 && getenv("SDNN_LAYERS_VERBOSE"))
+            printf("    layer %2d %-9s forward: rel err %.2e, libdarknet's own %.2e\n", i, kind(l),
+                   e, ref);
+        tm_margin("gpu/layers:forward", e, TOL + ref);
+        SOFT_ASSERT(e < TOL + ref, "layer %2d %-9s forward: rel err %.2e (libdarknet's own %.2e)",
+                    i, kind(l), e, ref);
     }
     if (l->type == COST && l->cost_type == MASKED && i > 0) {
         /* Darknet writes SECRET_NUM into the input where the truth is */
@@ -348,15 +503,21 @@ static void check_backward(ref *R, int i)
          * x_norm (scale); l->delta after a batch-norm backward is the
          * normalised one, of the same size */
         double ew = dev_err(R->g, i, SDNN_GT_WEIGHT_UPDATES, l->weight_updates, nw);
+        double wref = l->type == CONVOLUTIONAL && l->batch_normalize
+                          ? bn_backward_ref_err(l, before[i], input, l->weight_updates)
+                          : 0;
         double eb = dev_err_floor(R->g, i, SDNN_GT_BIAS_UPDATES, l->bias_updates, nb,
                                   channel_terms(l, l->delta, NULL));
         double es = su ? dev_err_floor(R->g, i, SDNN_GT_SCALE_UPDATES, l->scale_updates, nb,
                                        channel_terms(l, l->delta, l->x_norm))
                        : 0;
-        tm_margin("gpu/layers:gradients", fmax(ew, fmax(eb, es)), TOL);
-        SOFT_ASSERT(ew < TOL && eb < TOL && es < TOL,
-                 "layer %2d %-9s gradients: weights %.2e, biases %.2e, scales %.2e", i, kind(l),
-                 ew, eb, es);
+        if (wref > 0 && getenv("SDNN_LAYERS_VERBOSE"))
+            printf("    layer %2d %-9s weights: rel err %.2e, libdarknet's own %.2e\n", i, kind(l),
+                   ew, wref);
+        tm_margin("gpu/layers:gradients", fmax(ew * TOL / (TOL + wref), fmax(eb, es)), TOL);
+        SOFT_ASSERT(ew < TOL + wref && eb < TOL && es < TOL,
+                 "layer %2d %-9s gradients: weights %.2e (libdarknet's own %.2e), biases %.2e, "
+                 "scales %.2e", i, kind(l), ew, wref, eb, es);
     }
 out:
     /* The CPU network goes on with the correct gradient, without the known

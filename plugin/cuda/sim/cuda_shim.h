@@ -83,6 +83,7 @@ inline void sdnn_ex_full_mask(unsigned mask, const char *what)
 inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
     sdnn_ex_full_mask(mask, "__syncwarp");
+    sdnn_ex.wmem[sdnn_ex.flat / 32] = 1;
     sdnn_ex_trap(sdnn_ex_barrier(SDNN_EX_WARP, "__syncwarp"));
 }
 
@@ -164,37 +165,53 @@ inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, sizeof f
 
 /* ---- shared memory ----------------------------------------------------------------- */
 
+/* Whether an access by this thread is ordered after one by thread `other`
+ * made at warp-sync count `sync` in this barrier epoch: the same thread,
+ * or a lane of the same warp with a __syncwarp released between. */
+inline bool sdnn_ex_warp_ordered(unsigned other, unsigned sync)
+{
+    unsigned me = sdnn_ex.flat;
+    return other == me || (other / 32 == me / 32 && sdnn_ex.wsync[me / 32] != sync);
+}
+
 inline void sdnn_ex_slot_read(sdnn_ex_slot *m, const char *name, size_t i)
 {
     if (m->block != sdnn_ex.block)
         sdnn_ex_trap(sdnn_ex_fail("reads shared %s[%zu] before any thread of the block "
                                   "wrote it", name, i));
-    if (m->epoch == sdnn_ex.epoch && m->writer != sdnn_ex.flat)
+    if (m->epoch == sdnn_ex.epoch && !sdnn_ex_warp_ordered(m->writer, m->wsync))
         sdnn_ex_trap(sdnn_ex_fail("reads shared %s[%zu], which thread %u wrote with no "
                                   "__syncthreads between (a race)", name, i, m->writer));
+    unsigned warp = sdnn_ex.flat / 32;
     if (m->rblock == sdnn_ex.block && m->repoch == sdnn_ex.epoch) {
         if (m->reader != sdnn_ex.flat) m->reader = ~0u;    /* several readers */
+        if (m->rwarp != warp) m->rwarp = ~0u;
+        m->rsync = sdnn_ex.wsync[warp];
         return;
     }
     m->rblock = sdnn_ex.block;
     m->reader = sdnn_ex.flat;
     m->repoch = sdnn_ex.epoch;
+    m->rwarp = warp;
+    m->rsync = sdnn_ex.wsync[warp];
 }
 
 inline void sdnn_ex_slot_write(sdnn_ex_slot *m, const char *name, size_t i, int atomic)
 {
+    unsigned me = sdnn_ex.flat, warp = me / 32;
     if (!atomic && m->block == sdnn_ex.block && m->epoch == sdnn_ex.epoch &&
-        m->writer != sdnn_ex.flat)
+        !sdnn_ex_warp_ordered(m->writer, m->wsync))
         sdnn_ex_trap(sdnn_ex_fail("writes shared %s[%zu], which thread %u wrote with no "
                                   "__syncthreads between (a race)", name, i, m->writer));
     if (!atomic && m->rblock == sdnn_ex.block && m->repoch == sdnn_ex.epoch &&
-        m->reader != sdnn_ex.flat)
+        m->reader != me && !(m->rwarp == warp && sdnn_ex.wsync[warp] != m->rsync))
         sdnn_ex_trap(sdnn_ex_fail("writes shared %s[%zu], which %s read with no "
                                   "__syncthreads between (a race)", name, i,
                                   m->reader == ~0u ? "other threads" : "another thread"));
     m->block = sdnn_ex.block;
-    m->writer = sdnn_ex.flat;
+    m->writer = me;
     m->epoch = sdnn_ex.epoch;
+    m->wsync = sdnn_ex.wsync[warp];
 }
 
 /* One element of a checked shared array: reads and writes go through the

@@ -471,6 +471,10 @@ static sdnn_status run_fibers(ex_worker *w, unsigned T)
             if (!waiting) continue;
             if (waiting == end - w0) {
                 for (unsigned t = w0; t < end; ++t) w->f[t].state = F_READY;
+                if (sdnn_ex.wmem[w0 / 32]) {   /* a __syncwarp: orders the warp's memory */
+                    ++sdnn_ex.wsync[w0 / 32];
+                    sdnn_ex.wmem[w0 / 32] = 0;
+                }
                 released = 1;
                 continue;
             }
@@ -532,6 +536,8 @@ static sdnn_status run_block_body(ex_worker *w, unsigned T)
 {
     sdnn_ex.block = ++w->serial;
     sdnn_ex.epoch = 0;
+    memset(sdnn_ex.wsync, 0, sizeof sdnn_ex.wsync);
+    memset(sdnn_ex.wmem, 0, sizeof sdnn_ex.wmem);
     sdnn_ex.static_shared = 0;
     sdnn_ex.fibers = 1;
     w->nthreads = 1;    /* thread 0 alone until it reaches a barrier */

@@ -51,6 +51,9 @@ typedef struct sdnn_ex_slot {
     uint64_t rblock;
     unsigned reader;
     unsigned repoch;
+    unsigned wsync;     /* the writer's warp's __syncwarp count at the write */
+    unsigned rsync;     /* the readers' warp's count at the last read */
+    unsigned rwarp;     /* the warp of every reader since the epoch (~0u: several) */
 } sdnn_ex_slot;
 
 /* The thread the executor runs now on this OS thread (read by the shim's
@@ -67,6 +70,11 @@ typedef struct sdnn_ex_state {
     sdnn_ex_slot *dyn_meta;     /* one per 4 bytes of it */
     size_t static_shared;       /* bytes of static shared arrays the block touched */
     uint64_t *xchg;             /* one word per thread: warp shuffles and votes */
+    /* Per warp of the block: __syncwarp releases passed (a write another
+     * lane of the warp made before the last of them is ordered before a
+     * read after it), and whether the wait now open is a __syncwarp. */
+    unsigned wsync[32];
+    unsigned char wmem[32];
 } sdnn_ex_state;
 
 #ifdef __cplusplus

@@ -154,6 +154,19 @@ __global__ void k_warp_sum(const float *x, float *out, unsigned live)
     if ((threadIdx.x & 31) == 0) out[threadIdx.x / 32] = v;
 }
 
+/* Each thread writes its slot, then (with `sync`) __syncwarp, then reads
+ * the slot of thread t ^ 1 (the same warp) or, with `across`, of thread
+ * (t + 32) mod blockDim.x (another warp). */
+__global__ void k_warp_shared(float *out, int sync, int across)
+{
+    SDNN_SHARED(float, sh, 64);
+    unsigned t = threadIdx.x;
+    sh[t] = (float)t;
+    if (sync) __syncwarp();
+    unsigned from = across ? (t + 32) % blockDim.x : t ^ 1u;
+    out[t] = sh[from];
+}
+
 /* Writes blockIdx.x into slot k of a visit log, in the order blocks run. */
 __global__ void k_visit(unsigned *log, unsigned *next)
 {
@@ -467,6 +480,36 @@ static void warps(void)
     sdnn_dfree(x);
     sdnn_dfree(o);
     sdnn_dctx_destroy(c);
+    /* __syncwarp orders shared memory within its warp, and only there */
+    struct {
+        int sync, across;
+        bool ok;
+        const char *what;
+    } ws[] = {
+        {1, 0, true, "a lane reads its warp neighbour's shared slot after __syncwarp"},
+        {0, 0, false, "a lane reads its warp neighbour's shared slot with no __syncwarp"},
+        {1, 1, false, "a thread reads another warp's shared slot after only __syncwarp"},
+    };
+    for (auto &k : ws) {
+        c = fresh();
+        o = dalloc(c, 64);
+        SDNN_LAUNCH(k_warp_shared, 1, 64, 0, sdnn_stream(c, 0), o, k.sync, k.across);
+        st = settle(c);
+        if (k.ok) {
+            std::vector<float> r = get(c, o, 64);
+            bool right = st == SDNN_OK;
+            for (unsigned t = 0; right && t < 64; ++t) right = r[t] == (float)(t ^ 1u);
+            CHECK(right, k.what, sdnn_last_error());
+        } else {
+            /* with no barrier at all thread 0 runs first and reads a slot
+             * nobody wrote yet: the same race, seen one step earlier */
+            CHECK(st == SDNN_ERR_INVALID && has("k_warp_shared") &&
+                      (has("a race") || (!k.sync && has("before any thread of the block"))),
+                  k.what, sdnn_last_error());
+        }
+        sdnn_dfree(o);
+        sdnn_dctx_destroy(c);
+    }
 }
 
 /* The barrier-heavy kernel against the same sums on the host; with `bench`
