@@ -3,9 +3,11 @@
 # bytes each replica sends a step as the progress line reports them ("MB exchanged"),
 # for backend=nccl and backend=mpi, 1 process x 4 devices and 2 processes x 2 devices,
 # every codec, bucket_mb=4 and auto, on the issue's yolov3-tiny-shaped net (Debian's
-# yolov3-tiny.cfg at 32x32, batch 2: 8,852,366 parameters, 35.41 MB fp32; the size
-# does not depend on the input), beside the cost model's figure (`scalednn simulate`,
-# W = 4), the ratio to none's of the same layout, backend and buckets, and what the
+# yolov3-tiny.cfg at 32x32, batch 2, random=0: 8,852,366 parameters, 35.41 MB fp32; the
+# size does not depend on the input, and without multi-scale each step stays at 32x32),
+# beside the cost model's figure (bucket_mb=4: `scalednn simulate`, W = 4; auto: the
+# "predicted: X MB on the wire" line of each run's own plan), the ratio to none's of
+# the same layout, backend and buckets, and what the
 # planner picks on NCCL at 2 .. 64 ranks (`scalednn simulate ... -nccl 1`).
 # Bytes, not speed: each run is one step (bucket_mb=4: 4 iterations of a world of 4)
 # or three (auto: profile_iters=1, the plan after the 2nd step; the 3rd step's bytes).
@@ -35,7 +37,7 @@ mkdir -p "$W/backup"
 # cfg TAG BACKEND CODEC BUCKETS
 cfg() {
     sed -e 's/^width=.*/width=32/' -e 's/^height=.*/height=32/' -e 's/^batch=.*/batch=2/' \
-        -e 's/^subdivisions=.*/subdivisions=1/' "$YOLO" >"$W/$1.cfg"
+        -e 's/^subdivisions=.*/subdivisions=1/' -e 's/^random=.*/random=0/' "$YOLO" >"$W/$1.cfg"
     printf '\n[scalednn]\nmode=scalednn\noverlap=1\nengine=gpu\nbackend=%s\ncompress=%s\n' \
         "$2" "$3" >>"$W/$1.cfg"
     if [ "$4" = auto ]; then echo "profile_iters=1" >>"$W/$1.cfg"; else echo "bucket_mb=$4" >>"$W/$1.cfg"; fi
@@ -43,7 +45,9 @@ cfg() {
     return 0
 }
 
-# run TAG LAYOUT BACKEND ITERS: the last progress line's MB exchanged ("fail" when none)
+# run TAG LAYOUT BACKEND ITERS: the last progress line's MB exchanged ("fail" when none);
+# with bucket_mb=auto also the cost model's bytes for the run's own last plan
+# ("predicted: X MB on the wire each replica a step") into $W/TAG.pred.
 run() {
     if [ "$2" = 2x2 ]; then
         (cd "$W" && SDNN_SIM_DEVICES=2 SDNN_MPI_RUN_TIMEOUT=600 sh "$ROOT/tests/mpi/run.sh" 2 \
@@ -58,6 +62,8 @@ run() {
             -gpus 0,1,2,3 -max_batches "$4" -seed 1 -csv "$1.csv") >"$W/$1.log" 2>&1
     fi
     mb=$(sed -n 's/.* \([0-9.]*\) MB exchanged.*/\1/p' "$W/$1.log" | tail -n 1)
+    sed -n 's/^predicted: \([0-9.]*\) MB on the wire each replica a step.*/\1/p' "$W/$1.log" |
+        tail -n 1 >"$W/$1.pred"
     echo "${mb:-fail}"
 }
 
@@ -98,8 +104,17 @@ for bk in 4 auto; do
             done
         done
         set -- $(predict "$c")
-        if [ "$bk" = 4 ]; then p=${2:-?}; else p="${3:-?} (simulate's own plan)"; fi
+        p=${2:-?}
         [ "$c" = none ] && p=${1:-?}
+        if [ "$bk" = auto ]; then
+            # The cost model's bytes for each run's own plan (its last plan table's
+            # wire_KB summed); one figure where the four runs planned alike.
+            p=$(for lay in 1x4 2x2; do for be in nccl mpi; do
+                cat "$W/$lay-$be-$c-$bk.pred" 2>/dev/null || echo "?"; done; done |
+                awk '{ v[NR] = ($0 == "" ? "?" : $0) } END { s = v[1]; d = 0
+                       for (i = 2; i <= NR; ++i) { if (v[i] != v[1]) d = 1; s = s " / " v[i] }
+                       print (d ? s : v[1]) " (the runs\047 plans)" }')
+        fi
         echo "| $c$row | $p |$rats |"
     done
     echo

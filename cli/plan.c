@@ -228,6 +228,7 @@ int sdnn_cmd_plan(int argc, char **argv)
     printf("\nautomatic plan (bucket_mb=auto, compress=auto, overlap=%d):\n", conf.overlap);
     sdnn_plan_print(stdout, &autop, &env);
     sdnn_plan_print_prediction(stdout, "predicted", &autop);
+    sdnn_plan_print_wire(stdout, "predicted", &autop, &env);
     sdnn_plan_print_tta(stdout, "predicted", &autop, &env);
     char what[128];
     char bucket[32];
@@ -235,6 +236,7 @@ int sdnn_cmd_plan(int argc, char **argv)
     else snprintf(bucket, sizeof bucket, "%g", conf.bucket_mb);
     snprintf(what, sizeof what, "cfg plan (bucket_mb=%s, compress=%s)", bucket, conf.compress);
     sdnn_plan_print_prediction(stdout, what, &cfgp);
+    sdnn_plan_print_wire(stdout, what, &cfgp, &envc);
     sdnn_plan_print_tta(stdout, what, &cfgp, &envc);
     if (verbose) {
         printf("\n%s:\n", what);

@@ -839,6 +839,12 @@ static void test_plan_fixed_matches_exchange(void **state)
             assert_int_equal(hi, pl.b[b].hi);
             NEAR(pl.b[b].bytes, 4.0 * (double)n);
         }
+        /* The plan's bytes on the wire: each replica's share of a ring
+         * all-reduce of every bucket, 2(W-1)/W of the parameters' bytes
+         * whatever the partition (W = 2: all of them; W = 4: 1.5 x). */
+        NEAR(sdnn_plan_wire_bytes(&pl, &e), sdnn_cost_profile_bytes(&p));
+        sdnn_cm_env e4 = env_of(link_of(1e-6, 1e9), 4, 1, NONE_ONLY, 1);
+        NEAR(sdnn_plan_wire_bytes(&pl, &e4), 1.5 * sdnn_cost_profile_bytes(&p));
         sdnn_plan_free(&pl);
         sdnn_exchange_destroy(ex);
     }

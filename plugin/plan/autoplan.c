@@ -445,6 +445,7 @@ void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f)
             a->env.link.beta_Bps / 1e9, a->env.world);
     sdnn_plan_print(f, &a->plan, &a->env);
     sdnn_plan_print_prediction(f, "predicted", &a->plan);
+    sdnn_plan_print_wire(f, "predicted", &a->plan, &a->env);
     char fl[256];
     sdnn_plan_describe_factors(&a->env, a->factors, fl, sizeof fl);
     fprintf(f, "scalednn: iteration factors (iterations to the target against none's; "

@@ -396,6 +396,23 @@ void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env)
     }
 }
 
+double sdnn_plan_wire_bytes(const sdnn_plan *pl, const sdnn_cm_env *env)
+{
+    double sum = 0.0;
+    for (int k = 0; k < pl->nb; ++k)
+        sum += sdnn_cm_exchange_cost(env, &env->codecs[pl->b[k].codec], pl->b[k].bytes)
+                   .wire_bytes;
+    return sum;
+}
+
+void sdnn_plan_print_wire(FILE *f, const char *what, const sdnn_plan *pl,
+                          const sdnn_cm_env *env)
+{
+    fprintf(f, "%s: %.4f MB on the wire each replica a step (world %d, the sum of wire_KB; "
+               "the progress line's MB exchanged is the count)\n",
+            what, sdnn_plan_wire_bytes(pl, env) / 1e6, env->world);
+}
+
 void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl)
 {
     fprintf(f, "%s: %d bucket%s, step %.3f ms = compute %.3f ms + exposed %.3f ms "

@@ -132,6 +132,15 @@ void sdnn_plan_free(sdnn_plan *pl);
 #include <stdio.h>
 void sdnn_plan_print(FILE *f, const sdnn_plan *pl, const sdnn_cm_env *env);
 void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl);
+/* The bytes each replica sends a step under the plan, as the cost model
+ * prices them: the sum of its buckets' wire bytes (the table's wire_KB,
+ * collective.h's one definition at env->world, by the collective each
+ * bucket takes).  The progress line's "MB exchanged" measures the same. */
+double sdnn_plan_wire_bytes(const sdnn_plan *pl, const sdnn_cm_env *env);
+/* "WHAT: X MB on the wire each replica a step (world W; ...)": the line
+ * under the table. */
+void sdnn_plan_print_wire(FILE *f, const char *what, const sdnn_plan *pl,
+                          const sdnn_cm_env *env);
 /* "WHAT: time to accuracy N x F x step S ms = N x T ms (iteration factor F:
  * CODEC; N = none's iterations to the target)": the line beside the
  * prediction's step. */

@@ -23,6 +23,9 @@
 #     ratio is off by 25% or more); the progress line's "MB exchanged" is the
 #     CSV's figure / 1e6 (to its 2 printed decimals), and the timeline's
 #     "bytes exchanged" counter (rank 0's trace) is the CSV's, step by step;
+#   - bucket_mb=auto cells: the cost model's bytes for the run's own plan
+#     (the plan's "predicted: X MB on the wire each replica a step" line)
+#     are what the step sent, within PART_SLACK (each bucket's rounding);
 #   - nccl cells with a lossy codec: the start banner, before the first
 #     step, one line per codec and collective the cost model chose (each
 #     naming its buckets), the collective W = 4 gets, and the link it
@@ -326,6 +329,23 @@ for lay in $LAYOUTS; do
                         ok=0
                         ;;
                     esac
+                fi
+                if [ "$bk" = auto ]; then
+                    # The cost model's bytes for this run's own plan (the last plan's
+                    # "predicted: X MB on the wire" line, its wire_KB summed) against
+                    # what the step sent: the same buckets and collectives, only each
+                    # bucket's rounding apart (PART_SLACK, as above).
+                    pred=$(sed -n 's/^predicted: \([0-9.]*\) MB on the wire each replica a step.*/\1/p' \
+                        "$W/$tag.log" | tail -n 1)
+                    if [ -z "$pred" ]; then
+                        bad "$cell: no 'predicted: X MB on the wire' line from its plan ($W/$tag.log)"
+                        ok=0
+                    elif near "$(awk -v p="$pred" 'BEGIN { print p * 1e6 }')" "$by" "$PART_SLACK"; then
+                        msg="$msg, plan predicted $pred MB"
+                    else
+                        bad "$cell: its plan predicted $pred MB on the wire a step, it sent $(mb "$by") MB"
+                        ok=0
+                    fi
                 fi
                 if [ "$bk" = fixed ] && [ "$be" = nccl ]; then
                     set -- $(counted "$W/$tag.bytes" 2>/dev/null || echo "0 0")
