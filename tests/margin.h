@@ -30,18 +30,22 @@ static inline __attribute__((unused)) void tm_margin(const char *name, double wo
 static inline __attribute__((unused)) void tm_margin_gradcheck(const char *name,
                                                                const sdnn_gradcheck_report *r)
 {
-    double w1 = 0, t1 = 1, w2 = 0, t2 = 1;
+    double w1 = 0, t1 = 1, w2 = 0, t2 = 1, w3 = 0, t3 = 1;
     for (int k = 0; k < r->nlayers; ++k) {
         const double a = r->layer[k].ref_median_rel, ta = r->layer[k].ref_threshold;
         const double b = r->layer[k].max_rel, tb = r->layer[k].threshold;
+        const double c = r->layer[k].dir_rel, tc = r->layer[k].dir_threshold;
         if (a * t1 > w1 * ta) w1 = a, t1 = ta;
         if (b * t2 > w2 * tb) w2 = b, t2 = tb;
+        if (tc > 0 && c * t3 > w3 * tc) w3 = c, t3 = tc;
     }
-    char n1[200], n2[200];
+    char n1[200], n2[200], n3[200];
     snprintf(n1, sizeof n1, "%s/stage1", name);
     snprintf(n2, sizeof n2, "%s/stage2", name);
+    snprintf(n3, sizeof n3, "%s/dirs", name);
     tm_margin(n1, w1, t1);
     tm_margin(n2, w2, t2);
+    tm_margin(n3, w3, t3);
 }
 #endif
 

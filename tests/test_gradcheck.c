@@ -81,6 +81,9 @@ static void expect_pass_at(const char *fn, int line, const char *text, int layer
         assert_true(r.layer[k].samples >= 4);
         assert_true(r.layer[k].ref_median_rel <= r.layer[k].ref_threshold);
         assert_true(r.layer[k].max_rel <= r.layer[k].threshold);
+        /* The directions, judged against 8 x their tensor's threshold. */
+        assert_true(r.layer[k].dir_threshold > 0);
+        assert_true(r.layer[k].dir_rel <= r.layer[k].dir_threshold);
     }
     assert_int_equal(r.failed, 0);
     sdnn_gradcheck_report_free(&r);
@@ -660,6 +663,20 @@ static void test_wrong_gradient_caught(void **state)
         assert_non_null(strstr(r.notes, "test hook"));
         sdnn_gradcheck_report_free(&r);
     }
+    /* 10% wrong along the whole tensor: the random directions see it too
+     * (<e, d> / ||g|| = 0.1 <g, d> / ||g||, a standard normal draw times
+     * 0.1, against 8 x a threshold of ~1e-5: each of the 4 directions
+     * passes only below |Z| ~ 1e-3). */
+    sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+    o.samples = 6;
+    o.test_layer = 1;
+    o.test_factor = 1.1;
+    sdnn_gradcheck_report r;
+    assert_int_equal(sdnn_gradcheck_text("t.cfg", text, &o, &r), SDNN_OK);
+    assert_false(r.layer[1].pass);
+    assert_true(r.layer[1].dir_rel > r.layer[1].dir_threshold);
+    assert_true(r.layer[0].dir_rel <= r.layer[0].dir_threshold);
+    sdnn_gradcheck_report_free(&r);
 }
 
 /* A defect of 0.5% in a batch-normalised layer's weight gradient fails

@@ -379,7 +379,12 @@ static sdnn_status check_layer(gc_run *g, int i, const sdnn_gradcheck_opts *o, u
             row->threshold = base * cond;
             row->cond = cond;
         }
-        if (dir_rel > row->dir_rel) row->dir_rel = dir_rel;
+        /* The directions, judged: the one nearest its bound is kept. */
+        double dir_bound = SDNN_GRADCHECK_DIR_T * base * cond;
+        if (row->dir_threshold == 0 || dir_rel * row->dir_threshold > row->dir_rel * dir_bound) {
+            row->dir_rel = dir_rel;
+            row->dir_threshold = dir_bound;
+        }
         if (row->tensor[j].median_rel > row->median_rel) row->median_rel = row->tensor[j].median_rel;
     }
     row->samples = n1;
@@ -679,7 +684,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         row->threshold = SDNN_GRADCHECK_C * 0x1p-24 * sqrt(row->reduction);
         row->ref_threshold = SDNN_GRADCHECK_REF_TOL;
         SDNN_CHECKGOTO(check_layer(&g, i, o, &rs, row), st, done);
-        row->pass = row->max_rel <= row->threshold &&
+        row->pass = row->max_rel <= row->threshold && row->dir_rel <= row->dir_threshold &&
                     (row->samples == 0 || row->ref_median_rel <= row->ref_threshold);
         out->failed += !row->pass;
     }
@@ -756,13 +761,15 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f)
     fprintf(f, "Stage 2 (2: engine): the engine's float gradient against the reference's, the "
                "worst over the layer's tensors of ||g - g_ref||/||g_ref|| and the sampled "
                "elements' median (dirs: the worst of %d random +-1 directions "
-               "|<g - g_ref, d>|/||g_ref||, reported); "
+               "|<g - g_ref, d>|/||g_ref||, judged against %g x its tensor's threshold: "
+               "Hoeffding, P(|<e,d>| > %g ||e||) <= 2 exp(-%g^2/2)); "
                "threshold %g x 2^-24 x sqrt(R) x cond, R the reduction lengths along the "
                "gradient's path, cond the tensor's ||E||/||g_ref||, E_e = |g_e| + "
                "sqrt(sum t^2) over the terms element e sums (the reference's; random-walk "
                "rounding: a float sum errs by ~u sqrt(R) E_e); the row shows "
                "the tensor with the smallest margin (float accumulation; no allowance for "
                "batch norm).\n",
-            SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_C);
+            SDNN_GRADCHECK_DIRS, SDNN_GRADCHECK_DIR_T, SDNN_GRADCHECK_DIR_T,
+            SDNN_GRADCHECK_DIR_T, SDNN_GRADCHECK_C);
     fprintf(f, "%d of %d layers above their threshold\n", r->failed, r->nlayers);
 }

@@ -27,9 +27,13 @@
  * and the median over stage 1's sampled elements of
  * |g_e - g_ref,e| / max(|g_ref,e|, ||g_ref|| / sqrt(n)).  The worst
  * normwise or element error over the layer's tensors must stay within the
- * error model of float accumulation (the directions are reported beside
- * it: for a random +-1 d, <g - g_ref, d> / ||g_ref|| is the normwise error
- * times a standard normal draw, so their worst of 4 runs up to ~2.5x it):
+ * error model of float accumulation, and each direction within
+ * SDNN_GRADCHECK_DIR_T times its tensor's threshold: for d of independent
+ * random signs, <e, d> = sum e_k d_k has variance ||e||^2 whatever e is,
+ * and Hoeffding's inequality gives P(|<e, d>| > t ||e||) <= 2 exp(-t^2 / 2),
+ * 2.5e-14 at t = 8, so an error within the normwise bound passes every
+ * direction, and a gradient wrong along a whole tensor (a lost term, a
+ * factor) fails along it:
  *
  *     threshold = SDNN_GRADCHECK_C x 2^-24 x sqrt(R) x cond,
  *     R = the reduction lengths along the gradient's path: the forward
@@ -105,6 +109,8 @@
 /* Stage 2's constant (see above) and the random directions per tensor. */
 #define SDNN_GRADCHECK_C 16.0
 #define SDNN_GRADCHECK_DIRS 4
+/* A direction's bound in units of its tensor's threshold (Hoeffding, above). */
+#define SDNN_GRADCHECK_DIR_T 8.0
 
 typedef struct sdnn_gradcheck_opts {
     const char *engine; /* "cpu" (default); "gpu" is SDNN_ERR_UNSUPPORTED in this build */
@@ -129,7 +135,8 @@ typedef struct sdnn_gradcheck_layer {
     double ref_max_rel, ref_median_rel;   /* stage 1 */
     double ref_threshold;                 /* SDNN_GRADCHECK_REF_TOL */
     double max_rel;     /* stage 2: the worst normwise or element error over the tensors */
-    double dir_rel;     /* stage 2: the worst random direction (reported) */
+    double dir_rel;     /* stage 2: the random direction nearest its bound */
+    double dir_threshold; /* stage 2: its bound, SDNN_GRADCHECK_DIR_T x its tensor's threshold */
     double median_rel;  /* stage 2: the worst tensor's sampled elements' median */
     double threshold;   /* stage 2: the error model's bound (of the row's tensor) */
     double cond;        /* stage 2: that tensor's condition (>= 1) */
