@@ -11,7 +11,9 @@
  * the layer before a 1x1 convolution is the sum of its consumers' shares;
  * networks without the pattern are not touched; -engine gpu is refused
  * with the registry's reason in a build without a GPU runtime (and passes
- * in one).
+ * in one).  [region] heads are checked with the reference's region delta
+ * (test_region_delta holds it to libdarknet's element by element) and
+ * fail with fix_region_delta=0 (Debian's empty CPU region backward).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -276,10 +278,37 @@ static void test_yolo_region_bodies(void **state)
     assert_non_null(strstr(r.notes, "[yolo] heads checked with their own loss"));
     assert_int_equal(r.yolo_disagree, 0);
     sdnn_gradcheck_report_free(&r);
+    /* [region] heads with their own loss (region_ref.c): softmax classes
+     * with rescore and bias_match, and logistic classes. */
+    static const char *region_heads[2] = {
+        "[region]\nanchors=1,1, 2,2\nclasses=2\ncoords=4\nnum=2\nsoftmax=1\njitter=0\n"
+        "rescore=1\nbias_match=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\n"
+        "coord_scale=1\nabsolute=1\nthresh=.6\nrandom=0\n",
+        "[region]\nanchors=1,1, 2,2\nclasses=2\ncoords=4\nnum=2\nsoftmax=0\njitter=0\n"
+        "rescore=0\nbias_match=0\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\n"
+        "coord_scale=1\nabsolute=1\nthresh=.3\nrandom=0\n"};
+    for (int h = 0; h < 2; ++h) {
+        char *text = with_section(NET(2, 8) CONV(8, 3, leaky) CONV(14, 1, linear), region_heads[h]);
+        expect_pass(text, 2);
+        r = check(text, 12);
+        assert_non_null(strstr(r.notes, "[region] heads checked with their own loss"));
+        assert_null(strstr(r.notes, "checked as sse"));
+        assert_int_equal(r.yolo_disagree, 0);
+        sdnn_gradcheck_report_free(&r);
+        /* Debian's CPU region backward sends nothing (fix_region_delta=0):
+         * every layer before the head fails. */
+        char *off = with_section(text, "[scalednn]\nfix_region_delta=0\n");
+        r = check(off, 12);
+        assert_int_equal(r.failed, 2);
+        sdnn_gradcheck_report_free(&r);
+        free(off);
+        free(text);
+    }
+    /* A [region] the reference does not compute (background=1): sse. */
     r = check(NET(2, 8) CONV(8, 3, leaky) CONV(12, 1, linear)
               "[region]\nanchors=1,1, 2,2\nclasses=1\ncoords=4\nnum=2\nsoftmax=1\njitter=0\n"
               "rescore=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\n"
-              "absolute=1\nthresh=.6\nrandom=0\n",
+              "absolute=1\nthresh=.6\nrandom=0\nbackground=1\n",
               12);
     assert_int_equal(r.nlayers, 2);
     assert_int_equal(r.failed, 0);
