@@ -349,6 +349,34 @@ static void test_yolo_tiny_body(void **state)
     free(off);
 }
 
+/* A yolov2-tiny-shaped body at 64x64 (tests/cfg/gradcheck-yolov2-tiny.cfg:
+ * batch-normalised 3x3 convolutions, maxpools, one [region] head with
+ * softmax, rescore and bias_match) passes with the defaults, its head
+ * checked with its own loss and no element decided otherwise; with
+ * Debian's empty CPU region backward (fix_region_delta=0) every layer
+ * fails. */
+static void test_yolov2_tiny_body(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/cfg/gradcheck-yolov2-tiny.cfg", "rb");
+    assert_non_null(f);
+    static char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof text - 1);
+    text[n] = 0;
+    expect_pass(text, 6);
+    sdnn_gradcheck_report r = check(text, 4);
+    assert_non_null(strstr(r.notes, "[region] heads checked with their own loss"));
+    assert_int_equal(r.yolo_disagree, 0);
+    sdnn_gradcheck_report_free(&r);
+    char *off = with_section(text, "[scalednn]\nfix_region_delta=0\n");
+    r = check(off, 4);
+    assert_int_equal(r.failed, 6);
+    sdnn_gradcheck_report_free(&r);
+    free(off);
+}
+
 static void test_activations(void **state)
 {
     (void)state;
@@ -1040,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_yolo_region_bodies),
         cmocka_unit_test(test_yolo_tiny_body),
+        cmocka_unit_test(test_yolov2_tiny_body),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),
