@@ -12,7 +12,8 @@
 #   gpu        build-sim/tests/gpu (simulated devices): hostloss, dialect,
 #              train, layers, engines (SDNN_SIM_DEVICES=4)
 #   gradcheck  `scalednn gradcheck` on $GC_CFGS (default cfg/shapes-res.cfg,
-#              cfg/shapes-v4tiny.cfg, tests/cfg/gradcheck-yolo-tiny.cfg),
+#              cfg/shapes-v4tiny.cfg, tests/cfg/gradcheck-yolo-tiny.cfg,
+#              tests/cfg/gradcheck-yolov2-tiny.cfg: a [region] head),
 #              -engine cpu and (build-sim) -engine gpu
 #   seeds      `scalednn gradcheck` for seeds 1-10 (-engine cpu) on
 #              $SEEDS_CFG (default cfg/shapes-res.cfg, ~70 s a run here)
@@ -36,7 +37,7 @@ DK=${DK:-./darknet}
 KERNELS=${KERNELS:-"Prescott Sandybridge Haswell own"}
 SEEDS=${SEEDS:-"1 2 3 4 5 6 7 8 9 10"}
 SEEDS_CFG=${SEEDS_CFG:-cfg/shapes-res.cfg}
-GC_CFGS=${GC_CFGS:-"cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg tests/cfg/gradcheck-yolo-tiny.cfg"}
+GC_CFGS=${GC_CFGS:-"cfg/shapes-res.cfg cfg/shapes-v4tiny.cfg tests/cfg/gradcheck-yolo-tiny.cfg tests/cfg/gradcheck-yolov2-tiny.cfg"}
 LOG=${MARGINS_LOG:-bench/results/margins.log}
 mkdir -p "$(dirname "$LOG")"
 T=$(mktemp -d /tmp/sdnn-margins-XXXXXX)

@@ -11,7 +11,9 @@
  * the layer before a 1x1 convolution is the sum of its consumers' shares;
  * networks without the pattern are not touched; -engine gpu is refused
  * with the registry's reason in a build without a GPU runtime (and passes
- * in one).
+ * in one).  [region] heads are checked with the reference's region delta
+ * (test_region_delta holds it to libdarknet's element by element) and
+ * fail with fix_region_delta=0 (Debian's empty CPU region backward).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -279,10 +281,37 @@ static void test_yolo_region_bodies(void **state)
     assert_non_null(strstr(r.notes, "[yolo] heads checked with their own loss"));
     assert_int_equal(r.yolo_disagree, 0);
     sdnn_gradcheck_report_free(&r);
+    /* [region] heads with their own loss (region_ref.c): softmax classes
+     * with rescore and bias_match, and logistic classes. */
+    static const char *region_heads[2] = {
+        "[region]\nanchors=1,1, 2,2\nclasses=2\ncoords=4\nnum=2\nsoftmax=1\njitter=0\n"
+        "rescore=1\nbias_match=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\n"
+        "coord_scale=1\nabsolute=1\nthresh=.6\nrandom=0\n",
+        "[region]\nanchors=1,1, 2,2\nclasses=2\ncoords=4\nnum=2\nsoftmax=0\njitter=0\n"
+        "rescore=0\nbias_match=0\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\n"
+        "coord_scale=1\nabsolute=1\nthresh=.3\nrandom=0\n"};
+    for (int h = 0; h < 2; ++h) {
+        char *text = with_section(NET(2, 8) CONV(8, 3, leaky) CONV(14, 1, linear), region_heads[h]);
+        expect_pass(text, 2);
+        r = check(text, 12);
+        assert_non_null(strstr(r.notes, "[region] heads checked with their own loss"));
+        assert_null(strstr(r.notes, "checked as sse"));
+        assert_int_equal(r.yolo_disagree, 0);
+        sdnn_gradcheck_report_free(&r);
+        /* Debian's CPU region backward sends nothing (fix_region_delta=0):
+         * every layer before the head fails. */
+        char *off = with_section(text, "[scalednn]\nfix_region_delta=0\n");
+        r = check(off, 12);
+        assert_int_equal(r.failed, 2);
+        sdnn_gradcheck_report_free(&r);
+        free(off);
+        free(text);
+    }
+    /* A [region] the reference does not compute (background=1): sse. */
     r = check(NET(2, 8) CONV(8, 3, leaky) CONV(12, 1, linear)
               "[region]\nanchors=1,1, 2,2\nclasses=1\ncoords=4\nnum=2\nsoftmax=1\njitter=0\n"
               "rescore=1\nobject_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\n"
-              "absolute=1\nthresh=.6\nrandom=0\n",
+              "absolute=1\nthresh=.6\nrandom=0\nbackground=1\n",
               12);
     assert_int_equal(r.nlayers, 2);
     assert_int_equal(r.failed, 0);
@@ -319,6 +348,34 @@ static void test_yolo_tiny_body(void **state)
     char *off = with_section(text, "[scalednn]\nfix_bn_delta=0\n");
     sdnn_gradcheck_report r = check(off, 12);
     assert_true(r.failed >= 5);
+    sdnn_gradcheck_report_free(&r);
+    free(off);
+}
+
+/* A yolov2-tiny-shaped body at 64x64 (tests/cfg/gradcheck-yolov2-tiny.cfg:
+ * batch-normalised 3x3 convolutions, maxpools, one [region] head with
+ * softmax, rescore and bias_match) passes with the defaults, its head
+ * checked with its own loss and no element decided otherwise; with
+ * Debian's empty CPU region backward (fix_region_delta=0) every layer
+ * fails. */
+static void test_yolov2_tiny_body(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/cfg/gradcheck-yolov2-tiny.cfg", "rb");
+    assert_non_null(f);
+    static char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof text - 1);
+    text[n] = 0;
+    expect_pass(text, 6);
+    sdnn_gradcheck_report r = check(text, 4);
+    assert_non_null(strstr(r.notes, "[region] heads checked with their own loss"));
+    assert_int_equal(r.yolo_disagree, 0);
+    sdnn_gradcheck_report_free(&r);
+    char *off = with_section(text, "[scalednn]\nfix_region_delta=0\n");
+    r = check(off, 4);
+    assert_int_equal(r.failed, 6);
     sdnn_gradcheck_report_free(&r);
     free(off);
 }
@@ -910,6 +967,106 @@ static void test_yolo_delta(void **state)
     yolo_delta_case(".15", ".2", 12, 1);
 }
 
+/* The double reference's [region] delta (sdnn_gradref_region_delta)
+ * against libdarknet's own forward_region_layer on a small head (4x4
+ * grid, 3 anchors, 2 classes, batch 2), from the same float input and
+ * truth, with the error model of the yolo case: each element is s (t - o)
+ * for a handful of operations (s up to object_scale 5, or coord_scale
+ * (2 - w h) < 2), so float and double agree within
+ * 32 u s_max (1 + |o| + |delta|) when both decide alike; the data keeps
+ * every best IOU more than 1e-5 from thresh and every truth's two best
+ * slots apart, which the reference counts.  Case a: softmax classes,
+ * rescore (objectness pulled to the IOU), bias_match, seen 0 (the .01
+ * pull to the anchors runs); case b: logistic classes (Darknet's early
+ * return for a second truth in a slot), no rescore, the predicted sizes
+ * choose the slot, seen past 12800 (seed 23: two truths of different
+ * classes share a slot).  Checked by hand: coord_scale (2.001 - w h)
+ * fails at 34.7 of the bound, the rescore target IOU x 1.001 at 75.6, the
+ * prior's weight .0101 at 6.9, dropping the early return at 6.9e4. */
+static void region_delta_case(const char *keys, int seen, uint64_t seed, int softmax)
+{
+    char text[768];
+    snprintf(text, sizeof text,
+             "[net]\nbatch=2\nsubdivisions=1\nwidth=4\nheight=4\nchannels=21\n"
+             "[region]\nanchors=1,1, 2,3, 4,2\nclasses=2\ncoords=4\nnum=3\njitter=0\n"
+             "object_scale=5\nnoobject_scale=1\nclass_scale=1\ncoord_scale=1\nrandom=0\n%s",
+             keys);
+    network *net = tu_parse(text);
+    assert_non_null(net);
+    layer *l = &net->layers[0];
+    assert_int_equal(l->type, REGION);
+    assert_int_equal(l->softmax, softmax);
+    *net->seen = (size_t)seen;
+    size_t no = (size_t)l->batch * l->outputs;
+    for (size_t k = 0; k < no; ++k) net->input[k] = tu_uniform(&seed, -2.f, 2.f);
+    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
+    int truths = 0;
+    for (int b = 0; b < net->batch; ++b)
+        for (int t = 0; t < 4 + 2 * b; ++t, ++truths) {
+            float *p = net->truth + (size_t)b * net->truths + (size_t)t * 5;
+            p[0] = tu_uniform(&seed, .1f, .9f);
+            p[1] = tu_uniform(&seed, .1f, .9f);
+            p[2] = tu_uniform(&seed, .2f, .7f);
+            p[3] = tu_uniform(&seed, .2f, .7f);
+            p[4] = (float)(t % 2);
+        }
+    double *x = malloc(no * sizeof *x), *out = malloc(no * sizeof *out);
+    double *delta = malloc(no * sizeof *delta), *scale = malloc(no * sizeof *scale);
+    assert_non_null(x);
+    assert_non_null(out);
+    assert_non_null(delta);
+    assert_non_null(scale);
+    for (size_t k = 0; k < no; ++k) x[k] = net->input[k];
+    int near = -1;
+    assert_int_equal(sdnn_gradref_region_delta(l, x, net->truth, seen, 1e-5, out, delta, scale,
+                                               &near), SDNN_OK);
+    net->train = 1;
+    forward_network(net);
+    double worst = 0, smax = 5;
+    int kinds[4] = {0}, ignored = 0, objects = 0;
+    for (size_t k = 0; k < no; ++k) {
+        double bound = 32 * 0x1p-24 * smax * (1 + fabs(out[k]) + fabs(delta[k]));
+        double e = fabs((double)l->delta[k] - delta[k]) / bound;
+        if (e > worst) worst = e;
+        double eo = fabs((double)l->output[k] - out[k]) / bound;
+        if (eo > worst) worst = eo;
+        if (delta[k] != 0) assert_true(scale[k] > 0);
+        int kind = sdnn_gradref_region_kind(l, k);
+        if (scale[k] != 0) ++kinds[kind];
+        size_t e4 = (k % (size_t)l->outputs) / (size_t)(l->w * l->h) % 7;
+        if (e4 == 4) {
+            ignored += scale[k] == 0;
+            objects += scale[k] == 5;
+        }
+    }
+    printf("region delta, %s seen %d: worst error %.3g of its bound, %d near a decision, %d "
+           "objectness terms ignored, %d pulled up (%d truths), terms: %d logistic, %d raw, %d "
+           "class\n", softmax ? "softmax" : "logistic classes", seen, worst, near, ignored,
+           objects, truths, kinds[SDNN_REGION_LOGISTIC], kinds[SDNN_REGION_RAW],
+           kinds[SDNN_REGION_CLASS] + kinds[SDNN_REGION_SOFTMAX]);
+    char name[96];
+    snprintf(name, sizeof name, "test_gradcheck:region_delta:%s", softmax ? "softmax" : "logistic");
+    tm_margin(name, worst, 1);
+    assert_int_equal(near, 0);
+    assert_true(ignored > 0);
+    assert_true(objects > 0);
+    assert_true(kinds[SDNN_REGION_LOGISTIC] > 0 && kinds[SDNN_REGION_RAW] > 0);
+    assert_true(kinds[softmax ? SDNN_REGION_SOFTMAX : SDNN_REGION_CLASS] > 0);
+    assert_true(worst <= 1);
+    free(x);
+    free(out);
+    free(delta);
+    free(scale);
+    sdnn_network_free(net);
+}
+
+static void test_region_delta(void **state)
+{
+    (void)state;
+    region_delta_case("softmax=1\nrescore=1\nbias_match=1\nthresh=.2\n", 0, 21, 1);
+    region_delta_case("softmax=0\nrescore=0\nbias_match=0\nthresh=.3\n", 20000, 23, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -928,6 +1085,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_yolo_region_bodies),
         cmocka_unit_test(test_yolo_tiny_body),
+        cmocka_unit_test(test_yolov2_tiny_body),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),
@@ -940,6 +1098,10 @@ int main(void)
         cmocka_unit_test(test_gpu_engine_refused),
         cmocka_unit_test(test_command),
         cmocka_unit_test(test_yolo_delta),
+        cmocka_unit_test(test_region_delta),
     };
+    /* SDNN_TEST_FILTER=PATTERN runs the matching tests alone (cmocka's filter). */
+    const char *filter = getenv("SDNN_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

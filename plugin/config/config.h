@@ -59,6 +59,10 @@ typedef struct sdnn_config {
                          * Debian's libdarknet does (0); see hooks.h */
     int fix_bn_delta;   /* fix_bn_delta=0|1: batch norm's backward exact for its
                          * forward (1, the default) or Darknet's (0); see bnfix.h */
+    int fix_region_delta; /* fix_region_delta=0|1: a [region] layer's backward on the
+                           * cpu engine passes its delta on as Darknet's GPU build
+                           * does (1, the default) or sends nothing as Debian's CPU
+                           * build does (0); see hooks.h */
     char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
     int virtual_devices; /* virtual=0|1: 1 lets -gpus name a device more than
@@ -82,7 +86,7 @@ typedef struct sdnn_config {
       .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
       .iter_factor = "",                                                        \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
-      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, \
+      .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, .fix_region_delta = 1, \
       .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu", \
       .cpu_conv = "darknet" }
 

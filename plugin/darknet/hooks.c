@@ -138,11 +138,41 @@ static void hook_forward(layer l, network net)
                            sdnn_layer_type_name(l.type));
 }
 
+/* fix_region_delta: Darknet's GPU region backward on the host (hooks.h):
+ * the logistic's derivative on the entries the forward activated with it,
+ * then the delta added to the input's. */
+static void region_backward(layer l, network net)
+{
+    size_t wh = (size_t)l.w * l.h, per = (size_t)l.coords + (size_t)l.classes + 1;
+    for (int b = 0; b < l.batch; ++b)
+        for (int n = 0; n < l.n; ++n)
+            for (size_t e = 0; e < per; ++e) {
+                int lg = e < 2 || (l.coords > 4 && e >= 4 && e < (size_t)l.coords) ||
+                         (e == (size_t)l.coords && !l.background);
+                if (!lg) continue;
+                size_t k0 = (size_t)b * l.outputs + ((size_t)n * per + e) * wh;
+                for (size_t q = 0; q < wh; ++q) {
+                    float o = l.output[k0 + q];
+                    l.delta[k0 + q] *= (1 - o) * o;
+                }
+            }
+    if (!net.delta) return;
+    size_t nd = (size_t)l.batch * l.inputs;
+    for (size_t k = 0; k < nd; ++k) net.delta[k] += l.delta[k];
+}
+
+int sdnn_fix_region_count(const network *net)
+{
+    int n = 0;
+    for (int i = 0; i < net->n; ++i) n += net->layers[i].type == REGION;
+    return n;
+}
+
 /* Darknet's backward of l, timed for the timeline and the planner; with
  * `add` (the fix) the delta Darknet wrote into net.delta (the scratch) is
  * then added to `add`, inside the timed span: it is part of the layer's
  * backward. */
-static void backward_body(layer l, network net, float *add, size_t nadd, int bn)
+static void backward_body(layer l, network net, float *add, size_t nadd, int bn, int region)
 {
     sdnn_hook_ctx *c = tl_ctx;
     const sdnn_engine_callbacks *cb = callbacks(c);
@@ -173,6 +203,8 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn)
         free(sink);
     } else if (l.type == CONVOLUTIONAL) {
         conv_backward(l, net);
+    } else if (region) {
+        region_backward(l, net);
     } else {
         g_backward[l.type](l, net);
     }
@@ -197,8 +229,9 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn)
     cb->backward_done(cb->user, c->replica, net.index);
 }
 
-static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0, 0); }
-static void hook_backward_bn(layer l, network net) { backward_body(l, net, NULL, 0, 1); }
+static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0, 0, 0); }
+static void hook_backward_bn(layer l, network net) { backward_body(l, net, NULL, 0, 1, 0); }
+static void hook_backward_region(layer l, network net) { backward_body(l, net, NULL, 0, 0, 1); }
 
 /* The scratch of the network whose layer array is `layers`, at least n
  * floats (it grows only after a resize), or NULL. */
@@ -226,7 +259,7 @@ static void fix_body(layer l, network net, int bn)
 {
     float *delta = net.delta;
     if (!delta) {
-        backward_body(l, net, NULL, 0, bn);
+        backward_body(l, net, NULL, 0, bn, 0);
         return;
     }
     size_t n = (size_t)l.batch * (size_t)l.inputs;
@@ -244,7 +277,7 @@ static void fix_body(layer l, network net, int bn)
     if ((size_t)l.out_h * (size_t)l.out_w != (size_t)l.h * (size_t)l.w)
         memset(s, 0, n * sizeof *s);
     net.delta = s;
-    backward_body(l, net, delta, n, bn);
+    backward_body(l, net, delta, n, bn, 0);
 }
 
 static void hook_backward_fix(layer l, network net) { fix_body(l, net, 0); }
@@ -253,7 +286,7 @@ static void hook_backward_fix_bn(layer l, network net) { fix_body(l, net, 1); }
 static int is_backward_hook(backward_fn f)
 {
     return f == hook_backward || f == hook_backward_bn || f == hook_backward_fix ||
-           f == hook_backward_fix_bn;
+           f == hook_backward_fix_bn || f == hook_backward_region;
 }
 
 /* Does the backward of layer j write into `d`?  Most layers add into their
@@ -388,7 +421,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
 {
     sdnn_status st = SDNN_OK;
     /* Decided before any pointer changes: the test reads the layers' own
-     * backward pointers.  fix[i]: bit 0 the 1x1 fix, bit 1 the BN fix. */
+     * backward pointers.  fix[i]: bit 0 the 1x1 fix, bit 1 the BN fix,
+     * bit 2 the region backward (a region layer has neither of the others). */
     unsigned char *fix = fixes ? calloc((size_t)net->n + 1, 1) : NULL;
     if (fixes && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
     int ndnnl = 0;
@@ -406,7 +440,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
         int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i) &&
                   !(ndnnl && sdnn_conv_dnnl_owns(&net->layers[i]));
         nfix += one;
-        fix[i] = (unsigned char)(one | ((fixes & SDNN_FIX_BN) && sdnn_bn_fix_applies(net, i) ? 2 : 0));
+        fix[i] = (unsigned char)(one | ((fixes & SDNN_FIX_BN) && sdnn_bn_fix_applies(net, i) ? 2 : 0) |
+                                 ((fixes & SDNN_FIX_REGION) && net->layers[i].type == REGION ? 4 : 0));
     }
     pthread_mutex_lock(&g_lock);
     if (nfix) st = add_scratch(net);
@@ -441,7 +476,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
         g_backward[t] = l->backward;
         static const backward_fn by_fix[4] = {hook_backward, hook_backward_fix,
                                               hook_backward_bn, hook_backward_fix_bn};
-        l->backward = by_fix[fix ? fix[i] : 0];
+        unsigned f = fix ? fix[i] : 0;
+        l->backward = f & 4 ? hook_backward_region : by_fix[f & 3];
         if (l->update) {
             g_update[t] = l->update;
             l->update = hook_update;

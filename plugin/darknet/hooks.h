@@ -49,7 +49,7 @@ typedef struct sdnn_hook_ctx {
  * layer with parameters and, when `forward` is set, the forward pointer of
  * every layer.  With fix_1x1_delta, the layers sdnn_fix_1x1_needed names
  * get the fixing wrapper instead (it does everything the plain one does). */
-enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2, SDNN_HOOK_ONEDNN = 4 };
+enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2, SDNN_HOOK_ONEDNN = 4, SDNN_FIX_REGION = 8 };
 /* `fixes`: SDNN_FIX_1X1 (fix_1x1_delta) and/or SDNN_FIX_BN (fix_bn_delta:
  * the layers sdnn_bn_fix_applies names get the exact batch-norm backward,
  * bnfix.h), SDNN_HOOK_ONEDNN (cpu_conv=onednn: the convolutions
@@ -66,6 +66,15 @@ int sdnn_hooks_installed(const network *net);
 int sdnn_fix_1x1_needed(const network *net, int i);
 /* How many layers of `net` need the fix. */
 int sdnn_fix_1x1_count(const network *net);
+/* fix_region_delta (SDNN_FIX_REGION): Debian's CPU backward_region_layer is
+ * empty (a bare ret), so nothing before a [region] head gets a gradient.
+ * The fix runs what Darknet's GPU build runs (and the gpu engine, ops.h's
+ * sdnn_region_logistic): the layer's delta times the logistic's derivative
+ * o (1 - o) on x, y, the extra coordinates and (without background) the
+ * objectness, then added to the input's delta.  The number of [region]
+ * layers of `net` (the layers it applies to). */
+int sdnn_fix_region_count(const network *net);
+
 /* Put Darknet's own pointers back. */
 void sdnn_hooks_uninstall(network *net);
 

@@ -55,6 +55,7 @@ static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
     /* cpu_conv=onednn: the convolutions run on oneDNN through the hooks. */
     int need = o->hooks || o->cpu_conv_onednn || sdnn_engine_fixes_needed(o, e->nets[0]);
     int fixes = (o->fix_1x1_delta ? SDNN_FIX_1X1 : 0) | (o->fix_bn_delta ? SDNN_FIX_BN : 0) |
+                (o->fix_region_delta ? SDNN_FIX_REGION : 0) |
                 (o->cpu_conv_onednn ? SDNN_HOOK_ONEDNN : 0);
     if (need) {
         for (int r = 0; r < e->n; ++r) {

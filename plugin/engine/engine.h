@@ -130,6 +130,8 @@ typedef enum sdnn_engine_split {
 typedef struct sdnn_engine_opts {
     int fix_1x1_delta;      /* hooks.c's fix (cpu), the same result (gpu) */
     int fix_bn_delta;       /* bnfix.h's exact batch-norm backward (cpu, gpu) */
+    int fix_region_delta;   /* hooks.h's region backward (cpu; the gpu engine always
+                             * runs Darknet's GPU backward) */
     int hook_forward;       /* time each layer's forward (timeline, profile) */
     int hooks;              /* 1: call the callbacks (scalednn mode, a
                              * timeline or a profile); 0: plain Darknet */
@@ -143,7 +145,7 @@ typedef struct sdnn_engine_opts {
                              * (cpu_conv=onednn, or auto where built) */
 } sdnn_engine_opts;
 
-#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_bn_delta = 0, .hook_forward = 0, .hooks = 0, \
+#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_bn_delta = 0, .fix_region_delta = 0, .hook_forward = 0, .hooks = 0, \
                                 .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU, \
                                 .cpu_conv_onednn = 0 }
 

@@ -108,10 +108,33 @@ static int fork_yolo(const char *p)
     return 0;
 }
 
-/* Replace every [region] section and every [yolo] section of the fork's
- * dialect (header and keys) by an sse [cost] head; *count gets how many.
- * Layer indices stay as they were.  Debian's [yolo] heads stay: the
- * reference computes their delta (yolo_ref.c). */
+/* Does the [region] section starting after `p` ask for what the
+ * reference's region delta does not compute (region_ref.c: coords other
+ * than 4, background, a softmax tree, a class map)? */
+static int region_unsupported(const char *p)
+{
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+        char line[256];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof line; ++i)
+            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
+        line[k] = '\0';
+        if (line[0] == '[') return 0;   /* the next section */
+        if (!strncmp(line, "tree=", 5) || !strncmp(line, "map=", 4)) return 1;
+        if (!strncmp(line, "coords=", 7) && atoi(line + 7) != 4) return 1;
+        if (!strncmp(line, "background=", 11) && atoi(line + 11) != 0) return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* Replace every [yolo] section of the fork's dialect and every [region]
+ * section the reference does not compute (header and keys) by an sse
+ * [cost] head; *count gets how many.  Layer indices stay as they were.
+ * Debian's [yolo] heads and the other [region] heads stay: the reference
+ * computes their delta (yolo_ref.c, region_ref.c). */
 static char *replace_heads(const char *text, int *count)
 {
     size_t len = strlen(text);
@@ -125,7 +148,8 @@ static char *replace_heads(const char *text, int *count)
         size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
         int region = header_is(p, n, "region"), yolo = header_is(p, n, "yolo");
         if (region >= 0) {   /* a header */
-            skipping = region == 1 || (yolo == 1 && fork_yolo(p + n));
+            skipping = (region == 1 && region_unsupported(p + n)) ||
+                       (yolo == 1 && fork_yolo(p + n));
             if (skipping) {
                 o += (size_t)sprintf(out + o, "[cost]\ntype=sse\n");
                 ++*count;
@@ -141,7 +165,8 @@ static char *replace_heads(const char *text, int *count)
     return out;
 }
 
-typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX, HEAD_YOLO } head_kind;
+typedef enum { HEAD_NONE, HEAD_SSE, HEAD_L1, HEAD_SMOOTH, HEAD_SOFTMAX, HEAD_YOLO,
+               HEAD_REGION } head_kind;
 
 /* What layer i contributes to the objective, or an error for a layer
  * whose loss this check does not know. */
@@ -172,6 +197,10 @@ static sdnn_status head_of(const network *net, int i, head_kind *k)
     }
     if (l->type == YOLO) {
         *k = HEAD_YOLO;
+        return SDNN_OK;
+    }
+    if (l->type == REGION) {
+        *k = HEAD_REGION;
         return SDNN_OK;
     }
     if (l->cost && l->type != COST && l->type != SOFTMAX)
@@ -458,8 +487,9 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     if (!body) return SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
     if (replaced)
         note(out, "%d region/fork-yolo head%s checked as sse [cost] layers: the reference has "
-                  "no [region] delta and no delta of the fork's [yolo] keys; the body before each "
-                  "head is what is checked", replaced, replaced > 1 ? "s" : "");
+                  "no delta of the fork's [yolo] keys nor of a [region] with coords != 4, "
+                  "background, tree or map; the body before each head is what is checked",
+             replaced, replaced > 1 ? "s" : "");
 
     int fd = -1;
     char path[64];
@@ -494,23 +524,24 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
         st = SDNN_ERROR(SDNN_ERR_NOMEM, "gradcheck: no memory");
         goto done;
     }
-    int nheads = 0, softmax = -1, yolo = -1, classes = 0, truths = net->truths;
+    int nheads = 0, softmax = -1, yolo = -1, classes = 0, truths = net->truths, nregion = 0;
     for (int i = 0; i < net->n; ++i) {
         SDNN_CHECKGOTO(head_of(net, i, &heads[i]), st, done);
         if (heads[i] == HEAD_NONE) continue;
         ++nheads;
         if (heads[i] == HEAD_SOFTMAX) softmax = i;
-        if (heads[i] == HEAD_YOLO) {
+        if (heads[i] == HEAD_YOLO || heads[i] == HEAD_REGION) {
             /* Boxes in rows of l->truths values: the network's rows. */
             int c = net->layers[i].classes;
             if (yolo < 0 || c < classes) classes = c;
             yolo = i;
+            nregion += heads[i] == HEAD_REGION;
             continue;
         }
         if (net->layers[i].inputs > truths) truths = net->layers[i].inputs;
     }
     if (yolo >= 0 && truths > net->truths) {
-        st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: %s: a [yolo] head (layer %d) reads "
+        st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradcheck: %s: a [yolo]/[region] head (layer %d) reads "
                         "truth rows of %d values, another head reads %d", name, yolo,
                         net->truths, truths);
         goto done;
@@ -652,9 +683,14 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     if (yolo >= 0) {
         int near = 0, bad = sdnn_gradref_yolo_disagree(ref, &near);
         out->yolo_disagree = bad;
-        note(out, "[yolo] heads checked with their own loss (the reference's delta in double, "
+        int nyolo = 0;
+        for (int i = 0; i < net->n; ++i) nyolo += heads[i] == HEAD_YOLO;
+        note(out, "%s checked with their own loss (the reference's delta in double, "
                   "the float forward's decisions%s): %d element%s decided otherwise in double, "
-                  "%d prediction%s within 1e-4 of ignore_thresh or truth_thresh",
+                  "%d decision%s within 1e-4 of a threshold (ignore_thresh, truth_thresh, "
+                  "thresh) or a tie of two slots",
+             nyolo && nregion ? "[yolo] and [region] heads" : nregion ? "[region] heads"
+                                                                       : "[yolo] heads",
              bad ? "; decided otherwise, a gradient differs by that term" : " agree", bad,
              bad == 1 ? "" : "s", near, near == 1 ? "" : "s");
     }

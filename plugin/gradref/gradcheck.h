@@ -84,9 +84,13 @@
  * forward of the batch and held, which makes the delta the negative
  * gradient of a smooth objective (gradref.h); the batch's truth is 2 to 4
  * random boxes an image; the report counts the elements the float forward
- * decided otherwise.  [region] heads report |delta|^2 and are not in the
- * reference: the check replaces each by an sse head and checks the body
- * (the report says so).  Dropout draws its mask with rand(): the
+ * decided otherwise.  A [region] head likewise (region_ref.c: coords 4,
+ * no background, tree or map; its decisions, targets (rescore's IOU
+ * included) and the images seen held); the CPU engine passes its delta on
+ * only with fix_region_delta (Debian's CPU backward is empty).  A
+ * [region] the reference does not compute and the fork's [yolo] are
+ * replaced by sse heads, the body checked (the report says so).
+ * Dropout draws its mask with rand(): the
  * step and the host forward that captures the masks start from the same
  * srand seed.
  */

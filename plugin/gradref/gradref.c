@@ -27,15 +27,21 @@ typedef struct ref_layer {
     float scale;            /* cost scale, upsample scale */
     int cost;               /* cost type */
     int sm_groups;          /* softmax */
-    int head;               /* 1: cost, 2: softmax, 3: yolo */
+    int head;               /* 1: cost, 2: softmax, 3: yolo, 4: region */
     /* yolo: Darknet's layer (its anchors, mask, thresholds; the network
      * must outlive the reference), the network's input size, and per
      * subdivision the decisions as targets and weights (yolo_ref.c), and
      * the float forward's delta (sdnn_gradref_adopt) */
     const layer *yolo;
+    /* region: Darknet's layer likewise (region_ref.c), the held decisions
+     * in the same arrays, and per subdivision the images seen (the .01
+     * anchor prior's condition) as the float forward saw them */
+    const layer *region;
+    int *rseen;
     int net_w, net_h;
     double **ytarget, **yscale, **yfloat, *ydelta;
     int *ydecided, *ynear;
+    int *ybad;              /* elements with a delta on one side only (decided anew) */
     int np;
     double *par[SDNN_MAX_PARAMS_PER_LAYER], *grad[SDNN_MAX_PARAMS_PER_LAYER];
     /* per gradient element: the sum of its terms' squares during the
@@ -251,6 +257,8 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         free(l->ydelta);
         free(l->ydecided);
         free(l->ynear);
+        free(l->rseen);
+        free(l->ybad);
     }
     free(r->L);
     free_sub(r->input, r->sub);
@@ -370,8 +378,29 @@ static sdnn_status build_layer(const network *net, int i, sdnn_gradref *r)
             if (!(l->ytarget = per_sub(sub, n)) || !(l->yscale = per_sub(sub, n)) ||
                 !(l->yfloat = per_sub(sub, n)) || !(l->ydelta = dalloc(n)) ||
                 !(l->ydecided = calloc((size_t)sub, sizeof *l->ydecided)) ||
-                !(l->ynear = calloc((size_t)sub, sizeof *l->ynear)))
+                !(l->ynear = calloc((size_t)sub, sizeof *l->ynear)) ||
+                !(l->ybad = calloc((size_t)sub, sizeof *l->ybad)))
                 return NOMEM();
+        }
+        break;
+    case REGION:
+        SDNN_CHECK(sdnn_gradref_region_check(dl));
+        if (dl->truths != net->truths)
+            return SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "gradref: layer %d: a region layer reading "
+                              "truth rows of %d values in a network whose rows hold %d", i,
+                              dl->truths, net->truths);
+        l->region = dl;
+        l->head = 4;
+        {
+            size_t n = (size_t)l->batch * (size_t)l->outputs;
+            if (!(l->ytarget = per_sub(sub, n)) || !(l->yscale = per_sub(sub, n)) ||
+                !(l->yfloat = per_sub(sub, n)) || !(l->ydelta = dalloc(n)) ||
+                !(l->ydecided = calloc((size_t)sub, sizeof *l->ydecided)) ||
+                !(l->ynear = calloc((size_t)sub, sizeof *l->ynear)) ||
+                !(l->ybad = calloc((size_t)sub, sizeof *l->ybad)) ||
+                !(l->rseen = calloc((size_t)sub, sizeof *l->rseen)))
+                return NOMEM();
+            for (int s = 0; s < sub; ++s) l->rseen[s] = net->seen ? (int)*net->seen : 0;
         }
         break;
     case COST:
@@ -499,12 +528,13 @@ sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
             for (size_t k = 0; k < n; ++k)
                 l->arg[s][k] = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
         }
-        if (l->yolo) {
+        if (l->yolo || l->region) {
             if (!dl->delta)
-                return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a yolo layer without "
-                                  "a delta", i);
+                return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a %s layer without "
+                                  "a delta", i, l->yolo ? "yolo" : "region");
             for (size_t k = 0; k < n; ++k) l->yfloat[s][k] = dl->delta[k];
             l->ydecided[s] = 0;
+            if (l->region) l->rseen[s] = net->seen ? (int)*net->seen : 0;
         }
     }
     return SDNN_OK;
@@ -744,6 +774,21 @@ static double head_loss(const sdnn_gradref *r, const ref_layer *l, int s)
         }
         return sum;
     }
+    if (l->head == 4) {
+        /* The held decisions' objective (gradref.h, sdnn_gradref_region_delta). */
+        const double *o = l->out[s];
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k], tg = l->ytarget[s][k];
+            if (sc == 0) continue;
+            switch (sdnn_gradref_region_kind(l->region, k)) {
+            case SDNN_REGION_LOGISTIC: sum += 0.5 * sc * (tg - o[k]) * (tg - o[k]); break;
+            case SDNN_REGION_RAW: sum += 0.5 * sc * (tg - x[k]) * (tg - x[k]); break;
+            case SDNN_REGION_CLASS: sum += sc * (softplus(x[k]) - tg * x[k]); break;
+            default: sum -= sc * tg * log(o[k]); break;
+            }
+        }
+        return sum;
+    }
     if (l->head == 2) {
         for (size_t k = 0; k < n; ++k)
             if (t[k] != 0) sum -= (double)t[k] * log(l->out[s][k]);
@@ -867,9 +912,32 @@ static void fwd_layer(sdnn_gradref *r, int i, int s)
         sdnn_gradref_yolo_delta(l->yolo, l->net_w, l->net_h, x, r->truth[s], 1e-4, o,
                                 l->ydelta, r->hold && l->ydecided[s] ? NULL : l->yscale[s], &near);
         if (r->hold && l->ydecided[s]) break;
+        l->ybad[s] = 0;
         for (size_t k = 0; k < n; ++k) {
             double sc = l->yscale[s][k];
             l->ytarget[s][k] = sc != 0 ? o[k] + l->ydelta[k] / sc : 0;
+            /* A term on one side only: the float forward decided otherwise
+             * (a term whose value is exactly 0 on both sides agrees). */
+            l->ybad[s] += (l->ydelta[k] != 0) != (l->yfloat[s][k] != 0);
+        }
+        l->ydecided[s] = 1;
+        l->ynear[s] = near;
+        break;
+    }
+    case REGION: {
+        /* As the yolo head: the activated output, the decisions held. */
+        int near = 0;
+        int keep = r->hold && l->ydecided[s];
+        sdnn_gradref_region_delta(l->region, x, r->truth[s], l->rseen[s], 1e-4, o, l->ydelta,
+                                  keep ? NULL : l->yscale[s], &near);
+        if (keep) break;
+        l->ybad[s] = 0;
+        for (size_t k = 0; k < n; ++k) {
+            double sc = l->yscale[s][k];
+            l->ytarget[s][k] = sc != 0 ? o[k] + l->ydelta[k] / sc : 0;
+            /* A term on one side only: the float forward decided otherwise
+             * (a term whose value is exactly 0 on both sides agrees). */
+            l->ybad[s] += (l->ydelta[k] != 0) != (l->yfloat[s][k] != 0);
         }
         l->ydecided[s] = 1;
         l->ynear[s] = near;
@@ -1006,6 +1074,38 @@ static void bwd_layer(sdnn_gradref *r, int i, int s)
         }
         break;
     }
+    case REGION: {
+        /* The held objective's gradient: s (o - t) o (1 - o) on x, y and
+         * objectness, s (x - t) on w, h, s (o - t) on logistic classes; on
+         * a slot's softmax classes p_k sum_c s_c t_c - s_k t_k. */
+        const layer *rl = l->region;
+        const double *o = l->out[s], *sc = l->yscale[s], *tg = l->ytarget[s];
+        size_t wh = (size_t)rl->w * rl->h;
+        for (size_t k = 0; k < n; ++k) {
+            if (sc[k] == 0) continue;
+            switch (sdnn_gradref_region_kind(rl, k)) {
+            case SDNN_REGION_LOGISTIC: dx[k] += sc[k] * (o[k] - tg[k]) * o[k] * (1 - o[k]); break;
+            case SDNN_REGION_RAW: dx[k] += sc[k] * (x[k] - tg[k]); break;
+            case SDNN_REGION_CLASS: dx[k] += sc[k] * (o[k] - tg[k]); break;
+            default: break;
+            }
+        }
+        if (rl->softmax) {
+            size_t per = (size_t)rl->coords + (size_t)rl->classes + 1;
+            for (int b = 0; b < l->batch; ++b)
+                for (int a = 0; a < rl->n; ++a)
+                    for (size_t c = 0; c < wh; ++c) {
+                        size_t k0 = (size_t)b * l->outputs + ((size_t)a * per + 5) * wh + c;
+                        double st = 0;
+                        for (int q = 0; q < rl->classes; ++q) st += sc[k0 + q * wh] * tg[k0 + q * wh];
+                        for (int q = 0; q < rl->classes; ++q) {
+                            size_t k = k0 + q * wh;
+                            dx[k] += o[k] * st - sc[k] * tg[k];
+                        }
+                    }
+        }
+        break;
+    }
     case COST: {
         const float *t = r->truth[s];
         size_t ni = (size_t)l->batch * (size_t)l->inputs;
@@ -1069,12 +1169,11 @@ int sdnn_gradref_yolo_disagree(const sdnn_gradref *r, int *near)
     *near = 0;
     for (int i = 0; i < r->n; ++i) {
         const ref_layer *l = &r->L[i];
-        if (!l->yolo) continue;
-        size_t n = (size_t)l->batch * (size_t)l->outputs;
+        if (!l->yolo && !l->region) continue;
         for (int s = 0; s < r->sub; ++s) {
             if (!l->ydecided[s]) continue;
             *near += l->ynear[s];
-            for (size_t k = 0; k < n; ++k) bad += (l->yscale[s][k] != 0) != (l->yfloat[s][k] != 0);
+            bad += l->ybad[s];
         }
     }
     return bad;

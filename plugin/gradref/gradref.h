@@ -124,4 +124,45 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
                                     const float *truth, double margin, double *out,
                                     double *delta, double *scale, int *near);
 
+/* libdarknet's [region] delta in double (plugin/gradref/region_ref.c):
+ * what Debian's forward_region_layer (yolov2-style, 2018) writes into
+ * l->delta for the layer's input x (batch x outputs) and the truth rows
+ * (batch x l->truths floats, x, y, w, h, class per box, 30 boxes an
+ * image; x == 0 ends the list), `seen` the network's images seen (Darknet
+ * reads *net->seen).  out gets the activated output: logistic on x, y and
+ * objectness, the classes through a softmax over each slot's classes
+ * (softmax=1) or each through its logistic, w and h raw.  Its decisions:
+ * every prediction's objectness pulled to 0 with noobject_scale unless its
+ * best IOU with a truth exceeds thresh (then no term); while seen < 12800,
+ * every prediction's box pulled with weight .01 to its anchor centred in
+ * its cell; each truth's slot in its cell (the slot whose predicted size,
+ * or with bias_match its anchor, has the most similar shape) gets the box
+ * terms weighted coord_scale (2 - w h) (x, y on the logistic, w, h as
+ * log(size / anchor) on the raw value), objectness to 1 (rescore: to the
+ * IOU of its predicted box) weighted object_scale, and the class terms
+ * weighted class_scale (with logistic classes, Darknet's early return
+ * where the slot already has a class term).  *near counts predictions
+ * whose best IOU lies within `margin` of thresh and truths whose two best
+ * slots lie within `margin` of each other.  `scale` (NULL: not wanted)
+ * gets each element's weight s in delta = s (target - out), 0 where no
+ * term was set.  With the decisions and targets held, the engines'
+ * gradient (Darknet's GPU backward: delta times the logistic's derivative
+ * on x, y and objectness) is the negative gradient, with respect to x, of
+ *     sum_e s_e (t_e - out_e)^2 / 2      x, y, objectness (SDNN_REGION_LOGISTIC)
+ *                                        and w, h (SDNN_REGION_RAW: out = x)
+ *   + sum_e s_e (softplus(x_e) - t_e x_e)   logistic classes (SDNN_REGION_CLASS)
+ *   - sum_e s_e t_e log(out_e)            softmax classes (SDNN_REGION_SOFTMAX;
+ *                                        its gradient s (out - t) needs one
+ *                                        weight and sum t = 1 per slot, as
+ *                                        Darknet's one-hot terms have),
+ * the objective the reference's [region] head evaluates (gradref.c).
+ * Refused: coords != 4, background, a softmax tree, a class map. */
+enum { SDNN_REGION_LOGISTIC, SDNN_REGION_RAW, SDNN_REGION_CLASS, SDNN_REGION_SOFTMAX };
+sdnn_status sdnn_gradref_region_check(const layer *l);
+sdnn_status sdnn_gradref_region_delta(const layer *l, const double *x, const float *truth,
+                                      int seen, double margin, double *out, double *delta,
+                                      double *scale, int *near);
+/* Element k's objective kind (SDNN_REGION_*) in a [region] layer's output. */
+int sdnn_gradref_region_kind(const layer *l, size_t k);
+
 #endif
