@@ -92,6 +92,9 @@ total_start=$(date +%s)
         codecs) if [ "$ASAN" = 1 ]; then echo "prog codecs 300 --max-size 1048576"
                 else echo "prog codecs 300"; fi ;;
         layers) echo "prog $name 300" ;;
+        # engines trains every row on both engines with the layer
+        # kernels on the executor (about 250 s of CPU a seed).
+        engines) echo "prog $name 600" ;;
         *) echo "prog $name 240" ;;
         esac
     done
