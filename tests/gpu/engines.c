@@ -164,17 +164,19 @@ static int count_in(const char *path, const char *needle)
  * (libdarknet one after another, bn.cu's blocks and trees, OpenBLAS's
  * kernels) on inputs that already differ by rounding differ by a small
  * fraction of the sum of the terms' magnitudes, not of the sum, which may
- * cancel.  Where the parameter is large against its step (weights) that
- * is within tol of the parameter; a bias or a scale can move by as much
- * as it is (cfg/shapes.cfg's layer 0 at one image a subdivision: its
- * biases' sum cancels).  So, as tests/gpu/layers holds a per-channel sum
+ * cancel.  Where the parameter is large against its step that is within
+ * tol of the parameter; a bias or a scale can move by as much as it is,
+ * and a first layer's weight gradient cancels too (cfg/shapes.cfg's layer
+ * 0 at one image a subdivision: positive pixels times a delta that batch
+ * norm centred; under OPENBLAS_CORETYPE=Haswell its weights were 1.4 x
+ * tol of themselves apart at step 5 without a floor).  So, as tests/gpu/layers holds a per-channel sum
  * to its terms, each tensor t passes when
  *     ||t_gpu - t_cpu|| <= tol (||t_cpu|| + F_t),
  *     F_t = sum over the steps since the reset of rate x ||T_t||,
  * T_t the per-channel sums of the terms' magnitudes of that step's
- * gradient (all subdivisions; for the biases and scales; 0 for weights,
- * whose tensors are large against a step), taken from libdarknet's own
- * values in double: each CPU replica's layers run a test wrapper around
+ * gradient (all subdivisions; biases and scales exactly; for the weights
+ * the bound size x sum over images of ||delta_b|| ||x_b||, see
+ * wrap_backward), taken from libdarknet's own values in double: each CPU replica's layers run a test wrapper around
  * their backward (the delta arriving, the activation's slope at the
  * output, x_norm) and update (the rate Darknet's update applies:
  * learning_rate x learning_rate_scale / batch); the mean over the
@@ -198,8 +200,10 @@ typedef struct wrapped {
     backward_fn backward;
     update_fn update;
     int C, S;
+    int size;                           /* kernel size (1: connected) */
     double *tb, *ts;                    /* per channel: sum |terms| this step */
-    double fb, fs;                      /* F for the biases and the scales */
+    double tw;                          /* the weights' terms' bound this step */
+    double fb, fs, fw;                  /* F for the biases, scales and weights */
 } wrapped;
 
 static wrapped g_wrapped[MAX_WRAPPED];
@@ -238,6 +242,21 @@ static void wrap_backward(layer l, network net)
         w->ts[c] += ss;
     }
     w->backward(l, net);
+    /* The weight gradient sums delta x input over positions (and images):
+     * per image the terms' matrix T_b[f][k] = sum_p |delta_fp| |col_kp| has
+     * ||T_b|| <= ||delta_b|| ||col_b|| (Cauchy-Schwarz) and every input
+     * value sits in at most size^2 columns, so ||col_b|| <= size ||x_b||;
+     * delta is the layer's after its own backward (batch norm's normalised
+     * delta where it has one), the one its weight gradient took. */
+    if (net.input) {
+        size_t no = (size_t)l.outputs, ni = (size_t)l.inputs;
+        for (int b = 0; b < l.batch; ++b) {
+            double dd = 0, xx = 0;
+            for (size_t e = 0; e < no; ++e) dd += (double)l.delta[b * no + e] * l.delta[b * no + e];
+            for (size_t e = 0; e < ni; ++e) xx += (double)net.input[b * ni + e] * net.input[b * ni + e];
+            w->tw += w->size * sqrt(dd) * sqrt(xx);
+        }
+    }
 }
 
 static void wrap_update(layer l, update_args a)
@@ -252,6 +271,8 @@ static void wrap_update(layer l, update_args a)
     }
     w->fb += rate * sqrt(nb);
     w->fs += rate * sqrt(ns);
+    w->fw += rate * w->tw;
+    w->tw = 0;
     w->update(l, a);
 }
 
@@ -271,6 +292,7 @@ static void wrap_nets(network **nets, int n)
             w->update = l->update;
             w->C = l->type == CONNECTED ? l->outputs : l->n;
             w->S = l->type == CONNECTED ? 1 : l->out_w * l->out_h;
+            w->size = l->type == CONNECTED ? 1 : l->size;
             w->tb = calloc((size_t)w->C, sizeof(double));
             w->ts = calloc((size_t)w->C, sizeof(double));
             l->backward = wrap_backward;
@@ -295,17 +317,17 @@ static void unwrap_nets(network **nets, int n)
 
 static void floors_reset(void)
 {
-    for (int k = 0; k < g_nwrapped; ++k) g_wrapped[k].fb = g_wrapped[k].fs = 0;
+    for (int k = 0; k < g_nwrapped; ++k) g_wrapped[k].fb = g_wrapped[k].fs = g_wrapped[k].fw = 0;
 }
 
-/* F of tensor `which` (1 biases, 2 scales) of layer i: the mean over the
- * n replicas' floors. */
+/* F of tensor `which` (0 weights, 1 biases, 2 scales) of layer i: the
+ * mean over the n replicas' floors. */
 static double floor_of(network **cpu, int n, int i, int which)
 {
     double f = 0;
     for (int r = 0; r < n; ++r) {
         wrapped *w = wrapped_of(cpu[r]->layers[i].delta);
-        if (w) f += which == 1 ? w->fb : which == 2 ? w->fs : 0;
+        if (w) f += which == 1 ? w->fb : which == 2 ? w->fs : w->fw;
     }
     return f / n;
 }
