@@ -329,6 +329,17 @@ static void test_yolo_region_bodies(void **state)
     sdnn_gradcheck_report_free(&r);
 }
 
+/* The file at path into text[cap] (it must fit), NUL-terminated. */
+static void read_text(const char *path, char *text, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(text, 1, cap - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < cap - 1);
+    text[n] = 0;
+}
+
 /* A yolov3-tiny-shaped body at 64x64 (tests/cfg/gradcheck-yolo-tiny.cfg:
  * batch norm, stride-2 and stride-1 maxpools, the 1x1 bottleneck, route,
  * upsample, two [yolo] heads) passes with the defaults; with Darknet's
@@ -337,13 +348,8 @@ static void test_yolo_region_bodies(void **state)
 static void test_yolo_tiny_body(void **state)
 {
     (void)state;
-    FILE *f = fopen("tests/cfg/gradcheck-yolo-tiny.cfg", "rb");
-    assert_non_null(f);
     static char text[8192];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    assert_true(n > 0 && n < sizeof text - 1);
-    text[n] = 0;
+    read_text("tests/cfg/gradcheck-yolo-tiny.cfg", text, sizeof text);
     expect_pass(text, 10);
     char *off = with_section(text, "[scalednn]\nfix_bn_delta=0\n");
     sdnn_gradcheck_report r = check(off, 12);
@@ -361,13 +367,8 @@ static void test_yolo_tiny_body(void **state)
 static void test_yolov2_tiny_body(void **state)
 {
     (void)state;
-    FILE *f = fopen("tests/cfg/gradcheck-yolov2-tiny.cfg", "rb");
-    assert_non_null(f);
     static char text[8192];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    assert_true(n > 0 && n < sizeof text - 1);
-    text[n] = 0;
+    read_text("tests/cfg/gradcheck-yolov2-tiny.cfg", text, sizeof text);
     expect_pass(text, 6);
     sdnn_gradcheck_report r = check(text, 4);
     assert_non_null(strstr(r.notes, "[region] heads checked with their own loss"));
@@ -856,6 +857,28 @@ static void test_command(void **state)
     tu_run("rm -rf %s", dir);
 }
 
+/* A head's batch: its input uniform in (-2, 2) over the batch, and
+ * first + step x b random truths in image b (centres in (.1, .9), sizes in
+ * (.2, .7), classes 0 and 1 in turn).  Returns the truths placed. */
+static int head_batch(network *net, uint64_t *seed, int first, int step)
+{
+    const layer *l = &net->layers[0];
+    size_t no = (size_t)l->batch * l->outputs;
+    for (size_t k = 0; k < no; ++k) net->input[k] = tu_uniform(seed, -2.f, 2.f);
+    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
+    int truths = 0;
+    for (int b = 0; b < net->batch; ++b)
+        for (int t = 0; t < first + step * b; ++t, ++truths) {
+            float *p = net->truth + (size_t)b * net->truths + (size_t)t * 5;
+            p[0] = tu_uniform(seed, .1f, .9f);
+            p[1] = tu_uniform(seed, .1f, .9f);
+            p[2] = tu_uniform(seed, .2f, .7f);
+            p[3] = tu_uniform(seed, .2f, .7f);
+            p[4] = (float)(t % 2);
+        }
+    return truths;
+}
+
 /* The double reference's [yolo] delta (sdnn_gradref_yolo_delta) against
  * libdarknet's own forward_yolo_layer on a small head (4x4 grid, 2 of 3
  * anchors, 2 classes, batch 2), from the same float input and truth.  Both
@@ -883,17 +906,7 @@ static void yolo_delta_case(const char *ignore_thresh, const char *truth_thresh,
     layer *l = &net->layers[0];
     assert_int_equal(l->type, YOLO);
     size_t no = (size_t)l->batch * l->outputs;
-    for (size_t k = 0; k < no; ++k) net->input[k] = tu_uniform(&seed, -2.f, 2.f);
-    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
-    for (int b = 0; b < net->batch; ++b)
-        for (int t = 0; t < 3 + b; ++t) {
-            float *p = net->truth + (size_t)b * net->truths + (size_t)t * 5;
-            p[0] = tu_uniform(&seed, .1f, .9f);
-            p[1] = tu_uniform(&seed, .1f, .9f);
-            p[2] = tu_uniform(&seed, .2f, .7f);
-            p[3] = tu_uniform(&seed, .2f, .7f);
-            p[4] = (float)(t % 2);
-        }
+    head_batch(net, &seed, 3, 1);
     double *x = malloc(no * sizeof *x), *out = malloc(no * sizeof *out);
     double *delta = malloc(no * sizeof *delta), *scale = malloc(no * sizeof *scale);
     assert_non_null(scale);
@@ -998,18 +1011,7 @@ static void region_delta_case(const char *keys, int seen, uint64_t seed, int sof
     assert_int_equal(l->softmax, softmax);
     *net->seen = (size_t)seen;
     size_t no = (size_t)l->batch * l->outputs;
-    for (size_t k = 0; k < no; ++k) net->input[k] = tu_uniform(&seed, -2.f, 2.f);
-    memset(net->truth, 0, (size_t)net->truths * net->batch * sizeof(float));
-    int truths = 0;
-    for (int b = 0; b < net->batch; ++b)
-        for (int t = 0; t < 4 + 2 * b; ++t, ++truths) {
-            float *p = net->truth + (size_t)b * net->truths + (size_t)t * 5;
-            p[0] = tu_uniform(&seed, .1f, .9f);
-            p[1] = tu_uniform(&seed, .1f, .9f);
-            p[2] = tu_uniform(&seed, .2f, .7f);
-            p[3] = tu_uniform(&seed, .2f, .7f);
-            p[4] = (float)(t % 2);
-        }
+    int truths = head_batch(net, &seed, 4, 2);
     double *x = malloc(no * sizeof *x), *out = malloc(no * sizeof *out);
     double *delta = malloc(no * sizeof *delta), *scale = malloc(no * sizeof *scale);
     assert_non_null(x);

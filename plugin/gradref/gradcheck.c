@@ -86,6 +86,19 @@ static int header_is(const char *line, size_t len, const char *name)
     return strcmp(buf, want) == 0;
 }
 
+/* The line starting at p with every whitespace removed, into line[cap];
+ * returns the length of the line in p, its newline included. */
+static size_t squeezed_line(const char *p, char *line, size_t cap)
+{
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < cap; ++i)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
+    line[k] = '\0';
+    return n;
+}
+
 /* Does the [yolo] section starting after `p` hold one of the maintained
  * fork's keys (yolo_dialect.h: scale_x_y, iou_loss, ...)?  Then its delta is
  * the fork's, which the reference does not compute. */
@@ -94,13 +107,8 @@ static int fork_yolo(const char *p)
     sdnn_yolo_opts opts;
     sdnn_yolo_opts_init(&opts);
     while (*p) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
         char line[256];
-        size_t k = 0;
-        for (size_t i = 0; i < n && k + 1 < sizeof line; ++i)
-            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
-        line[k] = '\0';
+        size_t n = squeezed_line(p, line, sizeof line);
         if (line[0] == '[') return 0;   /* the next section */
         if (line[0] != '#' && line[0] != ';' && sdnn_yolo_opts_set(&opts, line)) return 1;
         p += n;
@@ -114,13 +122,8 @@ static int fork_yolo(const char *p)
 static int region_unsupported(const char *p)
 {
     while (*p) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
         char line[256];
-        size_t k = 0;
-        for (size_t i = 0; i < n && k + 1 < sizeof line; ++i)
-            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') line[k++] = p[i];
-        line[k] = '\0';
+        size_t n = squeezed_line(p, line, sizeof line);
         if (line[0] == '[') return 0;   /* the next section */
         if (!strncmp(line, "tree=", 5) || !strncmp(line, "map=", 4)) return 1;
         if (!strncmp(line, "coords=", 7) && atoi(line + 7) != 4) return 1;

@@ -7,6 +7,7 @@
  */
 #include "gradref.h"
 #include "replicas.h"
+#include "boxref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,26 +15,6 @@
 
 /* Darknet's region layer reads 30 truth boxes an image, whatever max= says. */
 #define REGION_TRUTHS 30
-
-typedef struct { double x, y, w, h; } qbox;
-
-static double logistic(double z) { return 1.0 / (1.0 + exp(-z)); }
-
-/* The length of the overlap of two segments given by centre and width. */
-static double seg_overlap(double c1, double w1, double c2, double w2)
-{
-    double lo = fmax(c1 - w1 / 2, c2 - w2 / 2), hi = fmin(c1 + w1 / 2, c2 + w2 / 2);
-    return hi - lo;
-}
-
-/* Intersection over union as Darknet's box_iou: no overlap, 0. */
-static double box_iou_d(qbox a, qbox b)
-{
-    double ow = seg_overlap(a.x, a.w, b.x, b.w), oh = seg_overlap(a.y, a.h, b.y, b.h);
-    double inter = (ow < 0 || oh < 0) ? 0 : ow * oh;
-    double uni = a.w * a.h + b.w * b.h - inter;
-    return uni > 0 ? inter / uni : 0;
-}
 
 static size_t idx(const layer *l, int b, int n, int e, int j, int i)
 {
@@ -53,9 +34,9 @@ int sdnn_gradref_region_kind(const layer *l, size_t k)
 
 /* The predicted box of slot n at cell (j, i): centre from the activated
  * x, y, size from the raw w, h times the anchor, relative to the grid. */
-static qbox predicted(const layer *l, const double *o, int b, int n, int j, int i)
+static sdnn_dbox predicted(const layer *l, const double *o, int b, int n, int j, int i)
 {
-    qbox p;
+    sdnn_dbox p;
     p.x = (i + o[idx(l, b, n, 0, j, i)]) / l->w;
     p.y = (j + o[idx(l, b, n, 1, j, i)]) / l->h;
     p.w = exp(o[idx(l, b, n, 2, j, i)]) * l->biases[2 * n] / l->w;
@@ -66,10 +47,10 @@ static qbox predicted(const layer *l, const double *o, int b, int n, int j, int 
 /* Darknet's box terms with weight s: x, y pulled (on the activated value)
  * to the truth's offset in its cell, w, h (raw) to log(size / anchor) in
  * grid units.  Returns the IOU of the prediction with the truth. */
-static double box_terms(const layer *l, const double *o, qbox t, int b, int n, int j, int i,
+static double box_terms(const layer *l, const double *o, sdnn_dbox t, int b, int n, int j, int i,
                         double s, double *d, double *sc)
 {
-    qbox p = predicted(l, o, b, n, j, i);
+    sdnn_dbox p = predicted(l, o, b, n, j, i);
     double target[4] = { t.x * l->w - i, t.y * l->h - j, log(t.w * l->w / l->biases[2 * n]),
                          log(t.h * l->h / l->biases[2 * n + 1]) };
     for (int e = 0; e < 4; ++e) {
@@ -77,7 +58,7 @@ static double box_terms(const layer *l, const double *o, qbox t, int b, int n, i
         d[k] = s * (target[e] - o[k]);
         if (sc) sc[k] = s;
     }
-    return box_iou_d(p, t);
+    return sdnn_dbox_iou(p, t);
 }
 
 /* Darknet's class term with weight s: one-hot over the classes; with
@@ -100,10 +81,10 @@ static void class_terms(const layer *l, const double *o, int cls, int b, int n, 
     }
 }
 
-static qbox truth_at(const layer *l, const float *truth, int b, int t)
+static sdnn_dbox truth_at(const layer *l, const float *truth, int b, int t)
 {
     const float *p = truth + (size_t)b * l->truths + (size_t)t * (l->coords + 1);
-    qbox r = { p[0], p[1], p[2], p[3] };
+    sdnn_dbox r = { p[0], p[1], p[2], p[3] };
     return r;
 }
 
@@ -135,7 +116,7 @@ sdnn_status sdnn_gradref_region_delta(const layer *l, const double *x, const flo
      * through a softmax over each slot's classes, or each its logistic. */
     for (size_t k = 0; k < no; ++k) {
         int kind = sdnn_gradref_region_kind(l, k);
-        out[k] = kind == SDNN_REGION_RAW || kind == SDNN_REGION_SOFTMAX ? x[k] : logistic(x[k]);
+        out[k] = kind == SDNN_REGION_RAW || kind == SDNN_REGION_SOFTMAX ? x[k] : sdnn_dlogistic(x[k]);
     }
     if (l->softmax)
         for (int b = 0; b < l->batch; ++b)
@@ -157,12 +138,12 @@ sdnn_status sdnn_gradref_region_delta(const layer *l, const double *x, const flo
         for (int j = 0; j < l->h; ++j)
             for (int i = 0; i < l->w; ++i)
                 for (int n = 0; n < l->n; ++n) {
-                    qbox p = predicted(l, out, b, n, j, i);
+                    sdnn_dbox p = predicted(l, out, b, n, j, i);
                     double best = 0;
                     for (int t = 0; t < REGION_TRUTHS; ++t) {
-                        qbox tb = truth_at(l, truth, b, t);
+                        sdnn_dbox tb = truth_at(l, truth, b, t);
                         if (tb.x == 0) break;
-                        best = fmax(best, box_iou_d(p, tb));
+                        best = fmax(best, sdnn_dbox_iou(p, tb));
                     }
                     if (fabs(best - l->thresh) < margin) ++*near;
                     size_t k = idx(l, b, n, 4, j, i);
@@ -174,7 +155,7 @@ sdnn_status sdnn_gradref_region_delta(const layer *l, const double *x, const flo
                         if (scale) scale[k] = l->noobject_scale;
                     }
                     if (seen < 12800) {
-                        qbox prior = { (i + .5) / l->w, (j + .5) / l->h,
+                        sdnn_dbox prior = { (i + .5) / l->w, (j + .5) / l->h,
                                        (double)l->biases[2 * n] / l->w,
                                        (double)l->biases[2 * n + 1] / l->h };
                         box_terms(l, out, prior, b, n, j, i, .01, delta, scale);
@@ -186,20 +167,20 @@ sdnn_status sdnn_gradref_region_delta(const layer *l, const double *x, const flo
          * (rescore: to the IOU of its prediction) weighted object_scale, and
          * the class terms weighted class_scale. */
         for (int t = 0; t < REGION_TRUTHS; ++t) {
-            qbox tb = truth_at(l, truth, b, t);
+            sdnn_dbox tb = truth_at(l, truth, b, t);
             if (tb.x == 0) break;
             int i = (int)(tb.x * l->w), j = (int)(tb.y * l->h);
-            qbox shape = { 0, 0, tb.w, tb.h };
+            sdnn_dbox shape = { 0, 0, tb.w, tb.h };
             double best = 0, second = 0;
             int best_n = 0;
             for (int n = 0; n < l->n; ++n) {
-                qbox p = predicted(l, out, b, n, j, i);
+                sdnn_dbox p = predicted(l, out, b, n, j, i);
                 if (l->bias_match) {
                     p.w = (double)l->biases[2 * n] / l->w;
                     p.h = (double)l->biases[2 * n + 1] / l->h;
                 }
                 p.x = p.y = 0;
-                double v = box_iou_d(p, shape);
+                double v = sdnn_dbox_iou(p, shape);
                 if (v > best) {
                     second = best;
                     best = v;

@@ -7,30 +7,11 @@
  */
 #include "gradref.h"
 #include "replicas.h"
+#include "boxref.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct { double x, y, w, h; } rbox;
-
-static double lgst(double z) { return 1.0 / (1.0 + exp(-z)); }
-
-static double overlap(double a, double aw, double b, double bw)
-{
-    double l = fmax(a - aw / 2, b - bw / 2), r = fmin(a + aw / 2, b + bw / 2);
-    return r - l;
-}
-
-/* Darknet's box_iou: intersection over union of centre/size boxes, 0 when
- * they do not overlap. */
-static double iou(rbox a, rbox b)
-{
-    double w = overlap(a.x, a.w, b.x, b.w), h = overlap(a.y, a.h, b.y, b.h);
-    double in = w < 0 || h < 0 ? 0 : w * h;
-    double un = a.w * a.h + b.w * b.h - in;
-    return un > 0 ? in / un : 0;
-}
 
 static size_t at(const layer *l, int b, int n, int e, int j, int i)
 {
@@ -38,10 +19,10 @@ static size_t at(const layer *l, int b, int n, int e, int j, int i)
            (size_t)j * l->w + i;
 }
 
-static rbox pred_box(const layer *l, const double *o, int b, int n, int j, int i, int anchor,
+static sdnn_dbox pred_box(const layer *l, const double *o, int b, int n, int j, int i, int anchor,
                      int net_w, int net_h)
 {
-    rbox p;
+    sdnn_dbox p;
     p.x = (i + o[at(l, b, n, 0, j, i)]) / l->w;
     p.y = (j + o[at(l, b, n, 1, j, i)]) / l->h;
     p.w = exp(o[at(l, b, n, 2, j, i)]) * l->biases[2 * anchor] / net_w;
@@ -52,7 +33,7 @@ static rbox pred_box(const layer *l, const double *o, int b, int n, int j, int i
 /* The box terms: x, y against the cell offset of the truth (on the
  * logistic output), w, h against log(size / anchor) (on the raw input),
  * each times scale = 2 - w h of the truth. */
-static void box_delta(const layer *l, const double *o, rbox t, int b, int n, int j, int i,
+static void box_delta(const layer *l, const double *o, sdnn_dbox t, int b, int n, int j, int i,
                       int anchor, int net_w, int net_h, double *d, double *sc)
 {
     double s = 2 - t.w * t.h;
@@ -81,10 +62,10 @@ static void class_delta(const layer *l, const double *o, int cls, int b, int n, 
     }
 }
 
-static rbox truth_box(const layer *l, const float *truth, int b, int t)
+static sdnn_dbox truth_box(const layer *l, const float *truth, int b, int t)
 {
     const float *p = truth + (size_t)b * l->truths + (size_t)t * 5;
-    rbox r = { p[0], p[1], p[2], p[3] };
+    sdnn_dbox r = { p[0], p[1], p[2], p[3] };
     return r;
 }
 
@@ -106,7 +87,7 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
             for (int e = 0; e < 5 + l->classes; ++e) {
                 if (e == 2 || e == 3) continue;   /* w, h stay raw */
                 double *p = out + at(l, b, n, e, 0, 0);
-                for (int k = 0; k < hw; ++k) p[k] = lgst(p[k]);
+                for (int k = 0; k < hw; ++k) p[k] = sdnn_dlogistic(p[k]);
             }
         }
     memset(delta, 0, no * sizeof *delta);
@@ -118,13 +99,13 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
         for (int j = 0; j < l->h; ++j)
             for (int i = 0; i < l->w; ++i)
                 for (int n = 0; n < l->n; ++n) {
-                    rbox p = pred_box(l, out, b, n, j, i, l->mask[n], net_w, net_h);
+                    sdnn_dbox p = pred_box(l, out, b, n, j, i, l->mask[n], net_w, net_h);
                     double best = 0;
                     int best_t = 0;
                     for (int t = 0; t < l->max_boxes; ++t) {
-                        rbox tb = truth_box(l, truth, b, t);
+                        sdnn_dbox tb = truth_box(l, truth, b, t);
                         if (tb.x == 0) break;
-                        double v = iou(p, tb);
+                        double v = sdnn_dbox_iou(p, tb);
                         if (v > best) best = v, best_t = t;
                     }
                     if (fabs(best - l->ignore_thresh) < margin || fabs(best - l->truth_thresh) < margin)
@@ -150,15 +131,15 @@ sdnn_status sdnn_gradref_yolo_delta(const layer *l, int net_w, int net_h, const 
          * that slot of the truth's cell gets objectness 1, the box and the
          * class terms. */
         for (int t = 0; t < l->max_boxes; ++t) {
-            rbox tb = truth_box(l, truth, b, t);
+            sdnn_dbox tb = truth_box(l, truth, b, t);
             if (tb.x == 0) break;
             int i = (int)(tb.x * l->w), j = (int)(tb.y * l->h);
-            rbox shape = { 0, 0, tb.w, tb.h };
+            sdnn_dbox shape = { 0, 0, tb.w, tb.h };
             double best = 0;
             int best_n = 0;
             for (int a = 0; a < l->total; ++a) {
-                rbox ab = { 0, 0, l->biases[2 * a] / net_w, l->biases[2 * a + 1] / net_h };
-                double v = iou(ab, shape);
+                sdnn_dbox ab = { 0, 0, l->biases[2 * a] / net_w, l->biases[2 * a + 1] / net_h };
+                double v = sdnn_dbox_iou(ab, shape);
                 if (v > best) best = v, best_n = a;
             }
             int slot = -1;
