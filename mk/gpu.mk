@@ -12,11 +12,14 @@
 # darknet.h changes the layout of `layer` under GPU.  The engine's switch is
 # SDNN_GPU_ENGINE.
 #
-# GPU=sim links the same host glue (plugin/cuda/*.c) against the simulated
-# device runtime (plugin/cuda/sim/*.c) instead of the .cu files: streams
-# are worker threads, device memory is a mapping the host cannot touch,
-# NCCL an in-process stand-in (docs/ARCHITECTURE.md, "The simulated
-# device").  It needs OpenBLAS (gemm) and no CUDA at all.
+# GPU=sim links the same host glue (plugin/cuda/*.c) and the kernels of
+# the .cu files (GPU_SIM_CU below, built by the host C++ compiler against
+# sim/cuda_shim.h, run by the executor sim/exec.c) against the simulated
+# device runtime (plugin/cuda/sim/*.c) in place of CUDA's libraries:
+# streams are worker threads, device memory is a mapping the host cannot
+# touch, cuBLAS's gemm OpenBLAS, NCCL an in-process stand-in
+# (docs/ARCHITECTURE.md, "The simulated device").  It needs OpenBLAS (gemm)
+# and no CUDA at all.
 ifeq ($(GPU),1)
 
 ifneq ($(HAVE_NVCC),1)
@@ -126,9 +129,13 @@ GPU_CFLAGS := -DSDNN_CUDNN=0 -DSDNN_NCCL=1 -Iplugin/cuda
 # The .cu files whose kernels run as themselves on the simulated device's
 # executor (plugin/cuda/sim/exec.c): the host C++ compiler builds them
 # against plugin/cuda/sim/cuda_shim.h, with no contraction of a*b + c (as
-# nvcc's --fmad=false above).  The rest of plugin/cuda/*.cu has simulated
-# stand-ins in plugin/cuda/sim/*.c.
-GPU_SIM_CU := plugin/cuda/kernels.cu plugin/cuda/codec.cu
+# nvcc's --fmad=false above): every kernel of the engine.  The rest of
+# plugin/cuda/*.cu is library calls with simulated stand-ins in
+# plugin/cuda/sim/*.c: runtime.cu (sim/runtime.c), nccl.cu (sim/nccl.c) and
+# conv.cu's cuBLAS gemm (sim/gemm.c, OpenBLAS queued on the stream; cuDNN
+# is never built here, SDNN_CUDNN=0).
+GPU_SIM_CU := plugin/cuda/kernels.cu plugin/cuda/codec.cu plugin/cuda/layers.cu \
+              plugin/cuda/bn.cu plugin/cuda/conv.cu
 CXX ?= g++
 SIM_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -ffp-contract=off \
                 -Iinclude $(PLUGIN_INC) -Iplugin/cuda $(OPT) $(SANFLAGS) \
@@ -204,21 +211,18 @@ $(BUILD)/tests/gpu/sim/%: tests/gpu/sim/%.cu $$(SIM_TEST_OBJ_$$*) $$(LIBA) $(GPU
 # (tests/gpu/sim/mutate.sh NAME: a copy of one plugin/cuda/*.cu with one
 # exact text replaced) is compiled and linked into its own copy of the
 # program, before the library, so the library's member of that file is
-# never linked; bn.cu (not in the library on GPU=sim) is linked real or
-# mutated.  The program of the real kernels runs each mutant's program.
+# never linked.  The program of the real kernels runs each mutant's program.
 SIM_MUTANTS := codec-int8-nosync codec-int8-short kernels-fill-floor bn-nosync \
                bn-finish-floor bn-bound bn-grid-y
 SIM_MUT_DIR := $(BUILD)/tests/gpu/sim/mutants.d
-SIM_TEST_OBJ_mutants := $(BUILD)/cuda/cu/bn.o
 $(BUILD)/tests/gpu/sim/mutants: $(SIM_MUTANTS:%=$(SIM_MUT_DIR)/%)
 $(SIM_MUT_DIR)/%.cu: tests/gpu/sim/mutate.sh $(wildcard plugin/cuda/*.cu)
 	@mkdir -p $(dir $@)
 	sh tests/gpu/sim/mutate.sh $* $@
 $(SIM_MUT_DIR)/%.o: $(SIM_MUT_DIR)/%.cu $(GPU_HDR) $(GPU_STAMP)
 	$(CXX) $(SIM_CXXFLAGS) -x c++ -c $< -o $@
-$(SIM_MUT_DIR)/%: tests/gpu/sim/mutants.cu $(SIM_MUT_DIR)/%.o $$(if $$(filter bn-%,$$*),,$(BUILD)/cuda/cu/bn.o) $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
-	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(SIM_MUT_DIR)/$*.o \
-	    $(if $(filter bn-%,$*),,$(BUILD)/cuda/cu/bn.o) $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
+$(SIM_MUT_DIR)/%: tests/gpu/sim/mutants.cu $(SIM_MUT_DIR)/%.o $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
+	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(SIM_MUT_DIR)/$*.o $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 .PRECIOUS: $(SIM_MUT_DIR)/%.cu $(SIM_MUT_DIR)/%.o
 endif
 

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifndef SDNN_SIM_EXEC
+/* cuBLAS; on the simulated device sim/gemm.c stands in for it. */
 sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, float alpha,
                          const float *a, int lda, const float *b, int ldb, float beta, float *cm,
                          int ldc)
@@ -32,6 +34,7 @@ sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, floa
                           n, m, k, &alpha, b, ldb, a, lda, &beta, cm, ldc));
     return SDNN_OK;
 }
+#endif
 
 #if SDNN_CUDNN
 

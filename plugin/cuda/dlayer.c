@@ -2,8 +2,8 @@
  * dlayer: what every implementation of the device layers shares and no
  * kernel computes: the kinds' names and the sizes of each kind's parameter
  * tensors.  Plain C, compiled by every build (make GPU=1 and GPU=sim), so
- * the CUDA layers (layers.cu) and the simulated ones (sim/sim_layers.c)
- * count the same parameters; and the loss sum both take to the host.
+ * the device layers (layers.cu) and the host glue count the same
+ * parameters; and a host sum of a device buffer in index order.
  */
 #include "dlayer.h"
 #include "ops.h"

@@ -1,7 +1,8 @@
 /*
  * dlayer: host-side helpers of the device layers that every implementation
- * of dev.h's layers shares (dlayer.c; the CUDA layers in layers.cu, the
- * simulated ones in sim/sim_layers.c).  Only dev.h calls, no kernels.
+ * of dev.h's layers shares (dlayer.c; the layers of layers.cu, which run
+ * on a GPU or, under GPU=sim, on the simulated executor).  Only dev.h
+ * calls, no kernels.
  */
 #ifndef SDNN_CUDA_DLAYER_H
 #define SDNN_CUDA_DLAYER_H

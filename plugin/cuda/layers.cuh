@@ -24,8 +24,10 @@ typedef struct sdnn_dl_impl {
 } sdnn_dl_impl;
 
 /* C = alpha * op(A) * op(B) + beta * C with Darknet's row-major gemm
- * arguments (TA, TB, M, N, K, lda, ldb, ldc), on the compute stream. */
-sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, float alpha,
+ * arguments (TA, TB, M, N, K, lda, ldb, ldc), on the compute stream:
+ * cuBLAS's sgemm (conv.cu) on a GPU; on the simulated device its stand-in,
+ * OpenBLAS queued on the stream (sim/gemm.c, C, hence extern "C"). */
+extern "C" sdnn_status sdnn_gemm_rm(sdnn_dctx *c, int ta, int tb, int m, int n, int k, float alpha,
                          const float *a, int lda, const float *b, int ldb, float beta, float *cm,
                          int ldc);
 

@@ -16,7 +16,7 @@
  * what the engine runs (a comm table without the offers op gives none:
  * tests/test_autoplan.c).
  *
- * On simulated devices the times are those of the C kernels on the host:
+ * On simulated devices the times are those of the kernels on the host executor:
  * this checks where the profile comes from and where the plan goes, not a
  * GPU's speed.
  */
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     char desc[256] = "";
     if (sdnn_dev_count(&ndev) == SDNN_OK && ndev > 0) sdnn_dev_describe(0, desc, sizeof desc);
     printf("    device 0: %s%s\n", desc,
-           strstr(desc, "simulated") ? " (host logic and the C kernels only: no GPU timings)"
+           strstr(desc, "simulated") ? " (host logic and the kernels on the host executor: no GPU timings)"
                                      : "");
     if (ndev < 2) {
         printf("    fewer than 2 devices: not run\n");

@@ -17,7 +17,8 @@
 #   - -skip_bad_labels with the x=y=0 box: dropped with a count, trained.
 # Prints one line per check; exits with the number of failed checks.
 # On simulated devices this is the engine's host logic, ordering and
-# arithmetic, never the CUDA kernels or NCCL.
+# arithmetic with the CUDA kernels run as themselves on the host executor;
+# never a GPU or real NCCL.
 set -u
 B=${1:-build-sim}
 SLOW=${SLOW:-1}
@@ -105,7 +106,7 @@ if train limits gpu && train limits cpu && [ -s "$W/limits/backup/limits-gpu_fin
             if (n != 2) { print n " iterations, expected 2"; exit 1 }
             printf "%d iterations, largest relative difference %.2g", n, worst
         }' "$W/limits-gpu.csv" "$W/limits-cpu.csv"); then
-        say "ok limits: boxes at x=1 y=1, x=0, y=0 and w=h=1 trained on engine=gpu (2 simulated devices: host logic; only kernels.cu's and codec.cu's kernels as themselves), loss within $LOSS_TOL of engine=cpu's ($out)"
+        say "ok limits: boxes at x=1 y=1, x=0, y=0 and w=h=1 trained on engine=gpu (2 simulated devices: host logic; every kernel as itself, cuBLAS, cuDNN and NCCL as stand-ins), loss within $LOSS_TOL of engine=cpu's ($out)"
     else
         bad "limits: loss apart from engine=cpu's ($out)"
     fi

@@ -153,7 +153,7 @@ int main(void)
     char desc[256] = "";
     if (sdnn_dev_count(&ndev) == SDNN_OK) sdnn_dev_describe(0, desc, sizeof desc);
     int simulated = strstr(desc, "simulated") != NULL;
-    printf("    device 0: %s%s\n", desc, simulated ? " (host logic and ordering only)" : "");
+    printf("    device 0: %s%s\n", desc, simulated ? " (host logic and kernels on the host executor; no GPU)" : "");
     if (ndev < 2) {
         printf("    %d device(s): these checks need 2 (not run)\n", ndev);
         return gt_summary(argv0_);

@@ -20,7 +20,7 @@
  * 1e-5 relative); 1e-4 leaves that room, and a wrong slice, a linear
  * activation where mish belongs or a gradient taken at the output instead
  * of the input is O(1) off.  On simulated devices this checks host logic
- * and the arithmetic of the C kernels, not the CUDA ones.
+ * and the CUDA kernels run as themselves on the host executor, not a GPU.
  */
 #include "dev.h"
 #include "dialect.h"
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     char desc[256] = "";
     if (sdnn_dev_count(&ndev) == SDNN_OK && ndev > 0) sdnn_dev_describe(0, desc, sizeof desc);
     printf("    device 0: %s%s\n", desc,
-           strstr(desc, "simulated") ? " (host logic and the C kernels' arithmetic only)" : "");
+           strstr(desc, "simulated") ? " (host logic and kernels on the host executor; no GPU)" : "");
     if (ndev < 1) {
         printf("    no device: not run\n");
         return gt_summary("dialect");

@@ -1,8 +1,8 @@
 /*
  * engine_ops: the gpu engine's ops (plugin/cuda/engine_gpu.c) driven
  * directly, against host arithmetic.  On simulated devices (make GPU=sim)
- * this checks host logic, ordering and arithmetic, never the CUDA kernels
- * or NCCL.
+ * this checks host logic, ordering and arithmetic and the CUDA kernels run
+ * as themselves on the host executor, never a GPU or real NCCL.
  *
  *   registry     gpu available for 1..4 devices, not for more; auto -> gpu
  *   snapshot     = the host update buffers of the layer, bit for bit
@@ -768,7 +768,7 @@ int main(void)
     char desc[256] = "";
     if (sdnn_dev_count(&ndev) == SDNN_OK) sdnn_dev_describe(0, desc, sizeof desc);
     printf("    device 0: %s%s\n", desc,
-           strstr(desc, "simulated") ? " (host logic, ordering and arithmetic only)" : "");
+           strstr(desc, "simulated") ? " (host logic and kernels on the host executor; no GPU)" : "");
     if (ndev < NREP) {
         printf("    %d device(s): the engine's ops need %d (not run)\n", ndev, NREP);
         return gt_summary(argv0_);

@@ -4,7 +4,8 @@
  * shapes detector (cfg/shapes.cfg) against the same trainer stepping the
  * same batches synchronously (sdnn_trainer_step: no ring).  On simulated
  * devices (make GPU=sim) this checks host logic, ordering and arithmetic,
- * never the CUDA kernels or NCCL.
+ * with the CUDA kernels run as themselves on the host executor; never a
+ * GPU or real NCCL.
  *
  *   preload=1, 2, 3 with split=cpu and preload=2, 3 with split=device0 on
  *   2 replicas, and split=device0 on 4: batches fed up to K ahead train in

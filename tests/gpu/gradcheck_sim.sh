@@ -18,8 +18,8 @@
 # still pass stage 1 on every layer and stage 2 on the layers no batch norm
 # reaches, and the two engines must flag the same layers.
 # The header of a gpu run must name the simulated device.  On simulated
-# devices this is the engine's host logic and the C kernels' arithmetic,
-# never the CUDA kernels.
+# devices this is the engine's host logic and its CUDA kernels run as
+# themselves on the host executor, never a GPU.
 # Prints one line per check; exits with the number of failed checks.
 set -u
 B=${1:-build-sim}

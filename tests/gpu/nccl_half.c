@@ -222,7 +222,7 @@ int main(void)
     sdnn_dev_describe(0, desc, sizeof desc);
     simulated = strstr(desc, "simulated") != NULL;
     printf("    device 0: %s%s\n", desc,
-           simulated ? " (host logic, ordering and arithmetic only)" : "");
+           simulated ? " (host logic and kernels on the host executor; no GPU)" : "");
     refusals();
     const size_t n = 20011;   /* odd: chunks of unequal length */
     float *x[MAXW], *got[MAXW];

@@ -38,7 +38,9 @@
 #                              (default: online CPUs, at most 4)
 #
 # Results on simulated devices show the engine's host logic, ordering and
-# arithmetic, never the CUDA kernels, cuDNN or real NCCL.
+# arithmetic, and its CUDA kernels (all 56) run as themselves on the host
+# executor under CUDA's launch, barrier and shared-memory rules; never a
+# GPU, cuBLAS (OpenBLAS stands in), cuDNN or real NCCL (sim/nccl.c).
 #
 #   probe     the engine loads, finds the device, every layer of the
 #             shipped and Debian cfgs is one it runs

@@ -6,9 +6,10 @@
 # summary line; the exit status is the number of programs that failed.
 #
 # What passes here is the engine's host logic, ordering and arithmetic on
-# simulated devices: the kernels of the .cu files mk/gpu.mk lists in
-# GPU_SIM_CU run as themselves on the simulated executor (host arithmetic,
-# CUDA's launch and barrier rules), the others as C stand-ins; never cuDNN
+# simulated devices: every kernel of the .cu files mk/gpu.mk lists in
+# GPU_SIM_CU (all 56 of plugin/cuda/*.cu) runs as itself on the simulated
+# executor (host arithmetic, CUDA's launch and barrier rules); cuBLAS's gemm
+# (OpenBLAS, sim/gemm.c) and NCCL (sim/nccl.c) are stand-ins; never cuDNN
 # or real NCCL, never a GPU's timing or memory model.
 #
 # From run.sh with SDNN_BUNDLE: SDNN_SIM_MAKE_EXTRA (DARKNET_HOME=bundle,
@@ -91,6 +92,9 @@ total_start=$(date +%s)
         codecs) if [ "$ASAN" = 1 ]; then echo "prog codecs 300 --max-size 1048576"
                 else echo "prog codecs 300"; fi ;;
         layers) echo "prog $name 300" ;;
+        # engines trains every row on both engines with the layer
+        # kernels on the executor (about 250 s of CPU a seed).
+        engines) echo "prog $name 600" ;;
         *) echo "prog $name 240" ;;
         esac
     done
@@ -155,5 +159,5 @@ while read -r kind name rest; do
     fi
     [ "$(cat "$f.rc")" = 0 ] || failed=$((failed + 1))
 done <"$UNITS/all"
-echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering; kernels.cu's and codec.cu's kernels ran as themselves on the executor, the other kernels, cuBLAS, cuDNN and NCCL as stand-ins)" | tee -a "$LOG"
+echo "tests/gpu --device sim: $failed program(s) failed, $(( $(date +%s) - total_start )) s (simulated devices: host logic and ordering; all 56 kernels of plugin/cuda/*.cu ran as themselves on the executor; cuBLAS (OpenBLAS gemm), cuDNN (not built: im2col + gemm) and NCCL as stand-ins)" | tee -a "$LOG"
 exit $failed

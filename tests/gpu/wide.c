@@ -2,8 +2,9 @@
  * wide: layers with more channels than a grid has rows.  CUDA stops
  * gridDim.y at 65,535; a kernel that put a connected layer's outputs (its
  * channels) there failed to launch past that.  Needs a device.  On the
- * simulated one this checks the host logic and arithmetic only: launch
- * geometry shows on a GPU alone.
+ * simulated one bn.cu's kernels run as themselves on the host executor,
+ * which refuses a launch a GPU refuses (gridDim.y over 65,535 included);
+ * occupancy and speed show on a GPU alone.
  *
  *   connected, 70,000 outputs, batch norm   3 training steps on the device
  *                      and in libdarknet (train_network): every loss within

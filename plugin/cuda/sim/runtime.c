@@ -539,7 +539,8 @@ sdnn_status sdnn_dev_describe(int dev, char *buf, size_t len)
     sdnn_dev_stats s;
     SDNN_CHECK(sdnn_dev_stats_get(dev, &s));
     snprintf(buf, len,
-             "%d: simulated device %d (CPU, make GPU=sim: host logic and ordering, not kernels), "
+             "%d: simulated device %d (CPU, make GPU=sim: host logic and the kernels on a host "
+             "executor, no GPU), "
              "%.1f MiB in use%s",
              dev, dev, (double)s.mem_live / (1024.0 * 1024.0), g_jitter ? ", jitter on" : "");
     return SDNN_OK;

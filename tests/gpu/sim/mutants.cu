@@ -8,10 +8,9 @@
  * text replaced (tests/gpu/sim/mutate.sh lists them and why), built into
  * its own copy of this program (mk/gpu.mk: mutants.d/NAME), where the
  * mutated object stands in for the real one (the library's member of that
- * file is then never linked).  bn.cu's kernels are not in the library on
- * GPU=sim (the simulated layers stand in for the layer files), so this
- * program links bn.cu itself, real or mutated: its kernels run here as
- * themselves.
+ * file is then never linked).  Every .cu file with kernels is in the
+ * library on GPU=sim (mk/gpu.mk's GPU_SIM_CU), so the real program links
+ * the library's members.
  *
  *   mutants              every check on the real kernels (each must pass),
  *                        then every mutant's program (each must report
