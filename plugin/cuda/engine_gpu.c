@@ -964,6 +964,7 @@ static unsigned move_flags(unsigned what)
     if (what & SDNN_ENGINE_PARAMS) m |= SDNN_GPU_MOVE_PARAMS;
     if (what & SDNN_ENGINE_UPDATES) m |= SDNN_GPU_MOVE_UPDATES;
     if (what & SDNN_ENGINE_BNSTATS) m |= SDNN_GPU_MOVE_BNSTATS;
+    if (what & SDNN_ENGINE_FORWARD) m |= SDNN_GPU_MOVE_FORWARD;
     return m;
 }
 

@@ -92,9 +92,13 @@ sdnn_status sdnn_gpu_layer_support(const network *net, int i);
  * buffers.  Device -> host: the same (call before every save). */
 sdnn_status sdnn_gpu_net_push(sdnn_gpu_net *g);
 sdnn_status sdnn_gpu_net_pull(sdnn_gpu_net *g);
-/* Some of them (SDNN_GPU_MOVE_* flags): to_device 1 is a push, 0 a pull. */
+/* Some of them (SDNN_GPU_MOVE_* flags): to_device 1 is a push, 0 a pull.
+ * SDNN_GPU_MOVE_FORWARD (a pull only, not in ALL): what the last forward
+ * decided, into the CPU network's buffers: every device-computed layer's
+ * output, maxpool's choices (indexes), the [yolo]/[region] deltas the
+ * device's backward read and dropout's draws. */
 enum { SDNN_GPU_MOVE_PARAMS = 1, SDNN_GPU_MOVE_UPDATES = 2, SDNN_GPU_MOVE_BNSTATS = 4,
-       SDNN_GPU_MOVE_ALL = 7 };
+       SDNN_GPU_MOVE_ALL = 7, SDNN_GPU_MOVE_FORWARD = 8 };
 sdnn_status sdnn_gpu_net_move(sdnn_gpu_net *g, int to_device, unsigned what);
 
 /* Darknet's train_network on the device: d holds a multiple of net->batch

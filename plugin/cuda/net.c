@@ -593,9 +593,38 @@ static unsigned tensor_class(sdnn_gpu_tensor t)
     }
 }
 
+/* SDNN_GPU_MOVE_FORWARD: the last forward's decisions into the CPU network. */
+static sdnn_status pull_forward(sdnn_gpu_net *g)
+{
+    for (int i = 0; i < g->n; ++i) {
+        sdnn_dlayer *d = &g->L[i];
+        layer *l = &g->cpu->layers[i];
+        size_t out = (size_t)d->outputs * d->batch;
+        int host_loss = d->kind == SDNN_DL_YOLO || d->kind == SDNN_DL_REGION;
+        /* A host-loss layer's device output is its input (the host layer
+         * activates it); its decisions are in the delta. */
+        float *src = host_loss ? d->delta : d->output, *dst = host_loss ? l->delta : l->output;
+        if (src && dst && out)
+            SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, dst, src, out * sizeof(float), 0));
+        if (d->kind == SDNN_DL_MAXPOOL && d->indexes && l->indexes)
+            SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, l->indexes, d->indexes,
+                                  out * sizeof(int), 0));
+        if (d->kind == SDNN_DL_DROPOUT && d->rand && l->rand)
+            SDNN_CHECK(sdnn_dcopy(g->ctx, SDNN_STREAM_COMPUTE, l->rand, d->rand,
+                                  (size_t)d->inputs * d->batch * sizeof(float), 0));
+    }
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_gpu_net_move(sdnn_gpu_net *g, int to_device, unsigned what)
 {
     SDNN_CHECK(sdnn_dctx_bind(g->ctx));
+    if (what & SDNN_GPU_MOVE_FORWARD) {
+        if (to_device)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "the last forward's decisions are pulled, never "
+                              "pushed");
+        SDNN_CHECK(pull_forward(g));
+    }
     for (int i = 0; i < g->n; ++i) {
         for (size_t k = 0; k < sizeof state_tensors / sizeof state_tensors[0]; ++k) {
             float *dev, *host;

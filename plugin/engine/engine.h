@@ -88,7 +88,13 @@ enum {
     SDNN_ENGINE_PARAMS  = 1,   /* weights, biases, scales */
     SDNN_ENGINE_UPDATES = 2,   /* update (momentum) buffers */
     SDNN_ENGINE_BNSTATS = 4,   /* rolling mean / variance */
-    SDNN_ENGINE_ALL     = 7
+    SDNN_ENGINE_ALL     = 7,
+    /* pull only, not in ALL: what each replica's last forward decided
+     * (layer outputs, maxpool choices, [yolo]/[region] deltas, dropout
+     * draws), into its host network's buffers: gradcheck's reference takes
+     * the engine's own float decisions at kinks, ties and thresholds.  A
+     * host engine's networks hold them already (it does nothing). */
+    SDNN_ENGINE_FORWARD = 8
 };
 
 /* The scheduler's side, called by the engine from replica r's thread while

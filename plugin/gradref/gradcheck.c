@@ -514,6 +514,7 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     unsigned char *reach = NULL;
     sdnn_gradref *ref = NULL;
     float **masks = NULL;
+    size_t engine_changed = 0;
     data d = {0};
     srand((unsigned)o->seed);
     st = sdnn_replicas_create(path, NULL, 1, 1, &nets);
@@ -654,7 +655,13 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
     /* The reference: the same weights, the step's batch, the dropout masks
      * a host forward from the step's srand seed draws, and that forward's
      * activation pieces and maxpool choices (its float decisions at corners
-     * and ties); every forward of the reference holds them. */
+     * and ties); every forward of the reference holds them.  A device
+     * engine decided in its own float arithmetic (another summation order:
+     * a pre-activation within rounding of 0 may land on the other side):
+     * the decisions of its last forward replace the host's (pull
+     * SDNN_ENGINE_FORWARD), so the reference differentiates the piece the
+     * engine took.  It keeps only its last forward: with subdivisions > 1
+     * the earlier ones are the host forward's decisions (said in a note). */
     int sub = rows / net->batch;
     SDNN_CHECKGOTO(sdnn_gradref_create(net, sub, &ref), st, done);
     masks = calloc((size_t)net->n, sizeof *masks);
@@ -673,13 +680,32 @@ sdnn_status sdnn_gradcheck_text(const char *name, const char *text,
             SDNN_CHECKGOTO(sdnn_gradref_set_batch(ref, s, net->input, net->truth, NULL), st, done);
             net->train = 1;
             forward_network(net);
+            SDNN_CHECKGOTO(sdnn_gradref_adopt(ref, s, net, NULL), st, done);
+            if (s == sub - 1) {
+                /* The engine's own forward of this subdivision: where it
+                 * decided otherwise than the host's, its decision. */
+                SDNN_CHECKGOTO(g_made->ops->pull(g_made, SDNN_ENGINE_FORWARD), st, done);
+                SDNN_CHECKGOTO(sdnn_gradref_adopt(ref, s, net, &engine_changed), st, done);
+            }
             for (int i = 0; i < net->n; ++i)
                 masks[i] = net->layers[i].type == DROPOUT ? net->layers[i].rand : NULL;
             SDNN_CHECKGOTO(sdnn_gradref_set_batch(ref, s, NULL, NULL, (const float *const *)masks),
                            st, done);
-            SDNN_CHECKGOTO(sdnn_gradref_adopt(ref, s, net), st, done);
         }
     }
+    out->engine_decided_otherwise = (long)engine_changed;
+    if (g_made->ops->mem(g_made) == SDNN_ENGINE_MEM_DEVICE)
+        note(out, "the %s engine's own forward decided %zu activation piece%s and maxpool "
+                  "choice%s otherwise than the host's float forward (values within rounding of "
+                  "a kink or a tie): the reference differentiates the engine's",
+             o->engine, engine_changed, engine_changed == 1 ? "" : "s",
+             engine_changed == 1 ? "" : "s");
+    if (sub > 1 && g_made->ops->mem(g_made) == SDNN_ENGINE_MEM_DEVICE)
+        note(out, "the %s engine keeps its last forward only: subdivision %d's activation "
+                  "pieces, maxpool choices, head decisions and dropout draws are its own, "
+                  "subdivisions 1 to %d the host forward's (a pre-activation within rounding "
+                  "of a kink may be differentiated on the other piece there)",
+             o->engine, sub, sub - 1);
     gc_run g = { net, ref, sub, 0 };
     out->loss = g.base = sdnn_gradref_forward(ref, 0, 1);
     sdnn_gradref_backward(ref);

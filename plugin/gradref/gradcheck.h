@@ -169,6 +169,8 @@ typedef struct sdnn_gradcheck_report {
     int fixed_layers;   /* layers the fix runs on */
     double loss;        /* the objective at the trained point */
     int yolo_disagree;  /* [yolo] elements the reference decided otherwise than the float forward */
+    long engine_decided_otherwise;  /* a device engine: activation pieces and maxpool choices its
+                                     * own forward made otherwise than the host forward (adopted) */
     char notes[1024];   /* heads replaced, dropout, ... one per line */
 } sdnn_gradcheck_report;
 

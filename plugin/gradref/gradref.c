@@ -64,6 +64,7 @@ struct sdnn_gradref {
     double **input;         /* per subdivision */
     float **truth;
     double *loss;           /* per subdivision */
+    unsigned char *adopted; /* per subdivision: sdnn_gradref_adopt took its decisions */
     double *din;            /* scratch: gradient of the network's input (dropped) */
 };
 
@@ -267,6 +268,7 @@ void sdnn_gradref_destroy(sdnn_gradref *r)
         free(r->truth);
     }
     free(r->loss);
+    free(r->adopted);
     free(r->din);
     free(r);
 }
@@ -470,8 +472,9 @@ sdnn_status sdnn_gradref_create(const network *net, int subdivisions, sdnn_gradr
     r->input = per_sub(subdivisions, (size_t)net->batch * (size_t)net->inputs);
     r->truth = calloc((size_t)subdivisions, sizeof *r->truth);
     r->loss = calloc((size_t)subdivisions, sizeof *r->loss);
+    r->adopted = calloc((size_t)subdivisions, 1);
     r->din = dalloc((size_t)net->batch * (size_t)net->inputs);
-    if (!r->L || !r->input || !r->truth || !r->loss || !r->din) {
+    if (!r->L || !r->input || !r->truth || !r->loss || !r->adopted || !r->din) {
         sdnn_gradref_destroy(r);
         return NOMEM();
     }
@@ -511,8 +514,9 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
     return SDNN_OK;
 }
 
-sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
+sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net, size_t *changed)
 {
+    size_t diff = 0;
     if (s < 0 || s >= r->sub || net->n != r->n)
         return SDNN_ERROR(SDNN_ERR_INVALID, "gradref: adopt: subdivision %d of %d layers", s, net->n);
     for (int i = 0; i < r->n; ++i) {
@@ -520,13 +524,20 @@ sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
         const layer *dl = &net->layers[i];
         size_t n = (size_t)l->batch * (size_t)l->outputs;
         if (l->piece)
-            for (size_t k = 0; k < n; ++k) l->piece[s][k] = piece_of_output(l->act, dl->output[k]);
+            for (size_t k = 0; k < n; ++k) {
+                unsigned char p = piece_of_output(l->act, dl->output[k]);
+                diff += l->piece[s][k] != p;
+                l->piece[s][k] = p;
+            }
         if (l->arg) {
             if (!dl->indexes)
                 return SDNN_ERROR(SDNN_ERR_INTERNAL, "gradref: layer %d: a maxpool without "
                                   "indexes", i);
-            for (size_t k = 0; k < n; ++k)
-                l->arg[s][k] = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
+            for (size_t k = 0; k < n; ++k) {
+                size_t a = dl->indexes[k] < 0 ? (size_t)-1 : (size_t)dl->indexes[k];
+                diff += l->arg[s][k] != a;
+                l->arg[s][k] = a;
+            }
         }
         if (l->yolo || l->region) {
             if (!dl->delta)
@@ -537,6 +548,8 @@ sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net)
             if (l->region) l->rseen[s] = net->seen ? (int)*net->seen : 0;
         }
     }
+    if (changed) *changed = r->adopted[s] ? diff : 0;
+    r->adopted[s] = 1;
     return SDNN_OK;
 }
 

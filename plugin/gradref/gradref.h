@@ -49,8 +49,12 @@ sdnn_status sdnn_gradref_set_batch(sdnn_gradref *r, int s, const float *input,
  * that subdivision: each piecewise activation's piece from the layer's
  * output (every piece maps to its own range), each maxpool's choice from
  * its indexes.  A held forward then takes the engine's side of every value
- * that float and double round to different sides of a corner or a tie. */
-sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net);
+ * that float and double round to different sides of a corner or a tie.
+ * *changed (may be NULL): how many pieces and maxpool choices differ from
+ * those the previous adopt of subdivision s took (0 on the first): a second
+ * adopt from another float forward of the same subdivision counts where
+ * the two forwards decided otherwise. */
+sdnn_status sdnn_gradref_adopt(sdnn_gradref *r, int s, const network *net, size_t *changed);
 
 /* Forward every subdivision from layer `from` on (0: all), the layers
  * before it as the last forward left them; returns the objective.  A plain
