@@ -27,6 +27,19 @@ static int parts_for(size_t m)
     return (int)p;
 }
 
+/* Threads of a partial-sum block: a part's element count rounded up to a
+ * power of two, at least a warp, at most SDNN_THREADS (k_channel_partial's
+ * tree halves blockDim.x).  A connected layer has batch values a channel:
+ * a block of 256 would leave 252 of them idle through every step of the
+ * tree. */
+static unsigned partial_threads(size_t m, int parts)
+{
+    size_t per = (m + (size_t)parts - 1) / (size_t)parts;
+    unsigned t = 32;
+    while (t < SDNN_THREADS && t < per) t <<= 1;
+    return t;
+}
+
 /* What is summed per element, by mode:
  *   0: x                          (mean)
  *   1: (x - mean)^2               (variance)
@@ -189,13 +202,14 @@ sdnn_status sdnn_bn_forward(sdnn_dctx *c, const sdnn_bn_args *a, int train)
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, a->channels, &grid));
-    SDNN_LAUNCH(k_channel_partial<0>, grid, SDNN_THREADS, 0, s, a->out, nullptr, nullptr, nullptr,
+    unsigned th = partial_threads(m, parts);
+    SDNN_LAUNCH(k_channel_partial<0>, grid, th, 0, s, a->out, nullptr, nullptr, nullptr,
                 a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn mean");
     SDNN_LAUNCH(k_finish_mean, ch_grid(a->channels), 128, 0, s, a->partial, a->channels, parts,
                 sdnn_bn_mean_scale(m), a->mean);
     SDNN_LAUNCHED("bn mean");
-    SDNN_LAUNCH(k_channel_partial<1>, grid, SDNN_THREADS, 0, s, a->out, nullptr, nullptr, a->mean,
+    SDNN_LAUNCH(k_channel_partial<1>, grid, th, 0, s, a->out, nullptr, nullptr, a->mean,
                 a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn variance");
     SDNN_LAUNCH(k_finish_mean, ch_grid(a->channels), 128, 0, s, a->partial, a->channels, parts,
@@ -217,7 +231,8 @@ sdnn_status sdnn_bn_backward(sdnn_dctx *c, const sdnn_bn_args *a)
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, a->channels, &grid));
-    SDNN_LAUNCH(k_channel_partial<3>, grid, SDNN_THREADS, 0, s, a->delta, a->x_norm, a->x, a->mean,
+    unsigned th = partial_threads(m, parts);
+    SDNN_LAUNCH(k_channel_partial<3>, grid, th, 0, s, a->delta, a->x_norm, a->x, a->mean,
                 a->channels, a->spatial, m, parts, a->partial);
     SDNN_LAUNCHED("bn backward sums");
     SDNN_LAUNCH(k_finish_bn_backward, ch_grid(a->channels), 128, 0, s, a->partial, a->channels,
@@ -248,7 +263,8 @@ sdnn_status sdnn_bias_backward(sdnn_dctx *c, float *bias_updates, const float *d
     int parts = parts_for(m);
     dim3 grid;
     SDNN_CHECK(partial_grid(parts, C, &grid));
-    SDNN_LAUNCH(k_channel_partial<2>, grid, SDNN_THREADS, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE),
+    unsigned th = partial_threads(m, parts);
+    SDNN_LAUNCH(k_channel_partial<2>, grid, th, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE),
                 delta, nullptr, nullptr, nullptr, C, S, m, parts, partial);
     SDNN_LAUNCHED("bias gradient");
     SDNN_LAUNCH(k_finish_add, ch_grid(C), 128, 0, sdnn_stream(c, SDNN_STREAM_COMPUTE), partial, C,
