@@ -6,7 +6,9 @@
  *   layers [CFG ...]      default: a zoo of every kind, every activation,
  *                         the cost kinds (smooth, L1, masked), the shipped
  *                         cfgs and Debian's yolov3-tiny, yolov2-tiny and
- *                         cifar (SDNN_DEBIAN_CFG names their folder)
+ *                         cifar (SDNN_DEBIAN_CFG names their folder), and
+ *                         the layer kernels at sizes that cross every
+ *                         boundary of their launches (sizes() below)
  *
  * Each layer is checked alone: the CPU reference runs the network layer by
  * layer; before the device runs layer i, it receives the tensors the CPU
@@ -682,6 +684,75 @@ static const char *regress_l1 =
     "[connected]\noutput=7\nactivation=linear\n"
     "[cost]\ntype=L1\n";
 
+/* ---- sizes that cross every boundary of a launch ------------------------------------ */
+
+/* layers.cu's, bn.cu's and conv.cu's kernels at element counts on both sides
+ * of a warp (32), a block (256), bn.cu's parts (4096 values a part) and
+ * 65537 (past 2^16): one image of width n and one channel, so every layer of
+ * `pipeline` but upsample and avgpool holds n (or n + 1) values: conv 3x3
+ * with batch norm (im2col of 9n, a channel of m = n values, col2im; no batch
+ * norm at n = 1, where Darknet's variance over m - 1 is 0/0), shortcut,
+ * dropout, maxpool, upsample (4n), avgpool (a mean of 4n), a route of two
+ * inputs (rows_add), softmax and its cross-entropy over n + 1 values, sse
+ * cost, the update.  `wide_bn` is a connected layer of n channels with batch
+ * norm (ceil(n / 128) finishing threads, partial blocks of 32).
+ * Above 2^24 (n = 2^24 + 3, where a float index would round) the layers
+ * without a sum over the n values run: maxpool (forward only: the first
+ * layer, whose libdarknet backward would write a delta that is not there),
+ * maxpool, shortcut with leaky, dropout, avgpool (one thread a channel adds its values in libdarknet's
+ * order), cost.  Not there: sums over the 2^24 values (batch norm's
+ * statistics, softmax's, a convolution's bias and 1x1 weight gradients),
+ * where libdarknet's float running sum stalls and is no reference
+ * (measured against the kernels: running mean 2.96e-3, softmax 5.0e-2, bias
+ * gradient 8.3e-3 of the sum of its terms' magnitudes); tests/gpu/sim/
+ * mutants checks bn.cu's sums at that size against double sums.  The block
+ * order is SDNN_SIM_JITTER's (run_sim.sh runs three). */
+static void sizes(sdnn_gpu_vdev *vd)
+{
+    const size_t ns[] = {1, 31, 32, 33, 255, 256, 257, 4095, 4096, 4097, 65537};
+    char cfg[1024], name[96];
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; ++k) {
+        size_t n = ns[k];
+        snprintf(cfg, sizeof cfg,
+                 "[net]\nbatch=1\nsubdivisions=1\nwidth=%zu\nheight=1\nchannels=1\n"
+                 "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+                 "[convolutional]\nbatch_normalize=%d\nfilters=1\nsize=3\nstride=1\npad=1\n"
+                 "activation=leaky\n"
+                 "[shortcut]\nfrom=-1\nactivation=linear\n"
+                 "[dropout]\nprobability=0.25\n"
+                 "[maxpool]\nsize=2\nstride=1\n"
+                 "[upsample]\nstride=2\n"
+                 "[avgpool]\n"
+                 "[route]\nlayers=-1,-3\n"
+                 "[softmax]\n"
+                 "[cost]\ntype=sse\n",
+                 n, n > 1);
+        snprintf(name, sizeof name, "sizes: pipeline, n = %zu", n);
+        run(name, cfg, NULL, vd);
+        snprintf(cfg, sizeof cfg,
+                 "[net]\nbatch=2\nsubdivisions=1\nwidth=1\nheight=1\nchannels=3\n"
+                 "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+                 "[connected]\noutput=%zu\nbatch_normalize=1\nactivation=leaky\n"
+                 "[cost]\ntype=sse\n",
+                 n);
+        snprintf(name, sizeof name, "sizes: wide_bn, n = %zu", n);
+        run(name, cfg, NULL, vd);
+    }
+    size_t big = ((size_t)1 << 24) + 3;
+    snprintf(cfg, sizeof cfg,
+             "[net]\nbatch=1\nsubdivisions=1\nwidth=%zu\nheight=1\nchannels=1\n"
+             "learning_rate=0.01\nmomentum=0.9\ndecay=0.0005\n"
+             "[maxpool]\nsize=2\nstride=1\nstopbackward=1\n"
+             "[maxpool]\nsize=2\nstride=1\n"
+             "[shortcut]\nfrom=-2\nactivation=leaky\n"
+             "[dropout]\nprobability=0.25\n"
+             "[avgpool]\n"
+             "[cost]\ntype=sse\n",
+             big);
+    snprintf(name, sizeof name, "sizes: elementwise, n = %zu", big);
+    run(name, cfg, NULL, vd);
+}
+
 /* ---- a launch captures its arguments ---------------------------------------------- */
 
 /* As a CUDA launch does, a device layer call takes what it needs when it is
@@ -849,6 +920,7 @@ int main(int argc, char **argv)
     } else {
         check_launch_capture(vd);
         check_int_bound(vd);
+        sizes(vd);
         run("zoo (every kind)", zoo, NULL, vd);
         run("activations (every kind)", activations, NULL, vd);
         run("regression (smooth L1)", regress, NULL, vd);

@@ -24,6 +24,7 @@
 #include "cuda_util.cuh"
 #include "ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -133,18 +134,28 @@ static outcome check_fill(sdnn_dctx *c)
 
 /* Batch-norm forward (training) of batch 2 x C channels x 9 positions with
  * C = 64 (the mean and variance buffers end at a page's guard) and C = 200
- * (two 128-thread blocks of the finishing kernels, the second partial):
- * each channel's mean and variance against a double-precision sum.  Error
- * model: any order of summing m float terms errs by at most
- * gamma_m = m u / (1 - m u) times the sum of their magnitudes (u = 2^-24);
- * the variance's terms also carry the mean's error, 2 |x - mean| e_mean
- * each.  A channel left unwritten (NaN) or summed wrong is O(1) off. */
+ * (two 128-thread blocks of the finishing kernels, the second partial), and
+ * one channel of 2^24 + 3 values (64 parts, a float index past 2^24): each
+ * channel's mean and variance against a double-precision sum.  Error model
+ * (Higham, Accuracy and Stability, 4.2): a sum computed as a tree in which
+ * no value passes through more than d additions errs by at most
+ * gamma_d = d u / (1 - d u) times the sum of the magnitudes (u = 2^-24).
+ * d <= m in any order; bn.cu's reduction has d <= ceil(m / (parts x 32))
+ * (the values a thread adds in turn, blocks of at least 32 threads)
+ * + 8 (a tree of at most 256) + parts (the finishing thread), parts =
+ * min(64, ceil(m / 4096)); d is the smaller.  The variance's terms also
+ * carry the mean's error, 2 |x - mean| e_mean each.  A channel left
+ * unwritten (NaN) or summed wrong is O(1) off. */
 static outcome check_bn_forward(sdnn_dctx *c)
 {
-    const int batch = 2, S = 9;
-    const size_t m = (size_t)batch * S;
-    const double u = std::ldexp(1.0, -24), gm = m * u / (1 - m * u);
-    for (int C : {64, 200}) {
+    const double u = std::ldexp(1.0, -24);
+    struct shape { int batch, S, C; };
+    for (shape sh : {shape{2, 9, 64}, shape{2, 9, 200}, shape{1, (1 << 24) + 3, 1}}) {
+        const int batch = sh.batch, S = sh.S, C = sh.C;
+        const size_t m = (size_t)batch * S;
+        size_t parts = std::min<size_t>(64, (m + 4095) / 4096);
+        size_t d = std::min(m, (m + parts * 32 - 1) / (parts * 32) + 8 + parts);
+        const double gm = d * u / (1 - d * u);
         size_t n = m * C;
         std::vector<float> x(n);
         for (auto &v : x) v = uniform(-2, 5);
