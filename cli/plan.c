@@ -99,6 +99,12 @@ int sdnn_cmd_plan(int argc, char **argv)
     sdnn_config conf;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(pos[1], &conf, &stripped) != SDNN_OK) return sdnn_cli_fail(cmd);
+    if (!conf.present) {
+        /* No section: plan for mode=scalednn with a bare section's defaults
+         * (stock mode's compress is none; a bare section's is auto). */
+        const sdnn_config bare = SDNN_CONFIG_INIT;
+        snprintf(conf.compress, sizeof conf.compress, "%s", bare.compress);
+    }
 
     int rc = 1;
     sdnn_cost_profile prof = {0};
@@ -126,7 +132,7 @@ int sdnn_cmd_plan(int argc, char **argv)
             goto done;
         }
     } else {
-        if (sdnn_comm_open(conf.backend, &comm) != SDNN_OK ||
+        if (sdnn_comm_open(sdnn_config_backend(&conf), &comm) != SDNN_OK ||
             sdnn_probe_link(comm, nrep > 1 ? nrep : 2, 9, &link, &rms) != SDNN_OK) {
             sdnn_cli_fail(cmd);
             goto done;

@@ -86,11 +86,15 @@ static void assert_defaults(const sdnn_config *cfg)
 {
     assert_int_equal(cfg->present, 1);
     assert_int_equal(cfg->mode, SDNN_MODE_SCALEDNN);
-    assert_string_equal(cfg->backend, "local");
+    /* The defaults are the product (issue 29): the backend and the codecs
+     * chosen where the run starts, top-k among what the planner may pick. */
+    assert_string_equal(cfg->backend, "auto");
     assert_true(cfg->bucket_mb == 0.0);   /* auto */
     assert_int_equal(cfg->overlap, 1);
     assert_int_equal(cfg->interval, 4);
-    assert_string_equal(cfg->compress, "none");
+    assert_string_equal(cfg->compress, "auto");
+    assert_string_equal(cfg->compress_allow, "none,fp16,int8,topk");
+    assert_int_equal(cfg->error_feedback, 0);   /* per bucket under auto (auto_ef) */
     assert_string_equal(cfg->csv, "");
 }
 
@@ -131,10 +135,11 @@ static void test_no_section(void **state)
     char *stripped = parse_ok(text, &cfg);
     assert_int_equal(cfg.present, 0);
     assert_int_equal(cfg.mode, SDNN_MODE_STOCK);
-    assert_string_equal(cfg.backend, "local");
+    assert_string_equal(cfg.backend, "auto");
     assert_true(cfg.bucket_mb == 0.0);   /* auto */
     assert_int_equal(cfg.overlap, 1);
     assert_int_equal(cfg.interval, 4);
+    /* stock mode averages weights uncompressed: compress=auto becomes none */
     assert_string_equal(cfg.compress, "none");
     assert_string_equal(cfg.csv, "");
     assert_string_equal(stripped, text);
@@ -475,11 +480,25 @@ static void test_bad_combinations(void **state)
         const char *what;
     } cases[] = {
         { "compress=fp16\ntopk_ratio=0.1\n", 4, "topk_ratio", "applies to compress=topk only (compress=fp16)" },
-        { "topk_warmup=10\n", 3, "topk_warmup", "applies to compress=topk only (compress=none, the default)" },
+        { "compress=none\ntopk_warmup=10\n", 4, "topk_warmup", "applies to compress=topk only (compress=none)" },
+        { "compress_allow=none,fp16\ntopk_warmup=10\n", 4, "topk_warmup",
+          "applies to compress=topk only, or to compress=auto with topk in compress_allow "
+          "(compress=auto, the default, compress_allow=none,fp16)" },
+        { "topk_momentum=0.9\n", 3, "topk_momentum", "momentum correction needs compress=topk" },
+        { "bucket_mb=4\ncompress=auto\n", 4, "compress",
+          "compress=auto plans the codecs together with the buckets: it needs bucket_mb=auto "
+          "(bucket_mb=4 on line 3)" },
+        { "bucket_mb=2\ntopk_ratio=0.1\n", 4, "topk_ratio",
+          "(the default, compress=auto, is none with a fixed bucket_mb=2: auto plans codecs "
+          "with bucket_mb=auto)" },
+        { "mode=stock\ncompress_allow=none,fp16\n", 4, "compress_allow",
+          "applies to compress=auto only (mode=stock averages weights uncompressed)" },
         { "compress=topk\nint8_chunk=64\n", 4, "int8_chunk", "applies to compress=int8 only" },
         { "compress=bf16\nstochastic_rounding=1\n", 4, "stochastic_rounding", "compress=int8 only" },
-        { "compress_min_kb=64\n", 3, "compress_min_kb", "needs a codec" },
-        { "error_feedback=1\n", 3, "error_feedback", "needs a lossy codec" },
+        { "compress=none\ncompress_min_kb=64\n", 4, "compress_min_kb", "needs a codec" },
+        { "compress=none\nerror_feedback=1\n", 4, "error_feedback", "needs a lossy codec" },
+        { "error_feedback=1\n", 3, "error_feedback", "with compress=auto (the default) error "
+          "feedback follows the codec" },
         { "compress=topk\nerror_feedback=0\ntopk_momentum=0.9\n", 5, "topk_momentum", "needs error_feedback=1" },
         { "mode=stock\ncompress=int8\n", 4, "compress", "needs mode=scalednn" },
         { "compress=fp16\ncompress_allow=none,int8\n", 4, "compress_allow", "compress=auto only" },
@@ -767,10 +786,16 @@ static void test_describe(void **state)
 {
     (void)state;
     sdnn_config cfg = SDNN_CONFIG_INIT;
-    char buf[256];
+    char buf[512];
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=scalednn backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 "
-                             "interval=4 compress=none csv=-");
+    /* compress=auto (the default): the keys of the codecs it may choose,
+     * error feedback per codec, no topk_momentum (compress=topk only) */
+    assert_string_equal(buf, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 "
+                             "interval=4 compress=auto csv=- topk_ratio=0.01 topk_warmup=0 "
+                             "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8,topk "
+                             "error_feedback=auto compress_min_kb=0");
+    snprintf(cfg.backend, sizeof cfg.backend, "local");
+    snprintf(cfg.compress, sizeof cfg.compress, "none");   /* as stock mode parses */
     cfg.mode = SDNN_MODE_STOCK;
     cfg.bucket_mb = 0.5;
     cfg.overlap = 0;
@@ -871,7 +896,7 @@ static void test_codecs_from_registry(void **state)
     const char *line = strstr(text, "\n  compress ");
     assert_non_null(line);
     char want[300];
-    snprintf(want, sizeof want, "a codec (%s, auto) (default none)", sdnn_codec_names());
+    snprintf(want, sizeof want, "a codec (%s, auto) (default auto)", sdnn_codec_names());
     assert_non_null(strstr(line, want));
     assert_non_null(strstr(text, "interval             an integer >= 1 and <= 1000000 (default 4)"));
     free(text);
@@ -886,17 +911,33 @@ static void test_describe_codec_keys(void **state)
     free(parse_ok("[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
                   "topk_warmup=100\ncompress_min_kb=16\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
-    assert_string_equal(desc, "mode=scalednn backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 interval=4 "
+    assert_string_equal(desc, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 interval=4 "
                               "compress=topk csv=- topk_ratio=0.05 topk_momentum=0.9 "
                               "topk_warmup=100 error_feedback=1 compress_min_kb=16");
     free(parse_ok("[scalednn]\ncompress=int8\nint8_chunk=64\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
     assert_non_null(strstr(desc, "compress=int8 csv=- int8_chunk=64 stochastic_rounding=0 "
                                  "error_feedback=0 compress_min_kb=0"));
-    free(parse_ok("[scalednn]\ncompress=auto\n", &cfg));
+    free(parse_ok("[scalednn]\ncompress=auto\ncompress_allow=none,fp16,int8\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
-    assert_non_null(strstr(desc, "compress=auto csv=- compress_allow=none,fp16,int8 "
-                                 "error_feedback=0"));
+    assert_non_null(strstr(desc, "compress=auto csv=- int8_chunk=256 stochastic_rounding=0 "
+                                 "compress_allow=none,fp16,int8 error_feedback=auto"));
+    assert_null(strstr(desc, "topk"));
+    /* the default section: top-k's keys apply (the planner may choose it) */
+    free(parse_ok("[scalednn]\ntopk_ratio=0.05\ntopk_warmup=20\n", &cfg));
+    sdnn_config_describe(&cfg, desc, sizeof desc);
+    assert_non_null(strstr(desc, "compress=auto csv=- topk_ratio=0.05 topk_warmup=20 "));
+    /* fixed buckets: the default compress=auto is none (auto plans codecs
+     * with the buckets); a codec named keeps its keys */
+    free(parse_ok("[scalednn]\nbucket_mb=4\n", &cfg));
+    assert_string_equal(cfg.compress, "none");
+    free(parse_ok("[scalednn]\nbucket_mb=4\ncompress=topk\ntopk_ratio=0.1\n", &cfg));
+    assert_string_equal(cfg.compress, "topk");
+    /* stock mode: compress=auto (default or said) is none */
+    free(parse_ok("[scalednn]\nmode=stock\ncompress=auto\n", &cfg));
+    assert_string_equal(cfg.compress, "none");
+    free(parse_ok("[scalednn]\nmode=stock\n", &cfg));
+    assert_string_equal(cfg.compress, "none");
 }
 
 /* What every process must share comes from the table's groups (agree.c). */
@@ -913,7 +954,7 @@ static void test_describe_groups(void **state)
                              "profile_iters=5 replan_drift=0.25");
     sdnn_config_describe_group(&cfg, SDNN_KEYS_CODEC, buf, sizeof buf);
     assert_string_equal(buf, "compress=none topk_ratio=0.01 topk_momentum=0 topk_warmup=0 "
-                             "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8 "
+                             "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8,topk "
                              "iter_factor=- error_feedback=0 compress_min_kb=0");
     /* paths and per-process settings are no group's */
     sdnn_config_describe_group(&cfg, SDNN_KEYS_OWN, buf, sizeof buf);

@@ -499,7 +499,9 @@ static void test_plan_defaults(void **state)
     char *log = tu_slurp(path);
     assert_non_null(strstr(log, "has no [scalednn] section"));
     assert_non_null(strstr(log, "automatic plan (bucket_mb=auto"));
-    assert_non_null(strstr(log, "cfg plan (bucket_mb=auto, compress=none): "));
+    /* a bare section's defaults (issue 29): compress=auto, top-k allowed */
+    assert_non_null(strstr(log, "section's defaults (bucket_mb=auto, compress=auto, "));
+    assert_non_null(strstr(log, "cfg plan (bucket_mb=auto, compress=auto): "));
     free(log);
     rc = tu_run("(cat cfg/shapes.cfg; printf '[scalednn]\\ncompress=auto\\n') >%s/auto.cfg && "
                 "%s scalednn plan %s/shapes.data %s/auto.cfg -gpus 0,1 -link eth1g "
@@ -513,18 +515,19 @@ static void test_plan_defaults(void **state)
     free(log);
     /* iter_factor= over the codecs' own, in the factors line and the plans */
     rc = tu_run("(cat cfg/shapes.cfg; printf '[scalednn]\\ncompress=auto\\niter_factor=fp16:40,"
-                "int8:40\\n') >%s/tta.cfg && %s scalednn plan %s/shapes.data %s/tta.cfg -gpus 0,1 "
+                "int8:40,topk:40\\n') >%s/tta.cfg && %s scalednn plan %s/shapes.data %s/tta.cfg -gpus 0,1 "
                 "-link eth1g >%s/plan2.log 2>&1", g_dir, g_bin, g_dir, g_dir, g_dir);
     if (rc != 0) tu_run("tail -20 %s/plan2.log", g_dir);
     assert_int_equal(rc, 0);
     snprintf(path, sizeof path, "%s/plan2.log", g_dir);
     log = tu_slurp(path);
     assert_non_null(strstr(log, "the cfg's iter_factor= over the codecs' own): none 1, fp16 40, "
-                                "int8 40;"));
+                                "int8 40, topk 40;"));
     /* no step gain pays 40 times the iterations: every bucket uncompressed */
     assert_non_null(strstr(log, "predicted: time to accuracy N x 1 x step "));
     assert_null(strstr(log, "  fp16  "));
     assert_null(strstr(log, "  int8  "));
+    assert_null(strstr(log, "  topk  "));
     free(log);
 }
 

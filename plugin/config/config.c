@@ -553,6 +553,12 @@ static sdnn_status parse_value(const key_spec *k, const line_ref *lr, sdnn_confi
 static void format_value(const key_spec *k, const sdnn_config *cfg, char *buf, size_t len)
 {
     const char *field = (const char *)cfg + k->off;
+    /* Under compress=auto error feedback is each bucket's codec's (on for
+     * topk), not a setting. */
+    if (k == &g_keys[K_ERROR_FEEDBACK] && strcmp(cfg->compress, "auto") == 0) {
+        snprintf(buf, len, "auto");
+        return;
+    }
     switch (k->type) {
     case KT_MODE: {
         int m = *(const int *)(const void *)field;
@@ -578,12 +584,38 @@ static void format_value(const key_spec *k, const sdnn_config *cfg, char *buf, s
     snprintf(buf, len, "?");
 }
 
-/* Does key k mean something for cfg's compress=? */
+/* 1 when the comma-separated list has `name` as one of its items. */
+static int list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* Does key k mean something for cfg's compress=?  A codec's own keys
+ * (topk_ratio, int8_chunk, ...) also under compress=auto when the codec is
+ * one the planner may choose (compress_allow). */
 static int key_applies(const key_spec *k, const sdnn_config *cfg)
 {
     if (!k->codec) return 1;
     if (strcmp(k->codec, "*") == 0) return strcmp(cfg->compress, "none") != 0;
-    return strcmp(k->codec, cfg->compress) == 0;
+    if (strcmp(k->codec, cfg->compress) == 0) return 1;
+    return strcmp(k->codec, "auto") != 0 && strcmp(cfg->compress, "auto") == 0 &&
+           list_has(cfg->compress_allow, k->codec);
+}
+
+/* Stock mode averages weights, uncompressed, as Darknet does: compress=auto
+ * (the default) has nothing to choose there and becomes none. */
+static void resolve_stock_compress(sdnn_config *c)
+{
+    if (c->mode == SDNN_MODE_STOCK && strcmp(c->compress, "auto") == 0)
+        snprintf(c->compress, sizeof c->compress, "none");
 }
 
 void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,
@@ -749,7 +781,24 @@ static sdnn_status check_combinations(parse_state *ps)
 {
     sdnn_config *c = ps->cfg;
     const int *set = ps->key_line;
-    char what[256];
+    char what[400];
+    int stock_auto = c->mode == SDNN_MODE_STOCK && strcmp(c->compress, "auto") == 0;
+    resolve_stock_compress(c);
+    /* compress=auto chooses the codecs with the buckets (the planner of
+     * bucket_mb=auto): with a fixed bucket_mb the default is none, and an
+     * explicit compress=auto is a contradiction said so. */
+    int fixed_auto = 0;
+    if (strcmp(c->compress, "auto") == 0 && c->bucket_mb > 0) {
+        if (set[K_COMPRESS]) {
+            snprintf(what, sizeof what, "compress=auto plans the codecs together with the "
+                     "buckets: it needs bucket_mb=auto (bucket_mb=%g on line %d); name a codec "
+                     "(%s) to use it with fixed buckets", c->bucket_mb, set[K_BUCKET_MB],
+                     lossy_names());
+            return combination_error(ps, K_COMPRESS, what);
+        }
+        snprintf(c->compress, sizeof c->compress, "none");
+        fixed_auto = 1;
+    }
     int none = strcmp(c->compress, "none") == 0;
     int autoc = strcmp(c->compress, "auto") == 0;
     if (c->mode == SDNN_MODE_STOCK && !none)
@@ -760,8 +809,20 @@ static sdnn_status check_combinations(parse_state *ps)
     for (int k = 0; k < N_KEYS; k++) {
         const char *only = g_keys[k].codec;
         if (!set[k] || !only || strcmp(only, "*") == 0 || key_applies(&g_keys[k], c)) continue;
-        snprintf(what, sizeof what, "applies to compress=%s only (compress=%s%s)", only,
-                 c->compress, set[K_COMPRESS] ? "" : ", the default");
+        if (stock_auto)
+            snprintf(what, sizeof what, "applies to compress=%s only (mode=stock averages "
+                     "weights uncompressed)", only);
+        else if (fixed_auto)
+            snprintf(what, sizeof what, "applies to compress=%s only (the default, compress=auto, "
+                     "is none with a fixed bucket_mb=%g: auto plans codecs with bucket_mb=auto)",
+                     only, c->bucket_mb);
+        else if (autoc)
+            snprintf(what, sizeof what, "applies to compress=%s only, or to compress=auto "
+                     "with %s in compress_allow (compress=auto%s, compress_allow=%s)", only, only,
+                     set[K_COMPRESS] ? "" : ", the default", c->compress_allow);
+        else
+            snprintf(what, sizeof what, "applies to compress=%s only (compress=%s%s)", only,
+                     c->compress, set[K_COMPRESS] ? "" : ", the default");
         return combination_error(ps, k, what);
     }
     if (none && set[K_COMPRESS_MIN_KB]) {
@@ -779,14 +840,20 @@ static sdnn_status check_combinations(parse_state *ps)
         const sdnn_codec_ops *codec = sdnn_codec_find(c->compress);
         c->error_feedback = codec && !codec->dense;
     }
+    if (autoc && c->topk_momentum > 0)
+        return combination_error(ps, K_TOPK_MOMENTUM,
+                                 "momentum correction needs compress=topk (under compress=auto "
+                                 "error feedback follows each bucket's codec)");
     if (c->topk_momentum > 0 && !c->error_feedback)
         return combination_error(ps, K_TOPK_MOMENTUM,
                                  "momentum correction accumulates in the error-"
                                  "feedback residual; it needs error_feedback=1");
-    if (autoc && set[K_ERROR_FEEDBACK] && c->error_feedback)
-        return combination_error(ps, K_ERROR_FEEDBACK,
-                                 "with compress=auto error feedback follows the codec chosen "
-                                 "for each bucket (on for topk, off otherwise)");
+    if (autoc && set[K_ERROR_FEEDBACK] && c->error_feedback) {
+        snprintf(what, sizeof what, "with compress=auto%s error feedback follows the codec "
+                 "chosen for each bucket (on for topk, off otherwise); set compress= to a codec "
+                 "to choose it yourself", set[K_COMPRESS] ? "" : " (the default)");
+        return combination_error(ps, K_ERROR_FEEDBACK, what);
+    }
     if (set[K_LINK] && (set[K_LINK_GBPS] || set[K_LINK_US]))
         return combination_error(ps, set[K_LINK_GBPS] ? K_LINK_GBPS : K_LINK_US,
                                  "give either link= or link_gbps=/link_us=, not both");
@@ -823,7 +890,10 @@ sdnn_status sdnn_config_parse_text(const char *name, const char *text,
         free(ps.out);
         return st;
     }
-    if (!cfg->present) cfg->mode = SDNN_MODE_STOCK;
+    if (!cfg->present) {
+        cfg->mode = SDNN_MODE_STOCK;
+        resolve_stock_compress(cfg);
+    }
     if (stripped != NULL) {
         ps.out[ps.out_len] = '\0';
         *stripped = ps.out;
@@ -957,9 +1027,11 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
     buf[0] = '\0';
     if (cfg == NULL) return;
     size_t at = 0;
+    int autoc = strcmp(cfg->compress, "auto") == 0;
     for (size_t i = 0; i < N_KEYS && at + 1 < len; ++i) {
         const key_spec *k = &g_keys[i];
         if (!k->shown || !key_applies(k, cfg)) continue;
+        if (autoc && i == K_TOPK_MOMENTUM) continue;   /* needs compress=topk */
         char v[1100];
         format_value(k, cfg, v, sizeof v);
         int w = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "", k->key, v);
@@ -968,21 +1040,38 @@ void sdnn_config_describe(const sdnn_config *cfg, char *buf, size_t len)
     }
 }
 
-const char *sdnn_config_backend(const sdnn_config *cfg)
+const char *sdnn_config_backend_why(const sdnn_config *cfg, char *why, size_t len)
 {
+    if (why && len) why[0] = '\0';
     if (strcmp(cfg->backend, "auto") != 0) return cfg->backend;
     /* mpirun (OpenMPI) tells every process the size of its world. */
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!(ws && atoi(ws) > 1)) return "local";
+    int procs = ws ? atoi(ws) : 0;
+    if (procs <= 1) {
+        if (why && len) snprintf(why, len, "one process: its replicas exchange through memory");
+        return "local";
+    }
     /* Between processes the gpu engine's buckets go device to device over
      * one NCCL communicator where the build has NCCL; else (and for the cpu
      * engine) the hierarchical mpi backend. */
     const sdnn_engine_ops *e = NULL;
     if (sdnn_comm_known("nccl") == 1 &&
         sdnn_engine_resolve(cfg->engine, 1, &e, NULL, 0) == SDNN_OK && e &&
-        strcmp(e->name, "gpu") == 0)
+        strcmp(e->name, "gpu") == 0) {
+        if (why && len)
+            snprintf(why, len, "%d processes under mpirun, the gpu engine, a build with NCCL",
+                     procs);
         return "nccl";
+    }
+    if (why && len)
+        snprintf(why, len, "%d processes under mpirun%s", procs,
+                 sdnn_comm_known("nccl") == 1 ? ", not the gpu engine" : "");
     return "mpi";
+}
+
+const char *sdnn_config_backend(const sdnn_config *cfg)
+{
+    return sdnn_config_backend_why(cfg, NULL, 0);
 }
 
 sdnn_status sdnn_config_check_devices(const sdnn_config *cfg, const int *devices, int n)

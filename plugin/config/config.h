@@ -27,13 +27,16 @@ typedef enum {
 typedef struct sdnn_config {
     int present;        /* 1 when the cfg had a [scalednn] section */
     sdnn_mode mode;     /* mode=scalednn|stock; stock when no section */
-    char backend[16];   /* backend=: a name of the comm registry (comm.c) or auto;
-                         * see sdnn_config_backend for what auto becomes */
+    char backend[16];   /* backend=: a name of the comm registry (comm.c) or auto
+                         * (the default); see sdnn_config_backend for what auto
+                         * becomes */
     double bucket_mb;   /* bucket_mb=<float > 0>: target bucket size in MiB;
                          * 0 = auto (planned from the profile, the default) */
     int overlap;        /* overlap=0|1 */
     int interval;       /* interval=<int >= 1>: stock-mode sync period */
-    char compress[16];  /* compress=: a codec of the registry (codec.c) or auto */
+    char compress[16];  /* compress=: a codec of the registry (codec.c) or auto
+                         * (the default; after parsing none in stock mode, which
+                         * averages weights uncompressed) */
     char csv[1024];     /* csv=<path>: per-iteration CSV, "" = none */
     double compress_min_kb; /* buckets below this many KiB stay uncompressed */
     double topk_ratio;  /* topk: fraction kept, (0, 1] */
@@ -79,11 +82,11 @@ typedef struct sdnn_config {
 /* Defaults: the values a [scalednn] section without keys gets (the key
  * table in config.c reads them for `scalednn keys`). */
 #define SDNN_CONFIG_INIT                                                       \
-    { .present = 0, .mode = SDNN_MODE_SCALEDNN, .backend = "local", .bucket_mb = 0.0, \
-      .overlap = 1, .interval = 4, .compress = "none", .csv = "",               \
+    { .present = 0, .mode = SDNN_MODE_SCALEDNN, .backend = "auto", .bucket_mb = 0.0, \
+      .overlap = 1, .interval = 4, .compress = "auto", .csv = "",               \
       .compress_min_kb = 0.0, .topk_ratio = 0.01, .int8_chunk = 256,            \
       .error_feedback = -1, .stochastic_rounding = 0, .topk_momentum = 0.0,     \
-      .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8",     \
+      .topk_warmup = 0, .timeline = "", .compress_allow = "none,fp16,int8,topk", \
       .iter_factor = "",                                                        \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, .fix_region_delta = 1, \
@@ -115,10 +118,14 @@ sdnn_status sdnn_config_load(const char *path, sdnn_config *cfg,
 
 void sdnn_stripped_cfg_close(sdnn_stripped_cfg *s);
 
-/* The backend to open: cfg->backend, with "auto" resolved to "mpi" when
- * this process was started by mpirun in a world of more than one process
- * (OMPI_COMM_WORLD_SIZE > 1) and to "local" otherwise. */
+/* The backend to open: cfg->backend, with "auto" (the default) resolved,
+ * when this process was started by mpirun in a world of more than one
+ * process (OMPI_COMM_WORLD_SIZE > 1), to "nccl" for the gpu engine in a
+ * build with NCCL and to "mpi" otherwise, and to "local" in one process. */
 const char *sdnn_config_backend(const sdnn_config *cfg);
+/* The same, and for backend=auto why (e.g. "2 processes under mpirun") in
+ * why (empty for a backend the cfg names). */
+const char *sdnn_config_backend_why(const sdnn_config *cfg, char *why, size_t len);
 
 /* The device ids of -gpus against virtual=: SDNN_OK, or SDNN_ERR_INVALID
  * naming the first id listed twice when virtual=0 (each device once, as in

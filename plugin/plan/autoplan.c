@@ -451,4 +451,26 @@ void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f)
     fprintf(f, "scalednn: iteration factors (iterations to the target against none's; "
                "iter_factor= overrides): %s\n", fl);
     sdnn_plan_print_tta(f, "predicted", &a->plan, &a->env);
+    if (a->fixed_codec) return;
+    /* What compress=auto became: each chosen codec with its buckets and
+     * bytes, in the order of compress_allow. */
+    char chose[256];
+    size_t at = 0;
+    chose[0] = '\0';
+    for (int c = 0; c < a->env.ncodecs && at + 1 < sizeof chose; ++c) {
+        int nb = 0;
+        double bytes = 0;
+        for (int k = 0; k < a->plan.nb; ++k)
+            if (a->plan.b[k].codec == c) {
+                nb++;
+                bytes += a->plan.b[k].bytes;
+            }
+        if (!nb) continue;
+        int w = snprintf(chose + at, sizeof chose - at, "%s%s for %d bucket%s (%.1f MB)",
+                         at ? ", " : "", a->env.codecs[c].name, nb, nb == 1 ? "" : "s",
+                         bytes / 1e6);
+        if (w < 0) break;
+        at += (size_t)w < sizeof chose - at ? (size_t)w : sizeof chose - at - 1;
+    }
+    fprintf(f, "scalednn: compress=auto chose %s\n", at ? chose : "nothing (no buckets)");
 }
