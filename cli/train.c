@@ -324,6 +324,20 @@ static int evaluate_map(run *R, double *map)
     sdnn_trainer_average_bn(R->t);
     network *net = sdnn_trainer_net(R->t, 0);
     size_t it = sdnn_trainer_iteration(R->t);
+    if (R->rank != 0) {
+        /* Process 0 evaluates and every process takes its figure: what
+         * follows (the best weights' save, -target's stop) is collective,
+         * and in stock mode each process's weights and running statistics
+         * differ between averages (a process deciding on its own figure
+         * saved where process 0 did not, and both waited on each other). */
+        *map = 0;
+        if (sdnn_trainer_broadcast_double(R->t, map) != SDNN_OK) {
+            fprintf(stderr, "error: rank %d: -map: %s\n", R->rank, sdnn_last_error());
+            return 1;
+        }
+        R->last_eval_s = what_time_is_it_now() - t0;
+        return 0;
+    }
     if (R->job->task == SDNN_TASK_DETECTOR) {
         sdnn_map_eval_opts o = SDNN_MAP_EVAL_OPTS_INIT;
         o.iou = R->job->iou_thresh > 0 ? R->job->iou_thresh : o.iou;
@@ -356,6 +370,11 @@ static int evaluate_map(run *R, double *map)
                res.top1, res.k, res.topk, res.images, R->last_eval_s);
     }
     fflush(stdout);
+    if (sdnn_trainer_broadcast_double(R->t, map) != SDNN_OK) {
+        fprintf(stderr, "error: rank 0: -map: %s\n", sdnn_last_error());
+        return 1;
+    }
+    R->last_eval_s = what_time_is_it_now() - t0;
     return 0;
 }
 
@@ -737,9 +756,9 @@ int sdnn_train(const sdnn_train_job *job)
             snprintf(R.cfg.backend, sizeof R.cfg.backend, "mpi");
         } else if (np > 1 && strcmp(R.cfg.backend, "local") == 0) {
             fprintf(stderr,
-                    "error: %s: [scalednn] backend=local (the default when backend= is absent), "
+                    "error: %s: [scalednn] backend=local, "
                     "but this process is one of %d started by mpirun: each would train alone on "
-                    "the same files. Set backend=mpi (or auto) to train across the processes, or "
+                    "the same files. Set backend=mpi (or auto, the default) to train across the processes, or "
                     "start a single process without mpirun\n",
                     job->cfgfile, np);
             sdnn_stripped_cfg_close(&stripped);
@@ -958,10 +977,17 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
 
-        char desc[256];
+        char desc[1024];
         sdnn_config_describe(&R.cfg, desc, sizeof desc);
         printf("scalednn: %s [scalednn] %s\n", R.cfg.present ? "using" : "no section, stock Darknet protocol;",
                desc);
+        if (R.cfg.present && strcmp(R.cfg.backend, "auto") == 0) {
+            /* What the default became (stock mode in one process opens none). */
+            char why[160];
+            const char *b = sdnn_config_backend_why(&R.cfg, why, sizeof why);
+            if (R.cfg.mode == SDNN_MODE_SCALEDNN || strcmp(b, "local") != 0)
+                printf("scalednn: backend=auto is %s (%s)\n", b, why);
+        }
         if (R.cfg.mode == SDNN_MODE_SCALEDNN && !(R.cfg.bucket_mb > 0) &&
             strcmp(R.cfg.compress, "auto") == 0) {
             char fl[256];

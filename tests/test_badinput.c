@@ -1173,7 +1173,7 @@ static void test_mpirun_local_backend_and_stock(void **state)
     snprintf(data, sizeof data, "%s", data_file("m5", NULL));
     place_good("m5", "shapes-scalednn_final.weights");
     char *out;
-    /* An explicit (or default) local backend: each process would train alone. */
+    /* An explicit local backend: each process would train alone. */
     int rc = tu_run("sh tests/mpi/run.sh 2 %s detector train %s cfg/shapes-scalednn.cfg -max_batches 2 "
                 ">%s/mpi.log 2>&1", g_bin, data, g_dir);
     out = tu_slurp(P("mpi.log"));
@@ -1190,6 +1190,56 @@ static void test_mpirun_local_backend_and_stock(void **state)
     assert_int_equal(rc, 0);
     assert_has(out, "(weights averaged)");
     assert_has(out, "2 replicas, mode=stock");
+    free(out);
+    /* A bare [scalednn] section: the defaults train across the processes
+     * (backend=auto is mpi under mpirun) and compress=auto plans over the
+     * link after the profiled steps, saying what it chose (issue 29). */
+    rc = tu_run("(sed '/^\\[scalednn\\]/,$d' cfg/shapes-scalednn.cfg; echo '[scalednn]') "
+                ">%s/bare.cfg && sh tests/mpi/run.sh 2 %s detector train %s %s/bare.cfg "
+                "-max_batches 24 -seed 1 >%s/mpi.log 2>&1", g_dir, g_bin, data, g_dir, g_dir);
+    out = tu_slurp(P("mpi.log"));
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "backend=auto is mpi (2 processes under mpirun");
+    assert_has(out, "compress=auto csv=");
+    assert_has(out, "scalednn: plan 1 (bucket_mb=auto), link probed mpi");
+    assert_has(out, "scalednn: compress=auto chose ");
+    assert_has(out, "2 replicas, mode=scalednn");
+    free(out);
+}
+
+/* -map under mpirun decides on process 0's figure everywhere.  In stock mode
+ * the processes' weights differ between averages (interval=1000: none in
+ * this run), so each process evaluating its own weights reached different
+ * "new best" and -target decisions, and the best-weights save (a
+ * collective) or the stop left the others waiting on it: a run of the
+ * lab's hung there.  Evaluated every iteration, a classifier's top-1 over
+ * its chance level differs between the processes within a few
+ * evaluations. */
+static void test_mpirun_map_decides_alike(void **state)
+{
+    (void)state;
+    struct stat sb;
+    if (!have_mpirun() || stat("/usr/share/datasets/fashion-mnist", &sb) != 0) {
+        print_message("no mpirun or no fashion-mnist: skipped\n");
+        skip();
+    }
+    assert_int_equal(tu_run("%s scalednn fmnist %s/fm -n 128 -valid 32 >%s/fm.log 2>&1", g_bin,
+                            g_dir, g_dir), 0);
+    char text[2048];
+    snprintf(text, sizeof text, "classes=10\ntrain=%s/fm/train.txt\nvalid=%s/fm/valid.txt\n"
+             "labels=%s/fm/fmnist.names\nbackup=%s/fmb/\n", g_dir, g_dir, g_dir, g_dir);
+    put_text(P("fm.data"), text);
+    mkdir(P("fmb"), 0755);
+    int rc = tu_run("(cat cfg/fmnist.cfg; printf '[scalednn]\\nmode=stock\\nbackend=mpi\\n"
+                    "interval=1000\\ncomm_timeout_s=20\\n') >%s/fm-stock.cfg && "
+                    "sh tests/mpi/run.sh 2 %s classifier train %s/fm.data %s/fm-stock.cfg "
+                    "-max_batches 30 -map -map_every 1 -target 0.3 -seed 1 >%s/mpi-map.log 2>&1",
+                    g_dir, g_bin, g_dir, g_dir, g_dir);
+    char *out = tu_slurp(P("mpi-map.log"));
+    if (rc) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "accuracy at iteration 1: top-1 ");
     free(out);
 }
 
@@ -1634,6 +1684,7 @@ int main(void)
         cmocka_unit_test(test_resume_appends_csv),
         cmocka_unit_test(test_backup_folder_lock),
         cmocka_unit_test(test_mpirun_local_backend_and_stock),
+        cmocka_unit_test(test_mpirun_map_decides_alike),
         cmocka_unit_test(test_backup_unwritable_found_at_start),
         cmocka_unit_test(test_file_size_limit_during_save),
         cmocka_unit_test(test_stale_temp_files_cleaned),

@@ -772,6 +772,17 @@ sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v)
     return SDNN_OK;
 }
 
+sdnn_status sdnn_trainer_broadcast_double(sdnn_trainer *t, double *v)
+{
+    if (!t->comm || t->comm->size < 2) return SDNN_OK;
+    float f[2];
+    f[0] = (float)*v;
+    f[1] = (float)(*v - (double)f[0]);
+    SDNN_CHECK(sdnn_comm_broadcast(t->comm, f, 2));
+    *v = (double)f[0] + (double)f[1];
+    return SDNN_OK;
+}
+
 int sdnn_trainer_has_ef(const sdnn_trainer *t) { return t->ex && sdnn_exchange_has_ef(t->ex); }
 
 sdnn_status sdnn_trainer_load_ef(sdnn_trainer *t, const char *weights)

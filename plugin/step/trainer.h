@@ -153,6 +153,10 @@ int sdnn_trainer_world(const sdnn_trainer *t);
 
 /* *v on every process = *v of process 0 (multi-scale sizes); |v| < 2^24. */
 sdnn_status sdnn_trainer_broadcast_int(sdnn_trainer *t, int *v);
+/* Process 0's *v to every process (two floats: the value and what the
+ * first leaves, about 2^-48 relative), e.g. the accuracy of an evaluation
+ * every process must decide on alike. */
+sdnn_status sdnn_trainer_broadcast_double(sdnn_trainer *t, double *v);
 
 /* Current iteration (Darknet's get_current_batch of replica 0). */
 size_t sdnn_trainer_iteration(sdnn_trainer *t);
