@@ -1,0 +1,170 @@
+#!/bin/sh
+# Time to accuracy at real size on P lab hosts (issue 29): bench/lab_yolo.sh's
+# yolov3-tiny (Debian's cfg for the shapes set, 8.7 M parameters, RES x RES,
+# BATCH images per host), trained over scripts/netlab.sh's shaped links until
+# mAP@0.5 on data/shapes/valid.txt reaches TARGET, as a user runs it:
+#
+#   sh scripts/netlab.sh -k P -rate RATE -- ./darknet detector train DATA CFG -gpus 0 \
+#       -map -map_every EVERY -target TARGET -seed S -csv CSV
+#
+# Run as root from the repository root:
+#
+#   sh bench/tta_lab.sh     # P=2 RATES="100mbit 1gbit" SEEDS="1 2 3" TARGET=0.10 EVERY=50
+#
+# Variants ([scalednn] section at the end of the cfg, backend=mpi unless said):
+#   stock     mode=stock interval=4: Darknet's central weight averaging
+#   none fp16 int8 topk   mode=scalednn bucket_mb=4 overlap=1 compress=CODEC
+#   auto      bucket_mb=auto compress=auto compress_allow=none,fp16,int8,topk
+#   defaults  a [scalednn] section with no keys at all
+# For each seed, every (rate, variant) runs once before the next seed, so the
+# variants alternate and share the machine's drift.  A run ends at the first
+# evaluation at or above the highest target (TARGET, or TARGET2 when set), at
+# MAX_ITERS, or after CAP_S seconds of wall clock (timeout; the CSV written until
+# then still counts: a run that did not reach a target is "not reached" with
+# the training time it had).  The time to a target is the CSV's elapsed_s at
+# that evaluation (training time: the evaluations are not counted).  Iterations
+# are Darknet's counter as the CSV has it: P per step in scalednn mode (seen
+# counts every host's images); in stock mode 1 per local step and, at each
+# weight average, P x the steps so far, so both count P x steps at a sync.
+#
+# Settings (environment): P=2 RES=128 BATCH=8 RATES VARIANTS SEEDS TARGET=0.10
+# TARGET2 (empty: none) EVERY=50 MAX_ITERS=3000 CAP_S=900 APPEND=0 (1: keep the
+# earlier runs in runs/tta-lab/runs.tsv and add to them) TABLE_ONLY=1 (only the
+# table from runs.tsv).  The binary is copied to runs/tta-lab/darknet first, so a
+# rebuild while the runs go on changes nothing.  CSVs and logs: runs/tta-lab/.
+# Nothing here is timed inside a test; run it on a quiet machine.
+set -eu
+cd "$(dirname "$0")/.."
+P=${P:-2}
+RES=${RES:-128}
+BATCH=${BATCH:-8}
+RATES=${RATES:-"100mbit 1gbit"}
+VARIANTS=${VARIANTS:-"stock none fp16 int8 topk auto defaults"}
+SEEDS=${SEEDS:-"1 2 3"}
+TARGET=${TARGET:-0.10}
+TARGET2=${TARGET2:-}
+EVERY=${EVERY:-50}
+MAX_ITERS=${MAX_ITERS:-3000}
+CAP_S=${CAP_S:-900}
+export SDNN_BLAS_THREADS=${SDNN_BLAS_THREADS:-1}
+OUT=${OUT:-runs/tta-lab}
+RUNS=$OUT/runs.tsv
+mkdir -p "$OUT"
+
+if [ "${TABLE_ONLY:-0}" = 0 ]; then
+    make -j2 >/dev/null
+    cp ./darknet "$OUT/darknet"
+    [ -f data/shapes/train.txt ] ||
+        ./darknet scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null
+    sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
+    mkdir -p "$OUT/backup"
+    base=$OUT/yolov3-tiny-shapes.cfg
+    . bench/tiny_cfg.sh
+    tiny_cfg "$base" "$RES" "$BATCH" -e "s/^learning_rate=0.001/learning_rate=0.002/" \
+        -e "s/^steps=400000,450000/steps=80000,90000/" ||
+        { echo "tta_lab: Debian's yolov3-tiny.cfg is not the expected one" >&2; exit 1; }
+    for v in $VARIANTS; do
+        { cat "$base"; printf '\n[scalednn]\n'
+          case "$v" in
+          defaults) ;;
+          stock) printf 'mode=stock\nbackend=mpi\ninterval=4\n' ;;
+          auto) printf 'mode=scalednn\nbackend=mpi\nbucket_mb=auto\noverlap=1\ncompress=auto\n'
+                printf 'compress_allow=none,fp16,int8,topk\n' ;;
+          *) printf 'mode=scalednn\nbackend=mpi\nbucket_mb=4\noverlap=1\ncompress=%s\n' "$v" ;;
+          esac; } >"$OUT/y-$v.cfg"
+    done
+    [ "${APPEND:-0}" = 1 ] || : >"$RUNS"
+fi
+
+# "iteration elapsed_s map" at the first evaluation >= $2 in CSV $1, else
+# "NA last_elapsed_s best_map"
+tta_of() {
+    awk -F, -v target="$2" '
+        /^#/ { next }
+        !hdr { for (i = 1; i <= NF; i++) c[$i] = i; hdr = 1; next }
+        { last = $c["elapsed_s"] }
+        $c["map"] != "" {
+            m = $c["map"] + 0
+            if (m > best) best = m
+            if (m >= target) { printf "%d %.1f %.4f\n", $c["iteration"], $c["elapsed_s"], m; done = 1; exit }
+        }
+        END { if (!done) printf "NA %.1f %.4f\n", last, best }' "$1"
+}
+
+stop_at=$TARGET
+[ -z "$TARGET2" ] || stop_at=$TARGET2
+if [ "${TABLE_ONLY:-0}" = 0 ]; then
+    for seed in $SEEDS; do
+        for rate in $RATES; do
+            for v in $VARIANTS; do
+                tag="$rate-$v-s$seed"
+                t0=$(date +%s)
+                rc=0
+                timeout "$CAP_S" sh scripts/netlab.sh -k "$P" -rate "$rate" -- "$OUT/darknet" \
+                    detector train "$OUT/shapes.data" "$OUT/y-$v.cfg" -gpus 0 \
+                    -max_batches "$MAX_ITERS" -map -map_every "$EVERY" -target "$stop_at" \
+                    -seed "$seed" -csv "$OUT/$tag.csv" >"$OUT/$tag.log" 2>&1 || rc=$?
+                wall=$(($(date +%s) - t0))
+                if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then
+                    tail -5 "$OUT/$tag.log" >&2
+                    exit 1
+                fi
+                [ -s "$OUT/$tag.csv" ] || { echo "tta_lab: $tag wrote no CSV" >&2; exit 1; }
+                r1=$(tta_of "$OUT/$tag.csv" "$TARGET")
+                r2="- - -"
+                [ -z "$TARGET2" ] || r2=$(tta_of "$OUT/$tag.csv" "$TARGET2")
+                # the plan compress=auto ran (codec of each bucket, counted)
+                plan=$(awk '/scalednn: plan [0-9]+ / { delete n; rows = 0 }
+                    /^bucket +layers +bytes +codec/ { rows = 1; next }
+                    rows && /^ *[0-9]+ / { n[$(NF - 4)]++; next }
+                    { rows = 0 }
+                    END { s = ""; for (k in n) s = s (s ? "," : "") k ":" n[k]; print s ? s : "-" }' \
+                    "$OUT/$tag.log")
+                printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$seed" "$rate" "$v" \
+                    "$(echo "$r1" | tr ' ' '\t')" "$(echo "$r2" | tr ' ' '\t')" "$wall" "$rc" \
+                    "$plan" >>"$RUNS"
+                echo "seed $seed $rate $v: to $TARGET: $r1 (iteration, training s, mAP); wall ${wall}s rc $rc plan $plan" >&2
+                rm -rf "$OUT/backup"/*
+            done
+        done
+    done
+fi
+
+# runs.tsv: seed rate variant it1 s1 map1 it2 s2 map2 wall rc plan
+table() { # column of the time (5 or 8), of the iterations (4 or 7), target
+    col=$1; icol=$2; tgt=$3
+    echo "time to mAP@0.5 >= $tgt on data/shapes/valid.txt (training seconds; evaluations not counted), $P lab hosts"
+    echo "| link | variant | reached | median s | spread s | median iterations | vs stock | saving | auto's plan |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
+    for rate in $RATES; do
+        for v in $VARIANTS; do
+            awk -F '\t' -v rate="$rate" -v v="$v" -v col="$col" -v icol="$icol" '
+                function med(a, n,   i, j, t) {
+                    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+                    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+                }
+                $2 == rate && $3 == "stock" && $icol != "NA" { sn++; s[sn] = $col }
+                $2 == rate && $3 == v {
+                    runs++
+                    if ($icol == "NA") { capped = capped (capped ? "," : "") ">" $col; next }
+                    n++; t[n] = $col; it[n] = $icol
+                    if (lo == "" || $col < lo) lo = $col
+                    if ($col > hi) hi = $col
+                    if ($12 != "-") plan = plan (plan ? " " : "") "s" $1 ":" $12
+                }
+                END {
+                    if (!runs) exit
+                    m = n ? med(t, n) : 0; ms = sn ? med(s, sn) : 0
+                    printf "| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s |\n", rate, v, n, runs,
+                        n ? sprintf("%.1f", m) : "-",
+                        (n ? sprintf("%.1f-%.1f", lo, hi) : "") (capped ? " (not reached: " capped ")" : ""),
+                        n ? sprintf("%d", med(it, n)) : "-",
+                        n && ms ? sprintf("%.2f", m / ms) : "-",
+                        n && ms ? sprintf("%.1f%%", 100 * (1 - m / ms)) : "-", plan ? plan : "-"
+                }' "$RUNS"
+        done
+    done
+}
+echo "yolov3-tiny (Debian's cfg, 4 classes, ${RES}x${RES}, batch $BATCH per host), seeds: $(cut -f1 "$RUNS" | sort -u | tr '\n' ' ')"
+table 5 4 "$TARGET"
+[ -z "$TARGET2" ] || { echo; table 8 7 "$TARGET2"; }
