@@ -47,13 +47,9 @@ void sdnn_bn_exact_delta(float *delta, const float *x, const float *mean, const 
                 s2 += d[k] * ((double)xs[k] - mu);
             }
         }
-        double g = scales ? scales[c] : 1.0;
-        double sd = sqrt((double)var[c]);
-        double den = sd + 1e-6;     /* the forward's sqrt(var) + .000001f */
-        double a = g / den;
-        double m = -g * s0 / den / (double)N;
-        double t = sd > 0 && N > 1 ? g * s2 / (den * den * (double)(N - 1) * sd) : 0.0;
-        if (var_delta) var_delta[c] = (float)(sd > 0 ? -g * s2 / (2.0 * den * den * sd) : 0.0);
+        double a, m, t;
+        sdnn_bn_exact_coef(s0, s2, var[c], scales ? scales[c] : 1.0, N, &a, &m, &t,
+                           var_delta ? &var_delta[c] : NULL);
         for (int b = 0; b < batch; ++b) {
             float *d = delta + ((size_t)b * C + c) * S;
             const float *xs = x + ((size_t)b * C + c) * S;

@@ -24,6 +24,7 @@
 #define SDNN_BNFIX_H
 
 #include <darknet.h>
+#include <math.h>
 #include <stddef.h>
 
 /* 1 when layer i's backward runs batch norm (a convolutional or connected
@@ -53,6 +54,21 @@ void (*sdnn_bn_fix_backward(layer *l, network *net, float *bias_sink,
 void sdnn_bn_exact_delta(float *delta, const float *x, const float *mean, const float *var,
                          const float *scales, int batch, int channels, int spatial,
                          float *var_delta);
+
+/* The factors of that delta for one channel of n values (n >= 1), one
+ * formula for bnfix.c and the fused loops of fastlayers.c: from
+ * s0 = sum delta and s2 = sum delta (x - mean), dx = a delta + m - (x - mean) t;
+ * *var_delta (when not NULL) gets dL/dvar. */
+static inline void sdnn_bn_exact_coef(double s0, double s2, float var, double scale, size_t n,
+                                      double *a, double *m, double *t, float *var_delta)
+{
+    double sd = sqrt((double)var);
+    double den = sd + 1e-6;     /* the forward's sqrt(var) + .000001f */
+    *a = scale / den;
+    *m = -scale * s0 / den / (double)n;
+    *t = sd > 0 && n > 1 ? scale * s2 / (den * den * (double)(n - 1) * sd) : 0.0;
+    if (var_delta) *var_delta = (float)(sd > 0 ? -scale * s2 / (2.0 * den * den * sd) : 0.0);
+}
 
 /* Floats bias_sink needs for layer l. */
 size_t sdnn_bn_fix_sink_floats(const layer *l);

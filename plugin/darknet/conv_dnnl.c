@@ -6,6 +6,7 @@
  */
 #include "conv_dnnl.h"
 #include "blas.h"
+#include "fastlayers.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -49,18 +50,18 @@ int sdnn_conv_dnnl_owns(const layer *l) { (void)l; return 0; }
 sdnn_status sdnn_conv_dnnl_ready(const layer *l) { (void)l; return not_built(); }
 sdnn_status sdnn_conv_dnnl_forward(layer l, network net) { (void)l; (void)net; return not_built(); }
 sdnn_status sdnn_conv_dnnl_backward(layer l, network net) { (void)l; (void)net; return not_built(); }
+sdnn_status sdnn_conv_dnnl_backward_ex(layer l, network net, int bn_exact)
+{
+    (void)l;
+    (void)net;
+    (void)bn_exact;
+    return not_built();
+}
 
 #else
 
 #include <dnnl.h>
 #include <omp.h>
-
-void forward_batchnorm_layer(layer l, network net);
-void backward_batchnorm_layer(layer l, network net);
-void add_bias(float *output, float *biases, int batch, int n, int size);
-void backward_bias(float *bias_updates, float *delta, int batch, int n, int size);
-void activate_array(float *x, const int n, const ACTIVATION a);
-void gradient_array(const float *x, const int n, const ACTIVATION a, float *delta);
 
 int sdnn_conv_dnnl_built(void) { return 1; }
 
@@ -497,20 +498,21 @@ sdnn_status sdnn_conv_dnnl_forward(layer l, network net)
     static const int argk[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
     sdnn_status st = run(c, &c->fwd, b, k_io, argk, 0);
     if (st != SDNN_OK) return st;
-    if (l.batch_normalize) forward_batchnorm_layer(l, net);
-    else add_bias(l.output, l.biases, l.batch, l.n, l.out_h * l.out_w);
-    activate_array(l.output, l.outputs * l.batch, l.activation);
+    sdnn_fast_conv_forward_tail(&l, &net);
     return SDNN_OK;
 }
 
 sdnn_status sdnn_conv_dnnl_backward(layer l, network net)
 {
+    return sdnn_conv_dnnl_backward_ex(l, net, 0);
+}
+
+sdnn_status sdnn_conv_dnnl_backward_ex(layer l, network net, int bn_exact)
+{
     conv_state *c = find(l.weights);
     if (!c || !c->built) return SDNN_ERROR(SDNN_ERR_INTERNAL, "oneDNN: backward before ready");
     bound_threads();
-    gradient_array(l.output, l.outputs * l.batch, l.activation, l.delta);
-    if (l.batch_normalize) backward_batchnorm_layer(l, net);
-    else backward_bias(l.bias_updates, l.delta, l.batch, l.n, l.out_w * l.out_h);
+    sdnn_fast_conv_backward_head(&l, &net, bn_exact);
 
     /* the gradients are made at the arena's start (NULL: run() sets it) */
     float *bw[3] = {net.input, l.delta, NULL};

@@ -9,10 +9,10 @@
  * weights and their updates in Darknet's layout (oihw, goihw with groups),
  * l.output and l.delta in NCHW, the same accumulate semantics (the weight
  * gradient and the input gradient are ADDED into l.weight_updates and
- * net.delta), and batch norm, bias and activation through libdarknet's own
- * functions around the convolution (nothing is fused: oneDNN's fused batch
- * norm divides the variance by N and Darknet's forward by N-1, so a fusion
- * would not be the same layer).
+ * net.delta), and batch norm, bias and activation with Darknet's formulas
+ * (not oneDNN's fused batch norm, which divides the variance by N where
+ * Darknet's forward divides by N-1): fastlayers.c's fused loops, one
+ * channel at a time, around the convolution.
  *
  * Each layer of a network gets a state, keyed by its weights pointer (the
  * one pointer each copy of the layer struct Darknet passes around shares):
@@ -68,5 +68,10 @@ sdnn_status sdnn_conv_dnnl_ready(const layer *l);
  * undefined: the step must stop. */
 sdnn_status sdnn_conv_dnnl_forward(layer l, network net);
 sdnn_status sdnn_conv_dnnl_backward(layer l, network net);
+/* The same with bn_exact 1: a batch-normalised layer's backward is the
+ * exact derivative of its forward (fix_bn_delta=1, bnfix.h), fused with
+ * the activation gradient (fastlayers.h); 0 is libdarknet's batch-norm
+ * backward, as sdnn_conv_dnnl_backward. */
+sdnn_status sdnn_conv_dnnl_backward_ex(layer l, network net, int bn_exact);
 
 #endif

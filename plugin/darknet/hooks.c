@@ -8,6 +8,7 @@
 #include "bnfix.h"
 #include "clock.h"
 #include "conv_dnnl.h"
+#include "fastlayers.h"
 #include "replicas.h"
 
 #include <pthread.h>
@@ -18,6 +19,9 @@
 typedef void (*forward_fn)(layer, network);
 typedef void (*backward_fn)(layer, network);
 typedef void (*update_fn)(layer, update_args);
+
+/* libdarknet's (exported, not declared in darknet.h). */
+void forward_maxpool_layer(layer l, network net);
 
 #define NTYPES ((int)BLANK + 1)
 
@@ -120,10 +124,17 @@ static int subdivision(const network *net)
     return (int)((b + s - 1) % s);
 }
 
-static void hook_forward(layer l, network net)
+/* cpu_conv=onednn: [maxpool] of size 2 on fastlayers.c (installed only on
+ * covered layers; a resize keeps size and stride, the check is cheap). */
+static void pool_forward(layer l, network net)
+{
+    if (sdnn_fast_maxpool_covered(&l)) sdnn_fast_maxpool_forward(&l, net.input);
+    else g_forward[l.type](l, net);
+}
+
+static void forward_body(layer l, network net, forward_fn f)
 {
     sdnn_hook_ctx *c = tl_ctx;
-    forward_fn f = l.type == CONVOLUTIONAL ? conv_forward : g_forward[l.type];
     if (!c || (!c->tl && !c->prof)) {
         f(l, net);
         return;
@@ -137,6 +148,15 @@ static void hook_forward(layer l, network net)
                            c->iteration, net.index, subdivision(&net),
                            sdnn_layer_type_name(l.type));
 }
+
+static void hook_forward(layer l, network net)
+{
+    forward_body(l, net, l.type == CONVOLUTIONAL ? conv_forward : g_forward[l.type]);
+}
+
+static void hook_forward_pool(layer l, network net) { forward_body(l, net, pool_forward); }
+
+static int is_forward_hook(forward_fn f) { return f == hook_forward || f == hook_forward_pool; }
 
 /* fix_region_delta: Darknet's GPU region backward on the host (hooks.h):
  * the logistic's derivative on the entries the forward activated with it,
@@ -188,7 +208,12 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn,
         }
     }
     double t0 = c && (c->tl || c->prof) ? sdnn_now_s() : 0;
-    if (bn) {
+    if (bn && l.type == CONVOLUTIONAL && dnnl_usable(&l, net.index)) {
+        /* cpu_conv=onednn: the exact batch-norm backward fused with the
+         * activation gradient (fastlayers.h), then the convolution's */
+        sdnn_status st = sdnn_conv_dnnl_backward_ex(l, net, 1);
+        if (st != SDNN_OK) layer_failed(net.index, st);
+    } else if (bn) {
         /* fix_bn_delta: the exact batch-norm backward first (bnfix.h), then
          * the rest of the layer's own backward. */
         float *sink = malloc(sdnn_bn_fix_sink_floats(&l) * sizeof *sink);
@@ -452,8 +477,12 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
             st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED, "layer %d has unknown type %d", i, t);
             break;
         }
-        int own_fwd = forward || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
-        if (own_fwd && l->forward && l->forward != hook_forward) {
+        /* cpu_conv=onednn: [maxpool]'s forward on fastlayers.c */
+        int pool = (fixes & SDNN_HOOK_ONEDNN) && t == MAXPOOL &&
+                   (l->forward == forward_maxpool_layer || l->forward == hook_forward_pool) &&
+                   sdnn_fast_maxpool_covered(l);
+        int own_fwd = forward || pool || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
+        if (own_fwd && l->forward && !is_forward_hook(l->forward)) {
             if (g_forward[t] && g_forward[t] != l->forward) {
                 st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
                                 "layer %d (%s) has its own forward function; cannot hook it", i,
@@ -461,7 +490,7 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
                 break;
             }
             g_forward[t] = l->forward;
-            l->forward = hook_forward;
+            l->forward = pool ? hook_forward_pool : hook_forward;
         }
         if (st != SDNN_OK) break;
         if (!l->backward) continue;
@@ -494,7 +523,7 @@ void sdnn_hooks_uninstall(network *net)
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
-        if (l->forward == hook_forward) l->forward = g_forward[l->type];
+        if (is_forward_hook(l->forward)) l->forward = g_forward[l->type];
         if (l->update == hook_update) l->update = g_update[l->type];
         if (is_backward_hook(l->backward)) l->backward = g_backward[l->type];
     }

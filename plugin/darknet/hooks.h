@@ -54,7 +54,9 @@ enum { SDNN_FIX_1X1 = 1, SDNN_FIX_BN = 2, SDNN_HOOK_ONEDNN = 4, SDNN_FIX_REGION 
  * the layers sdnn_bn_fix_applies names get the exact batch-norm backward,
  * bnfix.h), SDNN_HOOK_ONEDNN (cpu_conv=onednn: the convolutions
  * sdnn_conv_dnnl_eligible names run on oneDNN, conv_dnnl.h; their forward
- * is wrapped too, and they need no 1x1 fix since oneDNN's backward adds). */
+ * is wrapped too, and they need no 1x1 fix since oneDNN's backward adds;
+ * their batch norm, bias and activation, and the forward of [maxpool] of
+ * size 2, run on fastlayers.h's loops). */
 sdnn_status sdnn_hooks_install(network *net, int forward, int fixes);
 /* 1 when the hooks are installed on `net`. */
 int sdnn_hooks_installed(const network *net);
