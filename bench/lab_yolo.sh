@@ -47,14 +47,9 @@ OUT=${OUT:-runs/lab-yolo}
 mkdir -p "$OUT"
 RAW=$OUT/raw.tsv
 [ -x ./darknet ] || make -j2 >/dev/null
-[ -f data/shapes/train.txt ] || ./darknet scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null
-sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
-mkdir -p "$OUT/backup"
-
 base=$OUT/yolov3-tiny-shapes.cfg
 . bench/tiny_cfg.sh
-tiny_cfg "$base" "$RES" "$BATCH" -e "s/^learning_rate=0.001/learning_rate=0.002/" \
-    -e "s/^steps=400000,450000/steps=80000,90000/" ||
+lab_setup "$OUT" "$RES" "$BATCH" ||
     { echo "lab_yolo: Debian's yolov3-tiny.cfg is not the expected one" >&2; exit 1; }
 for v in none $VARIANTS; do   # y-none.cfg: also the profile's and the simulator's
     mode=scalednn; codec=$v; bucket=4; allow=""

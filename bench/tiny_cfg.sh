@@ -1,4 +1,4 @@
-# bench/tiny_cfg.sh: sourced by bench scripts (lab_yolo.sh, bench_cpu_conv.sh).
+# bench/tiny_cfg.sh: sourced by bench scripts (lab_yolo.sh, tta_lab.sh, bench_cpu_conv.sh).
 #   tiny_cfg OUT_CFG RES BATCH [SED_ARG ...]
 # Writes Debian's yolov3-tiny.cfg for the shapes set: RES x RES input, BATCH images a
 # step, 4 classes, the shapes set's anchors (cfg/shapes.cfg, 64x64 pixels) scaled to
@@ -16,4 +16,18 @@ tiny_cfg() {
         -e "s/^burn_in=1000/burn_in=100/" -e "s/^max_batches *= *500200/max_batches=100000/" \
         "$@" /usr/share/darknet/cfg/yolov3-tiny.cfg >"$tc_out" || return 1
     grep -q "^width=$tc_res" "$tc_out" && grep -q "^filters=27" "$tc_out"
+}
+
+# lab_setup OUT RES BATCH: the lab scripts' (lab_yolo.sh, tta_lab.sh) common start in folder
+# OUT: the shapes set (generated if missing), OUT/shapes.data with backup=OUT/backup, and
+# OUT/yolov3-tiny-shapes.cfg: tiny_cfg with lr 0.002 and the lr steps at 80000,90000 (a
+# from-scratch run).  Returns non-zero when Debian's cfg is not the expected one.
+lab_setup() {
+    ls_out=$1 ls_res=$2 ls_batch=$3
+    [ -f data/shapes/train.txt ] ||
+        ./darknet scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null || return 1
+    sed "s#^backup=.*#backup=$ls_out/backup#" cfg/shapes.data >"$ls_out/shapes.data" || return 1
+    mkdir -p "$ls_out/backup"
+    tiny_cfg "$ls_out/yolov3-tiny-shapes.cfg" "$ls_res" "$ls_batch" \
+        -e "s/^learning_rate=0.001/learning_rate=0.002/" -e "s/^steps=400000,450000/steps=80000,90000/"
 }

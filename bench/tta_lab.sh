@@ -54,14 +54,9 @@ mkdir -p "$OUT"
 if [ "${TABLE_ONLY:-0}" = 0 ]; then
     make -j2 >/dev/null
     cp ./darknet "$OUT/darknet"
-    [ -f data/shapes/train.txt ] ||
-        ./darknet scalednn gen-shapes data/shapes -n 512 -valid 64 -seed 1 >/dev/null
-    sed "s#^backup=.*#backup=$OUT/backup#" cfg/shapes.data >"$OUT/shapes.data"
-    mkdir -p "$OUT/backup"
     base=$OUT/yolov3-tiny-shapes.cfg
     . bench/tiny_cfg.sh
-    tiny_cfg "$base" "$RES" "$BATCH" -e "s/^learning_rate=0.001/learning_rate=0.002/" \
-        -e "s/^steps=400000,450000/steps=80000,90000/" ||
+    lab_setup "$OUT" "$RES" "$BATCH" ||
         { echo "tta_lab: Debian's yolov3-tiny.cfg is not the expected one" >&2; exit 1; }
     for v in $VARIANTS; do
         { cat "$base"; printf '\n[scalednn]\n'
