@@ -48,6 +48,7 @@
 #include "conv_dnnl.h"
 #include "fastlayers.h"
 #include "hooks.h"
+#include "replicas.h"
 #include "testutil.h"
 
 void activate_array(float *x, const int n, const ACTIVATION a);
@@ -277,8 +278,8 @@ static void test_bn_forward(void **state)
         assert_true(t.mean <= 1 && t.var <= 1 && t.rolling <= 1 && t.xnorm <= 1 && t.out <= 1);
         assert_true(f.out <= 1);
         free(y);
-        free_network(na);
-        free_network(nd);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
     }
 }
 
@@ -332,8 +333,8 @@ static void test_bn_forward_can_fail(void **state)
     assert_true(w.var > 1);
     free(y);
     free(yp);
-    free_network(na);
-    free_network(nd);
+    sdnn_network_free(na);
+    sdnn_network_free(nd);
 }
 
 /* Without batch norm: bias + activation, bit for bit. */
@@ -364,8 +365,8 @@ static void test_bias_forward_exact(void **state)
         sdnn_fast_conv_backward_head(ld, nd, 1);
         assert_memory_equal(la->delta, ld->delta, n * sizeof(float));
         assert_memory_equal(la->bias_updates, ld->bias_updates, (size_t)s->c * sizeof(float));
-        free_network(na);
-        free_network(nd);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
     }
 }
 
@@ -462,8 +463,8 @@ static void test_bn_backward_exact(void **state)
                       "%.3f delta %.3f\n",
                       s->batch, s->c, s->h, s->w, s->act_name, w.bias, w.scale, w.delta);
         assert_true(w.bias <= 1 && w.scale <= 1 && w.delta <= 1);
-        free_network(na);
-        free_network(nd);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
     }
 }
 
@@ -479,8 +480,8 @@ static void test_bn_backward_can_fail(void **state)
     bwd_err w = run_backward(na, nd, s, &sd, 0);
     print_message("against libdarknet's inexact backward: delta %.3g (must exceed 1)\n", w.delta);
     assert_true(w.delta > 1);
-    free_network(na);
-    free_network(nd);
+    sdnn_network_free(na);
+    sdnn_network_free(nd);
 }
 
 /* fix_bn_delta=0: the activation gradient, then libdarknet's batch-norm
@@ -512,8 +513,8 @@ static void test_bn_backward_darknet(void **state)
         assert_memory_equal(la->delta, ld->delta, n * sizeof(float));
         assert_memory_equal(la->bias_updates, ld->bias_updates, C * sizeof(float));
         assert_memory_equal(la->scale_updates, ld->scale_updates, C * sizeof(float));
-        free_network(na);
-        free_network(nd);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
     }
 }
 
@@ -640,15 +641,15 @@ static void test_maxpool(void **state)
         free(nan);
         free(x);
         free(last);
-        free_network(na);
-        free_network(nd);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
     }
     /* a shape the fast path leaves to libdarknet */
     network *n3 = tu_parse("[net]\nbatch=1\nwidth=6\nheight=6\nchannels=1\n\n"
                            "[maxpool]\nsize=3\nstride=2\n");
     assert_non_null(n3);
     assert_false(sdnn_fast_maxpool_covered(&n3->layers[0]));
-    free_network(n3);
+    sdnn_network_free(n3);
 }
 
 /* The hooks put [maxpool]'s forward on the fast path only with
@@ -697,8 +698,8 @@ static void test_maxpool_hook(void **state)
     for (int i = 0; i < 3; ++i) assert_true(nd->layers[i].forward == forward_maxpool_layer);
     sdnn_hooks_uninstall(na);
     free(x);
-    free_network(na);
-    free_network(nd);
+    sdnn_network_free(na);
+    sdnn_network_free(nd);
 }
 
 int main(void)

@@ -356,10 +356,23 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
          * (device buffers on a device engine), process 0's agreed by all;
          * the planner itself never calls a comm (measure.h). */
         sdnn_plan_measured pm;
+        /* compress=auto in one process on the cpu engine, over the probed
+         * link: the replicas' exchange is a sum in memory, and a codec's
+         * encode and decode move more memory than they save there, so the
+         * plan chooses buckets only (a link named in the cfg is planned
+         * for as given). */
+        sdnn_config pc = *cfg;
+        if (strcmp(cfg->compress, "auto") == 0 && strcmp(backend, "local") == 0 &&
+            strcmp(t->eng->ops->name, "cpu") == 0 && sdnn_autoplan_needs_link(cfg, t->world)) {
+            snprintf(pc.compress_allow, sizeof pc.compress_allow, "none");
+            fprintf(stderr, "scalednn: compress=auto: one process on the cpu engine exchanges "
+                    "through memory, where no codec pays for its encoding; buckets are planned "
+                    "uncompressed\n");
+        }
         SDNN_CHECKGOTO(sdnn_measure_for_plan(t->eng, sdnn_exchange_comm(t->ex), t->comm, n,
-                                             t->world, cfg, &pm), st, fail);
+                                             t->world, &pc, &pm), st, fail);
         sdnn_plan_agree ag = sdnn_plan_agree_over(t->comm);
-        SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->world, cfg, &pm, &ag, &t->ap), st,
+        SDNN_CHECKGOTO(sdnn_autoplan_create(nets[0], n, t->world, &pc, &pm, &ag, &t->ap), st,
                        fail);
         if (pm.have_link) {
             measured = pm.link;
