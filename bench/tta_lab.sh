@@ -27,6 +27,10 @@
 # counts every host's images); in stock mode 1 per local step and, at each
 # weight average, P x the steps so far, so both count P x steps at a sync.
 #
+# Then the iteration factors of fp16, int8 and topk against none (median
+# over seeds and links), and compress=auto's predicted time to accuracy
+# against the measured one for the auto and defaults runs.
+#
 # Settings (environment): P=2 RES=128 BATCH=8 RATES VARIANTS SEEDS TARGET=0.10
 # TARGET2 (empty: none) EVERY=50 MAX_ITERS=3000 CAP_S=900 APPEND=0 (1: keep the
 # earlier runs in runs/tta-lab/runs.tsv and add to them) TABLE_ONLY=1 (only the
@@ -163,3 +167,70 @@ table() { # column of the time (5 or 8), of the iterations (4 or 7), target
 echo "yolov3-tiny (Debian's cfg, 4 classes, ${RES}x${RES}, batch $BATCH per host), seeds: $(cut -f1 "$RUNS" | sort -u | tr '\n' ' ')"
 table 5 4 "$TARGET"
 [ -z "$TARGET2" ] || { echo; table 8 7 "$TARGET2"; }
+
+# Iteration factors: iterations to TARGET with a codec / with none, per seed and
+# link (separate trainings of the same seed), and their median over every
+# (seed, link) pair where both reached it: what iter_factor= defaults are set
+# from (plan.h).
+echo
+echo "iteration factors to $TARGET against none (iterations with the codec / with none)"
+echo "| codec | per seed and link | median | n |"
+echo "|---|---|---:|---:|"
+for v in fp16 int8 topk; do
+    awk -F '\t' -v v="$v" '
+        $3 == "none" && $4 != "NA" { none[$1 " " $2] = $4 }
+        $3 == v && $4 != "NA" { it[$1 " " $2] = $4 }
+        END {
+            n = 0; s = ""
+            for (k in it) if (k in none) { n++; f[n] = it[k] / none[k]; s = s (s ? ", " : "") "s" k ": " sprintf("%.2f", f[n]) }
+            if (!n) exit
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && f[j - 1] > f[j]; j--) { t = f[j]; f[j] = f[j - 1]; f[j - 1] = t }
+            m = n % 2 ? f[(n + 1) / 2] : (f[n / 2] + f[n / 2 + 1]) / 2
+            printf "| %s | %s | %.2f | %d |\n", v, s, m, n
+        }' "$RUNS"
+done
+
+# The planner's prediction against the measurement, for the planned rows: each
+# plan of the run's log (a drift re-plan makes another) with the iteration it
+# took over at, its codecs, its "predicted: time to accuracy N x F x step S ms"
+# (F the plan's iteration factor, S its predicted step); predicted time to
+# accuracy N x F x S for the first plan and for the last, N = none's steps to
+# TARGET on that link and seed (iterations / P); the measured step = the
+# run's training time / its steps to TARGET.
+echo
+echo "compress=auto's prediction (N x factor x predicted step; N = none's steps to $TARGET, same seed and link) against the measurement"
+echo "| seed | link | variant | plans (codec:buckets from iteration) | factor first/last | predicted step ms first/last | measured step ms | predicted s first/last | measured s |"
+echo "|---|---|---|---|---:|---:|---:|---:|---:|"
+for seed in $(cut -f1 "$RUNS" | sort -u); do
+    for rate in $RATES; do
+        for v in auto defaults; do
+            log=$OUT/$rate-$v-s$seed.log
+            [ -f "$log" ] || continue
+            plans=$(awk '
+                /scalednn: plan [0-9]+ / { k++; delete n; rows = 0; want = 1; next }
+                /^bucket +layers +bytes +codec/ { rows = 1; next }
+                rows && /^ *[0-9]+ / { n[$(NF - 4)]++; next }
+                { rows = 0 }
+                /^predicted: time to accuracy N x / { f[k] = $7; st[k] = $10
+                    c = ""; for (x in n) c = c (c ? "," : "") x ":" n[x]; codecs[k] = c }
+                want && /^[0-9]+: / { sub(":", "", $1); from[k] = $1; want = 0 }
+                END { for (i = 1; i <= k; i++) if (i in f) printf "%s %s %s %s\n", codecs[i], from[i], f[i], st[i] }' "$log")
+            [ -n "$plans" ] || continue
+            echo "$plans" | awk -F '\t' -v seed="$seed" -v rate="$rate" -v v="$v" -v P="$P" -v runs="$RUNS" '
+                { np++; split($0, q, " "); pc[np] = q[1]; pf[np] = q[2]; fa[np] = q[3]; stp[np] = q[4] }
+                END {
+                    while ((getline line < runs) > 0) {
+                        split(line, r, "\t")
+                        if (r[1] == seed && r[2] == rate && r[3] == "none" && r[4] != "NA") n = r[4] / P
+                        if (r[1] == seed && r[2] == rate && r[3] == v) { it = r[4]; s = r[5] }
+                    }
+                    if (!n || it == "NA" || it == "") exit
+                    h = ""; for (i = 1; i <= np; i++) if (i == 1 || pf[i] + 0 <= it + 0) h = h (h ? "; " : "") pc[i] " from " pf[i]
+                    last = np; while (last > 1 && pf[last] + 0 > it + 0) last--
+                    printf "| %s | %s | %s | %s | %.2f/%.2f | %.0f/%.0f | %.0f | %.1f/%.1f | %.1f |\n", seed, rate, v, h,
+                        fa[1], fa[last], stp[1], stp[last], 1000 * s / (it / P),
+                        n * fa[1] * stp[1] / 1000, n * fa[last] * stp[last] / 1000, s
+                }'
+        done
+    done
+done

@@ -2,7 +2,8 @@
 """PyTorch reference for bench/gpu: yolov3-tiny training throughput.
 
 Reads the layers of a Darknet cfg (convolutional with batch norm and
-leaky/linear, maxpool, upsample, route, yolo) and builds the same network
+leaky/linear, maxpool, upsample, route, shortcut with a linear activation,
+yolo) and builds the same network
 in PyTorch; trains it with SGD (momentum 0.9, weight decay 5e-4) on random
 in-memory batches and prints images/s.  The loss is a plain squared error
 on the two heads' outputs: Darknet's YOLO loss runs on the host in both
@@ -69,6 +70,11 @@ class Net(nn.Module):
                 idx = [i if i >= 0 else len(outs) + i for i in idx]
                 b["_idx"] = idx
                 c = sum(outs[i] for i in idx)
+            elif t == "shortcut":
+                i = int(b["from"])
+                b["_from"] = i if i >= 0 else len(outs) + i
+                if b.get("activation", "linear") != "linear" or outs[b["_from"]] != c:
+                    raise ValueError("shortcut: only a linear one of equal channels")
             self.mods.append(m)
             outs.append(c)
 
@@ -78,6 +84,8 @@ class Net(nn.Module):
             t = b["type"]
             if t == "route":
                 x = torch.cat([seen[i] for i in b["_idx"]], 1)
+            elif t == "shortcut":
+                x = x + seen[b["_from"]]
             elif t == "yolo":
                 heads.append(x)
             else:

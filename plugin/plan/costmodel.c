@@ -86,33 +86,46 @@ sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *
 sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
                           sdnn_link *out)
 {
+    enum { MAXN = 32 };
     if (n < 2) return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: %d timings, need 2 or more", n);
+    if (n > MAXN) return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: %d timings, at most %d", n, MAXN);
     if (world < 2)
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: a world of %d moves nothing", world);
-    /* Weights 1/t^2: the residual of each point relative to its time. */
-    double sw = 0, sx = 0, sxx = 0, sy = 0, sxy = 0;
+    int ix[MAXN];
     for (int i = 0; i < n; ++i) {
-        if (!(secs[i] > 0) || !isfinite(secs[i]) || !(bytes[i] >= 0))
+        if (!(secs[i] > 0) || !isfinite(secs[i]) || !(bytes[i] >= 0) || !isfinite(bytes[i]))
             return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: timing %d (%g s for %g bytes) is "
                               "not a positive time", i, secs[i], bytes[i]);
-        double w = 1.0 / (secs[i] * secs[i]);
-        sw += w;
-        sx += w * bytes[i];
-        sxx += w * bytes[i] * bytes[i];
-        sy += w * secs[i];
-        sxy += w * bytes[i] * secs[i];
+        int j = i;              /* insertion sort of the indices by size */
+        for (; j > 0 && bytes[ix[j - 1]] > bytes[i]; --j) ix[j] = ix[j - 1];
+        ix[j] = i;
     }
-    double det = sw * sxx - sx * sx;
-    if (!(det > 1e-12 * sw * sxx))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: every timing has the same size");
-    double a = (sxx * sy - sx * sxy) / det;
-    double b = (sw * sxy - sx * sy) / det;
-    if (a < 0) {                 /* no measurable latency: fit through 0 */
-        a = 0;
-        b = sxy / sxx;
+    /* The slope from the larger half of the sizes (at least 2): ordinary
+     * least squares of time on size. */
+    int nl = n - n / 2 < 2 ? 2 : n - n / 2, lo = n - nl;
+    double mx = 0, my = 0;
+    for (int k = lo; k < n; ++k) {
+        mx += bytes[ix[k]] / nl;
+        my += secs[ix[k]] / nl;
     }
+    double sxx = 0, sxy = 0;
+    for (int k = lo; k < n; ++k) {
+        double dx = bytes[ix[k]] - mx;
+        sxx += dx * dx;
+        sxy += dx * (secs[ix[k]] - my);
+    }
+    if (!(sxx > 1e-12 * mx * mx))
+        return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: the %d largest timings have the same "
+                          "size (%g bytes)", nl, mx);
+    double b = sxy / sxx;
     if (!(b > 0))
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: times do not grow with the size");
+    /* The latency: what the smaller sizes (or the smallest, when every
+     * size is in the larger half) took beyond the slope's time. */
+    int ns = lo > 0 ? lo : 1;
+    double a = 0;
+    for (int k = 0; k < ns; ++k) a += (secs[ix[k]] - b * bytes[ix[k]]) / ns;
+    if (a < 0) a = 0;            /* no measurable latency (or a shaper's burst) */
     double steps = 2.0 * (world - 1);
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "measured");

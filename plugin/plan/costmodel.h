@@ -55,11 +55,16 @@ const sdnn_link *sdnn_link_at(int i);
 /* An explicit link ("custom"): GB/s (1e9 bytes/s) and microseconds. */
 sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *out);
 
-/* Least-squares fit of measured allreduce times to the ring formula:
+/* Fit of measured allreduce times to the ring formula
  * t(S) = 2(W-1) alpha + 2(W-1)/W * S/beta for a buffer of S bytes per rank
- * on W >= 2 ranks.  The fit minimises the relative error, so small sizes
- * (latency) count as much as large ones (bandwidth).  alpha < 0 is clamped
- * to 0.  SDNN_ERR_INVALID when n < 2, W < 2, sizes are all equal or the
+ * on W >= 2 ranks (n <= 32 timings, any order).  beta comes from the
+ * larger half of the sizes (at least 2; least squares), where the buckets
+ * the planner prices live; alpha from what the smaller half took beyond
+ * that slope, clamped to 0.  Small transfers can run faster than the
+ * link's sustained rate (a shaper's burst, as tc tbf's; a cache): a fit
+ * over every size weighted by relative error let them set the slope and
+ * read 0.37-0.53 GB/s on a 0.125 GB/s link (issue 29).  SDNN_ERR_INVALID
+ * when n < 2 or n > 32, W < 2, the largest sizes are all equal or the
  * times do not grow with the size. */
 sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
                           sdnn_link *out);
