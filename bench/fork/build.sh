@@ -8,7 +8,8 @@
 # Defaults: $FORK_SRC / $FORK_BUILD, else ${TMPDIR:-/tmp}/scalednn-fork/{src,build}.
 # Re-runnable: an existing clone is reused (fetched again only when FORK_UPDATE=1), an
 # existing build is only rebuilt. Prints the commit on the last line ("fork commit: HASH").
-# Needs cmake, g++, libopencv-dev, libopenblas64-dev (Debian packages).
+# Needs cmake, g++, libopencv-dev, libopenblas64-dev, protobuf-compiler, libprotobuf-dev
+# (Debian packages; the fork's ONNX export needs the last two).
 set -eu
 if [ $# -lt 1 ]; then
     echo "usage: sh bench/fork/build.sh SOURCE [SRCDIR] [BUILDDIR]" >&2
