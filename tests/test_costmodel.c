@@ -461,6 +461,11 @@ static void test_link_fit(void **state)
     assert_int_equal(sdnn_link_fit(shuffled, t, 4, 2, &fit), SDNN_OK);
     assert_true(fabs(fit.beta_Bps / rate - 1) < 1e-9);
     assert_true(fit.alpha_s >= 0 && fit.alpha_s <= alpha);
+    /* The 1 MiB timing preempted above the 4 MiB one: the slope over every
+     * size, still positive, rather than a failed probe. */
+    const double pre[] = {1e-4, 4e-4, 9e-3, 8e-3};
+    assert_int_equal(sdnn_link_fit(sizes, pre, 4, 2, &fit), SDNN_OK);
+    assert_true(fit.beta_Bps > 0 && isfinite(fit.beta_Bps));
 
     const double same[] = {1024, 1024}, flat[] = {1e-3, 1e-3}, falling[] = {2e-3, 1e-3};
     assert_int_equal(sdnn_link_fit(sizes, t, 1, 2, &fit), SDNN_ERR_INVALID);

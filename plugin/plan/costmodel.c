@@ -118,6 +118,20 @@ sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int wo
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: the %d largest timings have the same "
                           "size (%g bytes)", nl, mx);
     double b = sxy / sxx;
+    if (!(b > 0) && lo > 0) {
+        /* the larger sizes alone do not grow (a preempted timing on a busy
+         * machine): the least-squares slope over every size */
+        double ax = 0, ay = 0, axx = 0, axy = 0;
+        for (int k = 0; k < n; ++k) {
+            ax += bytes[ix[k]] / n;
+            ay += secs[ix[k]] / n;
+        }
+        for (int k = 0; k < n; ++k) {
+            axx += (bytes[ix[k]] - ax) * (bytes[ix[k]] - ax);
+            axy += (bytes[ix[k]] - ax) * (secs[ix[k]] - ay);
+        }
+        b = axx > 0 ? axy / axx : 0;
+    }
     if (!(b > 0))
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: times do not grow with the size");
     /* The latency: what the smaller sizes (or the smallest, when every

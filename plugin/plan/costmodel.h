@@ -63,7 +63,9 @@ sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *
  * that slope, clamped to 0.  Small transfers can run faster than the
  * link's sustained rate (a shaper's burst, as tc tbf's; a cache): a fit
  * over every size weighted by relative error let them set the slope and
- * read 0.37-0.53 GB/s on a 0.125 GB/s link (issue 29).  SDNN_ERR_INVALID
+ * read 0.37-0.53 GB/s on a 0.125 GB/s link (issue 29).  When the larger
+ * sizes alone do not grow (a preempted timing), the slope is the least-squares
+ * one over every size.  SDNN_ERR_INVALID
  * when n < 2 or n > 32, W < 2, the largest sizes are all equal or the
  * times do not grow with the size. */
 sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
