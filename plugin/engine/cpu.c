@@ -262,6 +262,7 @@ static sdnn_status cpu_resize(sdnn_engine *e, int w, int h)
 
 const sdnn_engine_ops sdnn_engine_cpu = {
     .name = "cpu",
+    .host_memory = 1,
     .available = cpu_available,
     .create = cpu_create,
     .destroy = cpu_destroy,

@@ -163,6 +163,9 @@ typedef struct sdnn_engine_bad {
 
 typedef struct sdnn_engine_ops {
     const char *name;
+    /* 1 when the replicas' buffers are host memory of this process, so the
+     * local backend's exchange between them is a sum in memory (cpu). */
+    int host_memory;
     /* 1 when this build and machine can run the engine for `ndev` replicas
      * (gpu: a GPU runtime with at least ndev devices); else 0 and, when
      * why != NULL, the reason. */

@@ -83,6 +83,27 @@ sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *
     return SDNN_OK;
 }
 
+/* Least-squares slope of secs on bytes over the sizes ix[from..to) (the
+ * indices sorted by size); *mean_bytes = their mean size.  0 when the
+ * sizes do not differ. */
+static double ols_slope(const double *bytes, const double *secs, const int *ix, int from, int to,
+                        double *mean_bytes)
+{
+    double mx = 0, my = 0, sxx = 0, sxy = 0;
+    int m = to - from;
+    for (int k = from; k < to; ++k) {
+        mx += bytes[ix[k]] / m;
+        my += secs[ix[k]] / m;
+    }
+    for (int k = from; k < to; ++k) {
+        double dx = bytes[ix[k]] - mx;
+        sxx += dx * dx;
+        sxy += dx * (secs[ix[k]] - my);
+    }
+    *mean_bytes = mx;
+    return sxx > 1e-12 * mx * mx ? sxy / sxx : 0;
+}
+
 sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int world,
                           sdnn_link *out)
 {
@@ -103,35 +124,14 @@ sdnn_status sdnn_link_fit(const double *bytes, const double *secs, int n, int wo
     /* The slope from the larger half of the sizes (at least 2): ordinary
      * least squares of time on size. */
     int nl = n - n / 2 < 2 ? 2 : n - n / 2, lo = n - nl;
-    double mx = 0, my = 0;
-    for (int k = lo; k < n; ++k) {
-        mx += bytes[ix[k]] / nl;
-        my += secs[ix[k]] / nl;
-    }
-    double sxx = 0, sxy = 0;
-    for (int k = lo; k < n; ++k) {
-        double dx = bytes[ix[k]] - mx;
-        sxx += dx * dx;
-        sxy += dx * (secs[ix[k]] - my);
-    }
-    if (!(sxx > 1e-12 * mx * mx))
+    double mx, all_mx;
+    double b = ols_slope(bytes, secs, ix, lo, n, &mx);
+    if (bytes[ix[n - 1]] - bytes[ix[lo]] <= 1e-6 * mx)
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: the %d largest timings have the same "
                           "size (%g bytes)", nl, mx);
-    double b = sxy / sxx;
-    if (!(b > 0) && lo > 0) {
-        /* the larger sizes alone do not grow (a preempted timing on a busy
-         * machine): the least-squares slope over every size */
-        double ax = 0, ay = 0, axx = 0, axy = 0;
-        for (int k = 0; k < n; ++k) {
-            ax += bytes[ix[k]] / n;
-            ay += secs[ix[k]] / n;
-        }
-        for (int k = 0; k < n; ++k) {
-            axx += (bytes[ix[k]] - ax) * (bytes[ix[k]] - ax);
-            axy += (bytes[ix[k]] - ax) * (secs[ix[k]] - ay);
-        }
-        b = axx > 0 ? axy / axx : 0;
-    }
+    /* the larger sizes alone do not grow (a preempted timing on a busy
+     * machine): the least-squares slope over every size */
+    if (!(b > 0) && lo > 0) b = ols_slope(bytes, secs, ix, 0, n, &all_mx);
     if (!(b > 0))
         return SDNN_ERROR(SDNN_ERR_INVALID, "link fit: times do not grow with the size");
     /* The latency: what the smaller sizes (or the smallest, when every

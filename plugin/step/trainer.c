@@ -356,14 +356,14 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
          * (device buffers on a device engine), process 0's agreed by all;
          * the planner itself never calls a comm (measure.h). */
         sdnn_plan_measured pm;
-        /* compress=auto in one process on the cpu engine, over the probed
+        /* compress=auto in one process on an engine of host memory, over the probed
          * link: the replicas' exchange is a sum in memory, and a codec's
          * encode and decode move more memory than they save there, so the
          * plan chooses buckets only (a link named in the cfg is planned
          * for as given). */
         sdnn_config pc = *cfg;
         if (strcmp(cfg->compress, "auto") == 0 && strcmp(backend, "local") == 0 &&
-            strcmp(t->eng->ops->name, "cpu") == 0 && sdnn_autoplan_needs_link(cfg, t->world)) {
+            t->eng->ops->host_memory && sdnn_autoplan_needs_link(cfg, t->world)) {
             snprintf(pc.compress_allow, sizeof pc.compress_allow, "none");
             fprintf(stderr, "scalednn: compress=auto: one process on the cpu engine exchanges "
                     "through memory, where no codec pays for its encoding; buckets are planned "
