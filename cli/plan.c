@@ -217,7 +217,7 @@ int sdnn_cmd_plan(int argc, char **argv)
     printf("codecs allowed: %s\n", desc);
     sdnn_plan_describe_factors(&env, fa, desc, sizeof desc);
     printf("iteration factors (iterations to the target against none's, %s): %s; the plans "
-           "minimise time to accuracy = step x factor\n",
+           "minimise time to accuracy = step x factor (a plan's: its buckets' weighted by bytes)\n",
            conf.iter_factor[0] ? "the cfg's iter_factor= over the codecs' own"
                                : "the codecs' own, iter_factor= overrides",
            desc);
@@ -235,7 +235,7 @@ int sdnn_cmd_plan(int argc, char **argv)
     sdnn_plan_print(stdout, &autop, &env);
     sdnn_plan_print_prediction(stdout, "predicted", &autop);
     sdnn_plan_print_wire(stdout, "predicted", &autop, &env);
-    sdnn_plan_print_tta(stdout, "predicted", &autop, &env);
+    sdnn_plan_print_tta(stdout, "predicted", &autop, &env, fa);
     char what[128];
     char bucket[32];
     if (cfg_auto_buckets) snprintf(bucket, sizeof bucket, "auto");
@@ -243,7 +243,7 @@ int sdnn_cmd_plan(int argc, char **argv)
     snprintf(what, sizeof what, "cfg plan (bucket_mb=%s, compress=%s)", bucket, conf.compress);
     sdnn_plan_print_prediction(stdout, what, &cfgp);
     sdnn_plan_print_wire(stdout, what, &cfgp, &envc);
-    sdnn_plan_print_tta(stdout, what, &cfgp, &envc);
+    sdnn_plan_print_tta(stdout, what, &cfgp, &envc, fc);
     if (verbose) {
         printf("\n%s:\n", what);
         sdnn_plan_print(stdout, &cfgp, &envc);

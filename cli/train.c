@@ -255,6 +255,7 @@ typedef struct run {
     char *base;
     int train_count;
     double last_eval_s;
+    int replan_notes;          /* sdnn_autoplan_print_note's count, printed so far */
     double best_map;         /* -map: the best so far (NAME_best.weights), -1 before */
     int map_letter_box;      /* -map letterboxes: [net] letter_box=1 or -letter_box, as the fork */
     sdnn_chart chart;        /* chart.png (detector) */
@@ -565,6 +566,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
             sdnn_autoplan_print(sdnn_trainer_autoplan(R->t), stdout);
             fflush(stdout);
         }
+        sdnn_autoplan_print_note(sdnn_trainer_autoplan(R->t), &R->replan_notes, stdout);
         double map = -1;
         if (R->valid && (crossed(before, i, (size_t)R->job->map_every) ||
                          i >= (size_t)net->max_batches)) {

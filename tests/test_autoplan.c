@@ -329,7 +329,25 @@ static void test_drift_replans(void **state)
     sdnn_trainer *t = trainer(2, "bucket_mb=auto\nprofile_iters=1\nreplan_drift=0.000001\n");
     uint64_t seed = 3;
     for (int i = 0; i < 26; ++i) step(t, &seed);
-    assert_true(sdnn_autoplan_count(sdnn_trainer_autoplan(t)) >= 2);
+    const sdnn_autoplan *a = sdnn_trainer_autoplan(t);
+    assert_true(sdnn_autoplan_count(a) >= 2);
+    /* a re-plan that kept the running plan says so once, and only then */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int seen = 0;
+    sdnn_autoplan_print_note(a, &seen, f);
+    sdnn_autoplan_print_note(a, &seen, f);
+    sdnn_autoplan_print_note(NULL, &seen, f);
+    fclose(f);
+    const char *kept = strstr(buf, "kept the running plan");
+    if (seen > 0) {
+        assert_non_null(kept);
+        assert_null(strstr(kept + 1, "kept the running plan"));
+    } else {
+        assert_int_equal(len, 0);
+    }
+    free(buf);
     assert_true(tu_params_equal(sdnn_trainer_net(t, 0), sdnn_trainer_net(t, 1)));
     sdnn_trainer_destroy(t);
 }

@@ -521,13 +521,26 @@ static sdnn_cost_profile random_profile(int n, int m_exact)
     return p;
 }
 
+/* The buckets' codecs' factors weighted by the buckets' bytes (1 without
+ * factors or bytes), summed here in their own order. */
+static double plan_factor(const double *f, const sdnn_cm_bucket *b, int nb)
+{
+    double fb = 0, bytes = 0;
+    for (int j = 0; f && j < nb; ++j) {
+        fb += b[j].bytes * f[b[j].codec];
+        bytes += b[j].bytes;
+    }
+    return bytes > 0 ? fb / bytes : 1.0;
+}
+
 typedef struct brute {
     const sdnn_cost_profile *p;
     const sdnn_cm_env *e;
     const sdnn_plan_opts *o;
     int q[16];       /* exchanged layers, last first */
     int m;
-    double best;
+    double best;      /* the least step x weighted factor */
+    double best_max;  /* the least step x largest factor */
     long tried;
 } brute;
 
@@ -538,12 +551,14 @@ static void brute_codecs(brute *bf, sdnn_cm_bucket *b, int nb, int k)
     if (k == nb) {
         sdnn_cm_result r;
         assert_int_equal(sdnn_cm_simulate(bf->p, bf->e, b, nb, &r), SDNN_OK);
-        /* with factors: step x the largest factor of the buckets' codecs */
+        /* with factors: step x the buckets' factors weighted by bytes, and
+         * step x the largest factor among them */
         const double *f = bf->o->iter_factor;
-        double fmax = f && nb > 0 ? 0 : 1;
+        double fac = plan_factor(f, b, nb), fmax = f && nb > 0 ? 0 : 1;
         for (int j = 0; f && j < nb; ++j)
             if (f[b[j].codec] > fmax) fmax = f[b[j].codec];
-        if (r.step_s * fmax < bf->best) bf->best = r.step_s * fmax;
+        if (r.step_s * fac < bf->best) bf->best = r.step_s * fac;
+        if (r.step_s * fmax < bf->best_max) bf->best_max = r.step_s * fmax;
         bf->tried++;
         return;
     }
@@ -557,6 +572,7 @@ static void brute_codecs(brute *bf, sdnn_cm_bucket *b, int nb, int k)
 static double brute_force(brute *bf)
 {
     bf->best = INFINITY;
+    bf->best_max = INFINITY;
     bf->tried = 0;
     for (unsigned cuts = 0; cuts < (1u << (bf->m - 1)); ++cuts) {
         sdnn_cm_bucket b[16];
@@ -578,6 +594,11 @@ static double brute_force(brute *bf)
     return bf->best;
 }
 
+/* Plans checked with factors, and of those the ones at the weighted
+ * optimum (test_plan_tta_matches_brute_force counts them). */
+static int tta_checked, tta_exact;
+static double tta_worst;   /* the largest got / weighted optimum - 1 */
+
 static void check_against_brute_force(int n, int m, const sdnn_cm_env *e,
                                       const sdnn_plan_opts *o)
 {
@@ -589,16 +610,22 @@ static void check_against_brute_force(int n, int m, const sdnn_cm_env *e,
     sdnn_plan plan;
     assert_int_equal(sdnn_plan_auto(&p, e, o, &plan), SDNN_OK);
     double got = plan.pred.step_s * plan.iter_factor;
-    if (fabs(got - best) > 1e-12 * best) {
-        fprintf(stderr, "n=%d m=%d world=%d overlap=%d: plan %.12g, best of %ld: %.12g\n", n, m,
-                e->world, e->overlap, got, bf.tried, best);
+    /* without factors: the least step, exactly; with them at least the
+     * weighted optimum and at most the lossiest-codec rule's (plan.h) */
+    double hi = o->iter_factor ? bf.best_max : best;
+    if (got < best * (1 - 1e-12) || got > hi * (1 + 1e-12)) {
+        fprintf(stderr, "n=%d m=%d world=%d overlap=%d: plan %.12g, best of %ld: %.12g "
+                "(lossiest-codec rule %.12g)\n", n, m, e->world, e->overlap, got, bf.tried,
+                best, bf.best_max);
         fail();
     }
-    /* the plan's factor is its codecs' largest (1 without factors) */
-    double fmax = o->iter_factor && plan.nb > 0 ? 0 : 1;
-    for (int k = 0; o->iter_factor && k < plan.nb; ++k)
-        if (o->iter_factor[plan.b[k].codec] > fmax) fmax = o->iter_factor[plan.b[k].codec];
-    assert_true(plan.iter_factor == fmax);
+    if (o->iter_factor) {
+        tta_checked++;
+        tta_exact += got <= best * (1 + 1e-12);
+        if (got / best - 1 > tta_worst) tta_worst = got / best - 1;
+    }
+    /* the plan's factor: its buckets' weighted by bytes (1 without factors) */
+    NEAR(plan.iter_factor, plan_factor(o->iter_factor, plan.b, plan.nb));
     sdnn_plan_free(&plan);
     sdnn_cost_profile_free(&p);
 }
@@ -677,6 +704,70 @@ static void test_plan_tta_matches_brute_force(void **state)
                     sdnn_cost_profile_free(&p);
                 }
     assert_true(changed > 0);
+    /* how often the level search misses the weighted optimum, and by how
+     * much (plan.h): printed, bounded above by the lossiest-codec rule */
+    assert_true(tta_checked > 0);
+    fprintf(stderr, "time to accuracy: %d of %d plans at the weighted optimum, the others at "
+            "most %.2f%% above it\n", tta_exact, tta_checked, 100 * tta_worst);
+}
+
+/* A network of a real detector's size (yolov4's 110 exchanged layers among
+ * 160) with four codecs, top-k's error feedback and the stated factors, on
+ * a 100 Mbit/s and a 1 Gbit/s link: the thinned fronts (plan.c) plan it in
+ * about a second (unthinned, 40 layers did not finish in a minute), and
+ * the plan's time to accuracy is no worse than any fixed partition with
+ * one codec on every bucket, within the thinning's bound (the brute force
+ * is out of reach here). */
+static void test_plan_tta_large_network(void **state)
+{
+    (void)state;
+    rng_state = 11;
+    const sdnn_codec_model m[] = {{"none", 1.0, 0, 0, 1, 0, 0, 0},
+                                  {"fp16", 0.5, 4e9, 8e9, 1, 1, 0, 0},
+                                  {"int8", 0.2578125, 2e9, 4e9, 1, 1, 0, 0},
+                                  {"topk", 0.02, 1e9, 2e10, 0, 1, 1, 0}};
+    const double f[] = {1.0, 1.0, 1.0, 1.3};
+    const sdnn_link links[] = {{"slow", 5e-5, 12.5e6}, {"fast", 2e-5, 125e6}};
+    for (int li = 0; li < 2; ++li) {
+        sdnn_cost_profile p = random_profile(160, 110);
+        sdnn_cm_env e = env_of(links[li], 2, 1, m, 4);
+        sdnn_plan_opts o = {0, 0, 0, f};
+        double compute = 0;
+        for (int i = 0; i < p.n; ++i) compute += p.layer[i].fwd_s + p.layer[i].bwd_s;
+        sdnn_plan pl;
+        assert_int_equal(sdnn_plan_auto(&p, &e, &o, &pl), SDNN_OK);
+        double tta = pl.pred.step_s * pl.iter_factor;
+        NEAR(pl.iter_factor, plan_factor(f, pl.b, pl.nb));
+        const double sizes[] = {0.25, 1, 4, 25};
+        for (int c = 0; c < 4; ++c)
+            for (int k = 0; k < 4; ++k) {
+                sdnn_plan fx;
+                assert_int_equal(sdnn_plan_fixed(&p, &e, sizes[k], c, 0, &fx), SDNN_OK);
+                sdnn_plan_set_factor(&fx, f);
+                /* within the thinning's bound (plan.c): 0.1% of compute */
+                assert_true(tta <= fx.pred.step_s * fx.iter_factor + 1e-3 * compute * 1.3);
+                sdnn_plan_free(&fx);
+            }
+        sdnn_plan_free(&pl);
+        sdnn_cost_profile_free(&p);
+    }
+}
+
+/* A re-plan switches only for a gain: the running plan's 1.0 s x 1.16 =
+ * 1.16 against int8 on every bucket at 1.12 s x 1 (3.4% less) stays at 5%,
+ * switches at 3%; a slower fresh plan never wins. */
+static void test_plan_worth_switching(void **state)
+{
+    (void)state;
+    sdnn_plan running = {0}, fresh = {0};
+    running.pred.step_s = 1.0;
+    running.iter_factor = 1.16;
+    fresh.pred.step_s = 1.12;
+    fresh.iter_factor = 1.0;
+    assert_false(sdnn_plan_worth_switching(&running, &fresh, 0.05));
+    assert_true(sdnn_plan_worth_switching(&running, &fresh, 0.03));
+    assert_false(sdnn_plan_worth_switching(&fresh, &running, 0.0));
+    assert_false(sdnn_plan_worth_switching(&running, &running, 0.0));
 }
 
 /* A codec whose faster step does not pay for its extra iterations loses.
@@ -738,11 +829,12 @@ static void test_plan_tta_choice(void **state)
     sdnn_cost_profile_free(&p);
 }
 
-/* A mixed plan costs the iterations of its lossiest codec.  A small early
- * layer with a long backward and a big late layer: the big one's top-k
- * exchange hides behind layer 0's 0.5 s backward, then the 1 KiB layer
- * (below compress_min) goes uncompressed on its own; the plan's factor is
- * top-k's though none carries one of its two buckets. */
+/* A mixed plan costs its codecs' factors weighted by their buckets' bytes.
+ * A small early layer with a long backward and a big late layer: the big
+ * one's top-k exchange hides behind layer 0's 0.5 s backward, then the
+ * 1 KiB layer (below compress_min) goes uncompressed on its own; the plan's
+ * factor is (1024 x 1 + 64e6 x 1.2) / (64e6 + 1024), top-k named as its
+ * largest. */
 static void test_plan_mixed_factor(void **state)
 {
     (void)state;
@@ -763,21 +855,25 @@ static void test_plan_mixed_factor(void **state)
         plain += pl.b[k].codec == 0;
     }
     assert_true(coded >= 1 && plain >= 1);
-    assert_true(pl.iter_factor == 1.2);
+    const double fac = (1024 * 1.0 + 64e6 * 1.2) / (64e6 + 1024);
+    NEAR(pl.iter_factor, fac);
+    assert_true(pl.iter_factor < 1.2);
     assert_int_equal(pl.factor_codec, 1);
     /* printed beside the step: N x 1.2 x step */
     char *text = NULL;
     size_t len = 0;
     FILE *mf = open_memstream(&text, &len);
     assert_non_null(mf);
-    sdnn_plan_print_tta(mf, "predicted", &pl, &e);
+    sdnn_plan_print_tta(mf, "predicted", &pl, &e, f);
     char fl[64];
     sdnn_plan_describe_factors(&e, f, fl, sizeof fl);
     fprintf(mf, "%s\n", fl);
     fclose(mf);
-    char want[160];
+    char want[256];
     snprintf(want, sizeof want, "predicted: time to accuracy N x 1.2 x step %.3f ms = N x %.3f ms "
-             "(iteration factor 1.2: topk", pl.pred.step_s * 1e3, 1.2 * pl.pred.step_s * 1e3);
+             "(iteration factor 1.2: none 0.0 MB x 1, topk 64.0 MB x 1.2, weighted by bytes; N = "
+             "none's iterations to the target)\n",
+             pl.pred.step_s * 1e3, fac * pl.pred.step_s * 1e3);
     assert_non_null(strstr(text, want));
     assert_non_null(strstr(text, "none 1, topk 1.2\n"));
     free(text);
@@ -1336,6 +1432,8 @@ int main(void)
         cmocka_unit_test(test_plan_tta_matches_brute_force),
         cmocka_unit_test(test_plan_tta_choice),
         cmocka_unit_test(test_plan_mixed_factor),
+        cmocka_unit_test(test_plan_tta_large_network),
+        cmocka_unit_test(test_plan_worth_switching),
         cmocka_unit_test(test_plan_beats_fixed_sizes),
         cmocka_unit_test(test_plan_fixed_matches_exchange),
         cmocka_unit_test(test_codec_choice),

@@ -15,8 +15,12 @@
  * exchange competing for the cores; the plan runs with the cfg's overlap.  After that the measured step time is compared with the
  * prediction; when the median of the last 10 steps drifts by more than
  * replan_drift (a fraction) the layers are re-profiled over the next
- * profile_iters steps and planned again (at most once every 20 steps; when a
- * re-plan gives the same buckets, the wait doubles).
+ * profile_iters steps and planned again (at most once every 20 steps).  The
+ * new plan replaces the running one only when its predicted time to
+ * accuracy is 5% below the running buckets' predicted from the same new
+ * profile; else the running buckets stay with the new prediction (and
+ * sdnn_autoplan_print_note says so).  When a re-plan gives the same
+ * buckets, the wait doubles.
  *
  * Between processes the processes plan together: the profile is the mean
  * over the processes, the link and codec rates are process 0's
@@ -120,5 +124,11 @@ int sdnn_autoplan_count(const sdnn_autoplan *a);
 /* The plan as a table: buckets, layers, bytes, codec, predicted start and
  * end, the predicted step and exposed time, and the link used. */
 void sdnn_autoplan_print(const sdnn_autoplan *a, FILE *f);
+/* A re-plan that kept the running plan (its new plan did not beat the
+ * running one's time to accuracy, both predicted from the new profile, by
+ * 5%: autoplan.c) leaves one line saying so: printed to f when a has kept
+ * more than *seen times (the caller's count, 0 at start, updated here).
+ * Nothing with a NULL a. */
+void sdnn_autoplan_print_note(const sdnn_autoplan *a, int *seen, FILE *f);
 
 #endif

@@ -125,8 +125,9 @@ sdnn_codec_model sdnn_codec_model_of(const sdnn_codec_ops *c, const sdnn_codec_p
  * states its default (sdnn_codec_ops.iter_factor; docs/ARCHITECTURE.md
  * says which runs each number comes from); [scalednn]
  * iter_factor=NAME:X[,NAME:X...] overrides the codecs it names and leaves
- * the others at their own.  A plan whose buckets mix codecs costs the
- * iterations of its lossiest one (plan.h, sdnn_plan.iter_factor).
+ * the others at their own.  A plan whose buckets mix codecs costs its
+ * codecs' factors weighted by their buckets' bytes (plan.h,
+ * sdnn_plan.iter_factor).
  */
 #define SDNN_ITER_FACTOR_MAX 100.0
 

@@ -39,6 +39,12 @@ static double bucket_cost(const sdnn_cm_env *env, const sdnn_codec_model *m, dou
     return sdnn_cm_exchange_cost(env, m, bytes).total_s + sdnn_cm_ef_s(env, m, bytes);
 }
 
+int sdnn_plan_worth_switching(const sdnn_plan *running, const sdnn_plan *fresh, double gain)
+{
+    return fresh->pred.step_s * fresh->iter_factor <
+           (1.0 - gain) * running->pred.step_s * running->iter_factor;
+}
+
 int sdnn_plan_codec_allowed(const sdnn_cm_env *env, const sdnn_plan_opts *o, double bytes,
                             int c)
 {
@@ -113,6 +119,48 @@ static int front_add(front *f, label l)
     }
     f->v[f->n++] = l;
     return 0;
+}
+
+/*
+ * Thinning.  With error feedback the fronts hold plans that trade a later
+ * end for a shorter backward delay, and on a slow link their number grows
+ * with the layers combinatorially (25 exchanged layers with top-k allowed
+ * took 14 s, 40 did not finish in a minute).  A front of more than
+ * FRONT_CAP labels keeps, of the labels whose delays fall in one cell of
+ * width delta, the one of least end (on the staircase the front is, the
+ * last of the cell): at most FRONT_CAP + 1 labels.  A label dropped for a
+ * kept one ends no earlier and is delayed at most delta less, and every
+ * extension adds the same to both counts, so each thinning costs the plan
+ * at most delta of step.  delta is the larger of 1e-3 x the profile's
+ * compute / the exchanged layers (all thinnings together: 0.1% of the
+ * compute) and the front's spread of delays / FRONT_CAP (what keeps the
+ * programme to seconds on 110 layers; then the bound is that sum).  Fronts
+ * of up to FRONT_CAP labels are kept whole, as in every test against the
+ * brute force: exact there.
+ */
+enum { FRONT_CAP = 128 };
+
+static int cmp_shift(const void *x, const void *y)
+{
+    const label *a = x, *b = y;
+    return (a->shift > b->shift) - (a->shift < b->shift);
+}
+
+static void front_thin(front *f, double delta0)
+{
+    if (f->n <= FRONT_CAP) return;
+    qsort(f->v, (size_t)f->n, sizeof *f->v, cmp_shift);
+    double delta = (f->v[f->n - 1].shift - f->v[0].shift) / FRONT_CAP;
+    if (delta < delta0) delta = delta0;
+    if (!(delta > 0)) return;
+    int w = 0;
+    for (int k = 0; k < f->n; ++k) {
+        if (k + 1 < f->n && floor((f->v[k + 1].shift - f->v[0].shift) / delta) ==
+                                floor((f->v[k].shift - f->v[0].shift) / delta))
+            continue;
+        f->v[w++] = f->v[k];
+    }
+    f->n = w;
 }
 
 /* The buckets of label `li` of front m, in exchange order. */
@@ -196,6 +244,9 @@ static sdnn_status plan_dp(const sdnn_cost_profile *p, const sdnn_cm_env *env,
     }
     int m = exchanged_layers(p, q);
     if (front_add(&fr[0], (label){0, 0, -1, -1, -1})) goto nomem;
+    double compute = 0;
+    for (int i = 0; i < p->n; ++i) compute += p->layer[i].fwd_s + p->layer[i].bwd_s;
+    const double delta = m > 0 ? 1e-3 * compute / m : 0;
 
     /* fr[j]: the partial plans of q[0..j-1] that no other beats on both
      * the end of the last exchange and the backward delay.  Without
@@ -223,9 +274,12 @@ static sdnn_status plan_dp(const sdnn_cost_profile *p, const sdnn_cm_env *env,
                         l.end = a->end + x;
                     }
                     if (front_add(&fr[j], l)) goto nomem;
+                    if (fr[j].n > 4 * FRONT_CAP) front_thin(&fr[j], delta);
                 }
             }
         }
+        /* complete: labels of later fronts point into it from now on */
+        front_thin(&fr[j], delta);
     }
     if (fr[m].n == 0) goto done;
     *found = 1;
@@ -265,15 +319,17 @@ void sdnn_plan_set_factor(sdnn_plan *pl, const double *f)
     pl->iter_factor = 1.0;
     pl->factor_codec = -1;
     if (!f) return;
-    /* The largest factor among the buckets' codecs (the first bucket of
-     * that codec names it); no buckets: nothing is coded, 1. */
+    /* The buckets' codecs' factors weighted by the buckets' bytes; the
+     * codec of the largest factor (the first bucket of it) is named beside
+     * it.  No buckets or no bytes: nothing is coded, 1. */
+    double fb = 0, bytes = 0;
     for (int k = 0; k < pl->nb; ++k) {
         int c = pl->b[k].codec;
-        if (pl->factor_codec < 0 || f[c] > pl->iter_factor) {
-            pl->iter_factor = f[c];
-            pl->factor_codec = c;
-        }
+        fb += pl->b[k].bytes * f[c];
+        bytes += pl->b[k].bytes;
+        if (pl->factor_codec < 0 || f[c] > f[pl->factor_codec]) pl->factor_codec = c;
     }
+    if (bytes > 0) pl->iter_factor = fb / bytes;
 }
 
 sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
@@ -295,8 +351,9 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
         if (!(f[c] > 0) || !isfinite(f[c]))
             return SDNN_ERROR(SDNN_ERR_INVALID, "plan: codec %s has iteration factor %g "
                               "(expected a number > 0)", env->codecs[c].name, f[c]);
-    /* Each factor among the codecs, ascending: the best plan whose factor
-     * is at most that (plan.h), and the best product of those.  Without a
+    /* Each factor among the codecs, ascending: the plan of smallest step
+     * over the codecs at or below it, weighed by its own (bytes-weighted)
+     * factor, and the best product of those (plan.h).  Without a
      * lossless codec at or below a level, only plans whose buckets all
      * reach compress_min exist there, and plan_dp may find none. */
     int have = 0;
@@ -317,7 +374,7 @@ sdnn_status sdnn_plan_auto(const sdnn_cost_profile *p, const sdnn_cm_env *env,
         if (found) {
             sdnn_plan_set_factor(&cand, f);
             double t = cand.pred.step_s * cand.iter_factor;
-            if (!have || t < best) {
+            if (!have || t < best || (t == best && cand.iter_factor < out->iter_factor)) {
                 sdnn_plan_free(out);
                 *out = cand;
                 best = t;
@@ -422,15 +479,28 @@ void sdnn_plan_print_prediction(FILE *f, const char *what, const sdnn_plan *pl)
 }
 
 void sdnn_plan_print_tta(FILE *f, const char *what, const sdnn_plan *pl,
-                         const sdnn_cm_env *env)
+                         const sdnn_cm_env *env, const double *fac)
 {
-    const char *codec = pl->factor_codec >= 0 && pl->factor_codec < env->ncodecs
-                            ? env->codecs[pl->factor_codec].name
-                            : "nothing exchanged";
     fprintf(f, "%s: time to accuracy N x %.3g x step %.3f ms = N x %.3f ms (iteration factor "
-               "%.3g: %s; N = none's iterations to the target)\n",
-            what, pl->iter_factor, pl->pred.step_s * 1e3, pl->pred.step_s * pl->iter_factor * 1e3,
-            pl->iter_factor, codec);
+               "%.3g: ", what, pl->iter_factor, pl->pred.step_s * 1e3,
+            pl->pred.step_s * pl->iter_factor * 1e3, pl->iter_factor);
+    /* each codec of the plan with its bytes and factor, in env's order */
+    int any = 0;
+    for (int c = 0; c < env->ncodecs; ++c) {
+        double bytes = 0;
+        int nb = 0;
+        for (int k = 0; k < pl->nb; ++k)
+            if (pl->b[k].codec == c) {
+                bytes += pl->b[k].bytes;
+                nb++;
+            }
+        if (!nb) continue;
+        fprintf(f, "%s%s %.1f MB x %.3g", any ? ", " : "", env->codecs[c].name, bytes / 1e6,
+                fac ? fac[c] : 1.0);
+        any = 1;
+    }
+    fprintf(f, "%s; N = none's iterations to the target)\n",
+            !any ? "nothing exchanged" : pl->nb > 1 ? ", weighted by bytes" : "");
 }
 
 void sdnn_plan_describe_factors(const sdnn_cm_env *env, const double *f, char *buf,
