@@ -16,6 +16,11 @@
 #   none fp16 int8 topk   mode=scalednn bucket_mb=4 overlap=1 compress=CODEC
 #   auto      bucket_mb=auto compress=auto compress_allow=none,fp16,int8,topk
 #   defaults  a [scalednn] section with no keys at all
+#   measured  the defaults with iter_factor=int8:1,topk:1.3 written out (the
+#             measured factors, the defaults since stop 42)
+#   stated    the defaults with iter_factor=int8:1.25,topk:1.5 (the factors
+#             stated before stop 42); measured and stated are not in the
+#             default VARIANTS: VARIANTS="stated measured" compares the two
 # For each seed, every (rate, variant) runs once before the next seed, so the
 # variants alternate and share the machine's drift.  A run ends at the first
 # evaluation at or above the highest target (TARGET, or TARGET2 when set), at
@@ -66,6 +71,8 @@ if [ "${TABLE_ONLY:-0}" = 0 ]; then
         { cat "$base"; printf '\n[scalednn]\n'
           case "$v" in
           defaults) ;;
+          measured) printf 'iter_factor=int8:1,topk:1.3\n' ;;
+          stated) printf 'iter_factor=int8:1.25,topk:1.5\n' ;;
           stock) printf 'mode=stock\nbackend=mpi\ninterval=4\n' ;;
           auto) printf 'mode=scalednn\nbackend=mpi\nbucket_mb=auto\noverlap=1\ncompress=auto\n'
                 printf 'compress_allow=none,fp16,int8,topk\n' ;;
@@ -203,7 +210,7 @@ echo "| seed | link | variant | plans (codec:buckets from iteration) | factor fi
 echo "|---|---|---|---|---:|---:|---:|---:|---:|"
 for seed in $(cut -f1 "$RUNS" | sort -u); do
     for rate in $RATES; do
-        for v in auto defaults; do
+        for v in auto defaults measured stated; do
             log=$OUT/$rate-$v-s$seed.log
             [ -f "$log" ] || continue
             plans=$(awk '

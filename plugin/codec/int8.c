@@ -188,13 +188,10 @@ const sdnn_codec_ops sdnn_codec_int8 = {
     .name = "int8",
     /* Measured (issue 29, bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
      * 0.10 on 2 lab hosts, 3 seeds x 2 links, +-50 iterations): 0.88 to
-     * 1.14 x none's iterations, median 1.00.  The default stays 1.25: with
-     * 1 the planner chose int8 on every bucket on both lab links and lost
-     * (329.4 s against 233.4, 211.9 against 173.4, seed 1), because the
-     * step model does not price what an overlapped exchange takes from the
-     * backward on a host without a spare core (docs/ARCHITECTURE.md, "Time
-     * to accuracy"). */
-    .iter_factor = 1.25,
+     * 1.14 x none's iterations, median 1.00 (the first default, 1.25, was
+     * assumed; docs/ARCHITECTURE.md, "Time to accuracy", has the lab runs
+     * of the planner with each). */
+    .iter_factor = 1.0,
     .lossy = 1,
     .dense = 1,
     .encoded_size = int8_size,
