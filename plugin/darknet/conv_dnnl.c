@@ -92,6 +92,11 @@ typedef struct conv_state {
     const float *key;        /* l.weights */
     shape s;
     int built;
+    /* The OpenMP team size the primitives were made under: oneDNN's kernels
+     * fix their thread count when made (a primitive made on the main
+     * thread, whose team is every core, ran every replica's convolutions
+     * on a team of 2 on 2 cores, the workers spinning between them) */
+    int nthr;
     dnnl_stream_t stream;
     prim_set fwd, bwd_data, bwd_w;
     size_t ndw, ndx;         /* floats of the weight and input gradients, made in
@@ -103,6 +108,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static conv_state *g_states;
 static dnnl_engine_t g_engine;
 static _Thread_local int tl_threads;   /* the calling thread's OpenMP team size set */
+static void bound_threads(void);
 
 static char g_name[64];
 static pthread_once_t g_name_once = PTHREAD_ONCE_INIT;
@@ -283,6 +289,7 @@ static sdnn_status build(conv_state *c, const layer *l)
     if (st != SDNN_OK) return st;
     state_clear(c);
     c->s = shape_of(l);
+    c->nthr = omp_get_max_threads();
     shape s = c->s;
     int g = s.groups;
     dnnl_dims_t src_d = {s.batch, s.c, s.h, s.w};
@@ -370,7 +377,12 @@ sdnn_status sdnn_conv_dnnl_ready(const layer *l)
     conv_state *c = find(l->weights);
     if (!c) return SDNN_ERROR(SDNN_ERR_INTERNAL, "oneDNN: a layer without a state");
     shape s = shape_of(l);
-    if (c->built && memcmp(&s, &c->s, sizeof s) == 0) return SDNN_OK;
+    /* made for this shape under the team the caller runs them with (the
+     * first step on a replica's thread remakes what attach made on the
+     * main thread) */
+    bound_threads();
+    if (c->built && memcmp(&s, &c->s, sizeof s) == 0 && c->nthr == omp_get_max_threads())
+        return SDNN_OK;
     return build(c, l);
 }
 
