@@ -387,7 +387,10 @@ static sdnn_status make_plan(sdnn_autoplan *a, const network *net)
     o.iter_factor = a->factors;
     sdnn_plan pl;
     sdnn_status st = sdnn_plan_auto(&p, &a->env, &o, &pl);
-    if (st == SDNN_OK && a->have_plan) st = keep_unless_better(a, &p, &pl);
+    if (st == SDNN_OK && a->have_plan) {
+        st = keep_unless_better(a, &p, &pl);
+        if (st != SDNN_OK) sdnn_plan_free(&pl);
+    }
     sdnn_cost_profile_free(&p);
     if (st != SDNN_OK) return st;
     st = check_same_plan(a, &pl);
