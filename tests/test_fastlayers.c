@@ -58,6 +58,8 @@ void backward_batchnorm_layer(layer l, network net);
 void add_bias(float *output, float *biases, int batch, int n, int size);
 void backward_bias(float *bias_updates, float *delta, int batch, int n, int size);
 void forward_maxpool_layer(layer l, network net);
+void forward_shortcut_layer(layer l, network net);
+void backward_shortcut_layer(layer l, network net);
 
 #define U (1.0 / 16777216.0)
 #define UD (1.0 / 9007199254740992.0)
@@ -702,6 +704,158 @@ static void test_maxpool_hook(void **state)
     sdnn_network_free(nd);
 }
 
+/* ---- [shortcut] ----------------------------------------------------------- */
+
+/* Layers 0 and 1: 1x1 convolutions of 4 filters on a 6x5x3 input (never
+ * run: their outputs and deltas are filled by the test), layer 2 the
+ * [shortcut] from= `from`, with `act`. */
+static network *shortcut_net(int batch, int from, const char *act)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "[net]\nbatch=%d\nwidth=6\nheight=5\nchannels=3\n\n"
+             "[convolutional]\nfilters=4\nsize=1\nactivation=linear\n\n"
+             "[convolutional]\nfilters=4\nsize=1\nactivation=linear\n\n"
+             "[shortcut]\nfrom=%d\nactivation=%s\n",
+             batch, from, act);
+    network *net = tu_parse(text);
+    assert_non_null(net);
+    return net;
+}
+
+/* The same random outputs and deltas in layers 0-2 of na and nd (layer 2's
+ * output only in its delta's sign mix: the forward writes it). */
+static void shortcut_fill(network *na, network *nd, uint64_t seed)
+{
+    uint64_t sa = seed, sd = seed;
+    for (int i = 0; i < 3; ++i) {
+        size_t n = (size_t)na->batch * na->layers[i].outputs;
+        fill(na->layers[i].output, n, &sa, -2.f, 2.f);
+        fill(na->layers[i].delta, n, &sa, -1.f, 1.f);
+        fill(nd->layers[i].output, n, &sd, -2.f, 2.f);
+        fill(nd->layers[i].delta, n, &sd, -1.f, 1.f);
+    }
+}
+
+/* Layer 2 of net with `fwd` and `bwd` (libdarknet's or the hooks'), as
+ * Darknet's forward_network/backward_network call it. */
+static void shortcut_run(network *net, void (*fwd)(layer, network), void (*bwd)(layer, network))
+{
+    network n = *net;
+    n.index = 2;
+    n.train = 1;
+    n.input = net->layers[1].output;
+    fwd(net->layers[2], n);
+    n.delta = net->layers[1].delta;
+    bwd(net->layers[2], n);
+}
+
+static void shortcut_same(const network *na, const network *nd)
+{
+    for (int i = 0; i < 3; ++i) {
+        size_t n = (size_t)na->batch * na->layers[i].outputs * sizeof(float);
+        assert_memory_equal(na->layers[i].output, nd->layers[i].output, n);
+        assert_memory_equal(na->layers[i].delta, nd->layers[i].delta, n);
+    }
+}
+
+/* The fast [shortcut] against libdarknet's, bit for bit: from= two layers
+ * back (the input and the added output differ) and from= the previous
+ * layer (the input is the added output, and the two deltas written are one
+ * buffer, which gets the delta twice); linear, leaky, relu and logistic. */
+static void test_shortcut(void **state)
+{
+    (void)state;
+    static const struct { int from; const char *act; int batch; } cs[] = {
+        {-2, "linear", 3}, {-2, "leaky", 3}, {-1, "linear", 3}, {-1, "relu", 3},
+        {-2, "logistic", 3}, {-1, "leaky", 40},   /* 4800 values: more than one row */
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; ++k) {
+        network *na = shortcut_net(cs[k].batch, cs[k].from, cs[k].act);
+        network *nd = shortcut_net(cs[k].batch, cs[k].from, cs[k].act);
+        layer *ld = &nd->layers[2];
+        assert_true(sdnn_fast_shortcut_covered(ld));
+        shortcut_fill(na, nd, 77 + k);
+        size_t n = (size_t)nd->batch * ld->outputs;
+        float *before = malloc(n * sizeof *before);
+        assert_non_null(before);
+        memcpy(before, nd->layers[1].delta, n * sizeof *before);
+        shortcut_run(na, forward_shortcut_layer, backward_shortcut_layer);
+        sdnn_fast_shortcut_forward(ld, nd->layers[1].output, nd->layers[2 + cs[k].from].output);
+        sdnn_fast_shortcut_backward(ld, nd->layers[1].delta, nd->layers[2 + cs[k].from].delta);
+        shortcut_same(na, nd);
+        /* the checks can fail: with from=-1 the previous delta got the
+         * delta twice, so adding it once would differ */
+        if (cs[k].from == -1) {
+            size_t once = 0, nz = 0;
+            for (size_t i = 0; i < n; ++i) {
+                if (ld->delta[i] == 0) continue;   /* relu's zeros add nothing */
+                ++nz;
+                once += before[i] + ld->delta[i] == nd->layers[1].delta[i];
+            }
+            assert_true(nz > n / 4);
+            assert_true(once < nz / 2);
+        }
+        print_message("shortcut from=%d %s: output and 3 deltas (%zu values each) identical to "
+                      "libdarknet's\n", cs[k].from, cs[k].act, n);
+        free(before);
+        sdnn_network_free(na);
+        sdnn_network_free(nd);
+    }
+    /* what stays libdarknet's: another shape (from= a 2x larger layer) and
+     * alpha or beta other than 1 */
+    network *nm = tu_parse("[net]\nbatch=1\nwidth=8\nheight=8\nchannels=2\n\n"
+                           "[convolutional]\nfilters=2\nsize=1\nactivation=linear\n\n"
+                           "[maxpool]\nsize=2\nstride=2\n\n"
+                           "[shortcut]\nfrom=-2\nactivation=linear\n");
+    assert_non_null(nm);
+    assert_false(sdnn_fast_shortcut_covered(&nm->layers[2]));
+    sdnn_network_free(nm);
+    network *na = shortcut_net(1, -2, "linear");
+    layer *l = &na->layers[2];
+    assert_true(sdnn_fast_shortcut_covered(l));
+    l->alpha = 0.5f;
+    assert_false(sdnn_fast_shortcut_covered(l));
+    l->alpha = 1.0f;
+    l->beta = 2.0f;
+    assert_false(sdnn_fast_shortcut_covered(l));
+    assert_false(sdnn_fast_shortcut_covered(&na->layers[1]));
+    sdnn_network_free(na);
+}
+
+/* The hooks put [shortcut] on the fast path only with cpu_conv=onednn, and
+ * what they run is libdarknet's values; uninstall gives the pointers back. */
+static void test_shortcut_hook(void **state)
+{
+    (void)state;
+    if (!sdnn_conv_dnnl_built()) {
+        print_message("this build has no oneDNN (libdnnl-dev): skipped\n");
+        skip();
+    }
+    network *na = shortcut_net(2, -2, "leaky"), *nd = shortcut_net(2, -2, "leaky");
+    network *nb = shortcut_net(2, -2, "leaky");
+    assert_int_equal(sdnn_hooks_install(na, 0, SDNN_FIX_BN), SDNN_OK);
+    assert_int_equal(sdnn_hooks_install(nd, 0, SDNN_FIX_BN | SDNN_HOOK_ONEDNN), SDNN_OK);
+    assert_true(na->layers[2].forward == forward_shortcut_layer);
+    assert_true(nd->layers[2].forward != forward_shortcut_layer);
+    assert_true(nd->layers[2].backward != backward_shortcut_layer);
+    assert_true(na->layers[2].backward != backward_shortcut_layer);   /* timed, not fast */
+    shortcut_fill(nb, nd, 5150);
+    shortcut_fill(na, nd, 5150);
+    shortcut_run(nb, forward_shortcut_layer, backward_shortcut_layer);
+    shortcut_run(nd, nd->layers[2].forward, nd->layers[2].backward);
+    shortcut_run(na, na->layers[2].forward, na->layers[2].backward);
+    shortcut_same(nb, nd);
+    shortcut_same(nb, na);
+    sdnn_hooks_uninstall(nd);
+    assert_true(nd->layers[2].forward == forward_shortcut_layer);
+    assert_true(nd->layers[2].backward == backward_shortcut_layer);
+    sdnn_hooks_uninstall(na);
+    sdnn_network_free(na);
+    sdnn_network_free(nd);
+    sdnn_network_free(nb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -714,6 +868,8 @@ int main(void)
         cmocka_unit_test(test_bn_backward_darknet),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_maxpool_hook),
+        cmocka_unit_test(test_shortcut),
+        cmocka_unit_test(test_shortcut_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -330,3 +330,47 @@ void sdnn_fast_maxpool_forward(const layer *l, const float *input)
             }
         }
 }
+
+/* ---- [shortcut] --------------------------------------------------------- */
+
+/* Rows of this many values: the add, the activation and the two delta sums
+ * of one row run while it is in cache. */
+#define SC_ROW 4096
+
+int sdnn_fast_shortcut_covered(const layer *l)
+{
+    return l->type == SHORTCUT && l->w == l->out_w && l->h == l->out_h && l->c == l->out_c &&
+           l->alpha == 1.0f && l->beta == 1.0f;
+}
+
+void sdnn_fast_shortcut_forward(const layer *l, const float *input, const float *add)
+{
+    size_t n = (size_t)l->batch * (size_t)l->outputs;
+    for (size_t r = 0; r < n; r += SC_ROW) {
+        size_t m = n - r < SC_ROW ? n - r : SC_ROW;
+        const float *restrict a = input + r, *restrict b = add + r;
+        float *restrict o = l->output + r;
+        /* libdarknet: o = a, then o = 1 * o + 1 * b (both products exact) */
+        for (size_t i = 0; i < m; ++i) o[i] = a[i] + b[i];
+        sdnn_fast_activate(o, m, l->activation);
+    }
+}
+
+void sdnn_fast_shortcut_backward(const layer *l, float *in_delta, float *from_delta)
+{
+    size_t n = (size_t)l->batch * (size_t)l->outputs;
+    for (size_t r = 0; r < n; r += SC_ROW) {
+        size_t m = n - r < SC_ROW ? n - r : SC_ROW;
+        float *restrict d = l->delta + r;
+        sdnn_fast_gradient(l->output + r, m, l->activation, d);
+        /* in_delta and from_delta may be one buffer: two loops, in
+         * libdarknet's order (axpy with alpha 1, then shortcut_cpu with
+         * 1 x its value + beta 1 x the delta) */
+        if (in_delta) {
+            float *restrict x = in_delta + r;
+            for (size_t i = 0; i < m; ++i) x[i] += d[i];
+        }
+        float *restrict y = from_delta + r;
+        for (size_t i = 0; i < m; ++i) y[i] += d[i];
+    }
+}

@@ -1,9 +1,10 @@
 /*
  * fastlayers: the work of a cpu_conv=onednn step that is not convolution
  * (issue 27, part 3): a convolutional layer's batch norm, bias and
- * activation around the oneDNN convolution, their backward, and [maxpool]
- * forward of size 2 (stride 1 or 2).  Used only on the cpu_conv=onednn path
- * (conv_dnnl.c, and hooks.c for maxpool); cpu_conv=darknet runs
+ * activation around the oneDNN convolution, their backward, [maxpool]
+ * forward of size 2 (stride 1 or 2), and [shortcut] between layers of one
+ * shape.  Used only on the cpu_conv=onednn path (conv_dnnl.c, and hooks.c
+ * for maxpool and shortcut); cpu_conv=darknet runs
  * libdarknet's functions, untouched.
  *
  * libdarknet runs each of these as separate passes over the whole output
@@ -76,5 +77,24 @@ int sdnn_fast_maxpool_covered(const layer *l);
  * offset by -pad/2, the cells outside the input never chosen, index -1
  * where no value exceeds -FLT_MAX, e.g. NaN). */
 void sdnn_fast_maxpool_forward(const layer *l, const float *input);
+
+/* [shortcut] (Debian's libdarknet: one from= layer, alpha and beta, an
+ * activation).  libdarknet's forward is three passes (copy the input,
+ * shortcut_cpu's strided add, activate_array calling activate per element)
+ * and its backward three (gradient_array per element, axpy into the
+ * input's delta, shortcut_cpu into the from= layer's delta).  1 when layer
+ * l has the fast path: the from= layer's output has the shape of the input
+ * (then shortcut_cpu's strides are 1 and its loop is elementwise) and
+ * alpha = beta = 1 (every cfg's; then each product is exact and the sums
+ * are the same roundings as libdarknet's, so the values are equal bit for
+ * bit). */
+int sdnn_fast_shortcut_covered(const layer *l);
+/* l->output = act(input + add), one pass per row (the activation while the
+ * row is in cache; linear: none). */
+void sdnn_fast_shortcut_forward(const layer *l, const float *input, const float *add);
+/* l->delta *= act'(l->output); then in_delta += l->delta (NULL: none) and
+ * from_delta += l->delta, in this order (the two may be one buffer, the
+ * from= layer being the previous one: then it gets both, as libdarknet's). */
+void sdnn_fast_shortcut_backward(const layer *l, float *in_delta, float *from_delta);
 
 #endif

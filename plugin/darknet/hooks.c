@@ -22,6 +22,8 @@ typedef void (*update_fn)(layer, update_args);
 
 /* libdarknet's (exported, not declared in darknet.h). */
 void forward_maxpool_layer(layer l, network net);
+void forward_shortcut_layer(layer l, network net);
+void backward_shortcut_layer(layer l, network net);
 
 #define NTYPES ((int)BLANK + 1)
 
@@ -132,6 +134,24 @@ static void pool_forward(layer l, network net)
     else g_forward[l.type](l, net);
 }
 
+/* cpu_conv=onednn: [shortcut] on fastlayers.c (installed only on covered
+ * layers; checked again per call, as a resize could change a shape). */
+static void shortcut_forward(layer l, network net)
+{
+    if (sdnn_fast_shortcut_covered(&l))
+        sdnn_fast_shortcut_forward(&l, net.input, net.layers[l.index].output);
+    else
+        g_forward[l.type](l, net);
+}
+
+static void shortcut_backward(layer l, network net)
+{
+    if (sdnn_fast_shortcut_covered(&l))
+        sdnn_fast_shortcut_backward(&l, net.delta, net.layers[l.index].delta);
+    else
+        g_backward[l.type](l, net);
+}
+
 static void forward_body(layer l, network net, forward_fn f)
 {
     sdnn_hook_ctx *c = tl_ctx;
@@ -155,8 +175,12 @@ static void hook_forward(layer l, network net)
 }
 
 static void hook_forward_pool(layer l, network net) { forward_body(l, net, pool_forward); }
+static void hook_forward_shortcut(layer l, network net) { forward_body(l, net, shortcut_forward); }
 
-static int is_forward_hook(forward_fn f) { return f == hook_forward || f == hook_forward_pool; }
+static int is_forward_hook(forward_fn f)
+{
+    return f == hook_forward || f == hook_forward_pool || f == hook_forward_shortcut;
+}
 
 /* fix_region_delta: Darknet's GPU region backward on the host (hooks.h):
  * the logistic's derivative on the entries the forward activated with it,
@@ -191,8 +215,10 @@ int sdnn_fix_region_count(const network *net)
 /* Darknet's backward of l, timed for the timeline and the planner; with
  * `add` (the fix) the delta Darknet wrote into net.delta (the scratch) is
  * then added to `add`, inside the timed span: it is part of the layer's
- * backward. */
-static void backward_body(layer l, network net, float *add, size_t nadd, int bn, int region)
+ * backward.  own: OWN_DARKNET the layer's own (or the oneDNN convolution's),
+ * OWN_REGION region_backward, OWN_SHORTCUT fastlayers.c's [shortcut]. */
+enum { OWN_DARKNET, OWN_REGION, OWN_SHORTCUT };
+static void backward_body(layer l, network net, float *add, size_t nadd, int bn, int own)
 {
     sdnn_hook_ctx *c = tl_ctx;
     const sdnn_engine_callbacks *cb = callbacks(c);
@@ -228,8 +254,10 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn,
         free(sink);
     } else if (l.type == CONVOLUTIONAL) {
         conv_backward(l, net);
-    } else if (region) {
+    } else if (own == OWN_REGION) {
         region_backward(l, net);
+    } else if (own == OWN_SHORTCUT) {
+        shortcut_backward(l, net);
     } else {
         g_backward[l.type](l, net);
     }
@@ -256,7 +284,14 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn,
 
 static void hook_backward(layer l, network net) { backward_body(l, net, NULL, 0, 0, 0); }
 static void hook_backward_bn(layer l, network net) { backward_body(l, net, NULL, 0, 1, 0); }
-static void hook_backward_region(layer l, network net) { backward_body(l, net, NULL, 0, 0, 1); }
+static void hook_backward_region(layer l, network net)
+{
+    backward_body(l, net, NULL, 0, 0, OWN_REGION);
+}
+static void hook_backward_shortcut(layer l, network net)
+{
+    backward_body(l, net, NULL, 0, 0, OWN_SHORTCUT);
+}
 
 /* The scratch of the network whose layer array is `layers`, at least n
  * floats (it grows only after a resize), or NULL. */
@@ -311,7 +346,7 @@ static void hook_backward_fix_bn(layer l, network net) { fix_body(l, net, 1); }
 static int is_backward_hook(backward_fn f)
 {
     return f == hook_backward || f == hook_backward_bn || f == hook_backward_fix ||
-           f == hook_backward_fix_bn || f == hook_backward_region;
+           f == hook_backward_fix_bn || f == hook_backward_region || f == hook_backward_shortcut;
 }
 
 /* Does the backward of layer j write into `d`?  Most layers add into their
@@ -481,7 +516,12 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
         int pool = (fixes & SDNN_HOOK_ONEDNN) && t == MAXPOOL &&
                    (l->forward == forward_maxpool_layer || l->forward == hook_forward_pool) &&
                    sdnn_fast_maxpool_covered(l);
-        int own_fwd = forward || pool || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
+        /* and [shortcut]'s forward and backward */
+        int sc = (fixes & SDNN_HOOK_ONEDNN) && t == SHORTCUT &&
+                 (l->forward == forward_shortcut_layer || l->forward == hook_forward_shortcut) &&
+                 (l->backward == backward_shortcut_layer || is_backward_hook(l->backward)) &&
+                 sdnn_fast_shortcut_covered(l);
+        int own_fwd = forward || pool || sc || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
         if (own_fwd && l->forward && !is_forward_hook(l->forward)) {
             if (g_forward[t] && g_forward[t] != l->forward) {
                 st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
@@ -490,7 +530,7 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
                 break;
             }
             g_forward[t] = l->forward;
-            l->forward = pool ? hook_forward_pool : hook_forward;
+            l->forward = pool ? hook_forward_pool : sc ? hook_forward_shortcut : hook_forward;
         }
         if (st != SDNN_OK) break;
         if (!l->backward) continue;
@@ -506,7 +546,7 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
         static const backward_fn by_fix[4] = {hook_backward, hook_backward_fix,
                                               hook_backward_bn, hook_backward_fix_bn};
         unsigned f = fix ? fix[i] : 0;
-        l->backward = f & 4 ? hook_backward_region : by_fix[f & 3];
+        l->backward = f & 4 ? hook_backward_region : sc && !f ? hook_backward_shortcut : by_fix[f & 3];
         if (l->update) {
             g_update[t] = l->update;
             l->update = hook_update;
