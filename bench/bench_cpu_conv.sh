@@ -174,6 +174,16 @@ for net in $NETS; do
         echo "runs (img/s MiB), $n replica(s): darknet $(tr '\n' ';' <"$OUT/$net-darknet-$n.runs")" \
             "onednn $(tr '\n' ';' <"$OUT/$net-onednn-$n.runs") PyTorch $(tr '\n' ';' <"$OUT/$net-torch-$n.runs")"
     done
+    # the machine's speed drifts between rounds (and within one): the ratio
+    # of the two columns in each round, which ran minutes apart, and its median
+    for n in 1 2; do
+        paste -d' ' "$OUT/$net-onednn-$n.runs" "$OUT/$net-torch-$n.runs" | awk -v n="$n" '
+            $3 > 0 { k++; r[k] = $1 / $3; s = s sprintf(" %.2f", r[k]) }
+            END { if (!k) exit
+                  for (i = 2; i <= k; i++) for (j = i; j > 1 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t }
+                  printf "onednn / PyTorch in each round, %d replica(s):%s; median %.2f (%.2f-%.2f)\n", n, s,
+                      k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[1], r[k] }'
+    done
     if [ -s "$OUT/$net-fork-1.runs" ]; then
         echo
         echo "the maintained fork, CPU build: one process, n OpenMP/BLAS threads, batch n x $BATCH"
