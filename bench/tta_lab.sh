@@ -38,9 +38,10 @@
 #
 # Settings (environment): P=2 RES=128 BATCH=8 RATES VARIANTS SEEDS TARGET=0.10
 # TARGET2 (empty: none) SKIP (RATE-VARIANT pairs not to run, e.g.
-# "1gbit-topk 100mbit-fp16": a shorter sitting that still alternates) EVERY=50 MAX_ITERS=3000 CAP_S=900 APPEND=0 (1: keep the
-# earlier runs in runs/tta-lab/runs.tsv and add to them) TABLE_ONLY=1 (only the
-# table from runs.tsv).  The binary is copied to runs/tta-lab/darknet first, so a
+# "1gbit-topk 100mbit-fp16": a shorter sitting that still alternates)
+# EVERY=50 MAX_ITERS=3000 CAP_S=900 APPEND=0 (1: keep the earlier runs in
+# runs/tta-lab/runs.tsv and add to them) TABLE_ONLY=1 (only the table from
+# runs.tsv).  The binary is copied to runs/tta-lab/darknet first, so a
 # rebuild while the runs go on changes nothing.  CSVs and logs: runs/tta-lab/.
 # Nothing here is timed inside a test; run it on a quiet machine.
 set -eu

@@ -356,21 +356,22 @@ void sdnn_fast_shortcut_forward(const layer *l, const float *input, const float 
     }
 }
 
+static void add_row(float *restrict dst, const float *restrict src, size_t m)
+{
+    for (size_t i = 0; i < m; ++i) dst[i] += src[i];
+}
+
 void sdnn_fast_shortcut_backward(const layer *l, float *in_delta, float *from_delta)
 {
     size_t n = (size_t)l->batch * (size_t)l->outputs;
     for (size_t r = 0; r < n; r += SC_ROW) {
         size_t m = n - r < SC_ROW ? n - r : SC_ROW;
-        float *restrict d = l->delta + r;
+        float *d = l->delta + r;
         sdnn_fast_gradient(l->output + r, m, l->activation, d);
-        /* in_delta and from_delta may be one buffer: two loops, in
+        /* in_delta and from_delta may be one buffer: one add each, in
          * libdarknet's order (axpy with alpha 1, then shortcut_cpu with
          * 1 x its value + beta 1 x the delta) */
-        if (in_delta) {
-            float *restrict x = in_delta + r;
-            for (size_t i = 0; i < m; ++i) x[i] += d[i];
-        }
-        float *restrict y = from_delta + r;
-        for (size_t i = 0; i < m; ++i) y[i] += d[i];
+        if (in_delta) add_row(in_delta + r, d, m);
+        add_row(from_delta + r, d, m);
     }
 }
