@@ -1,6 +1,8 @@
 # scalednn — Makefile in Darknet's style.
 #
 #   make                 libscalednn.a, libscalednn.so and ./darknet
+#   make check           the fast tier: the unit tests (every tests/test_*.c
+#                        not marked `tier: full`), under 3 minutes on 2 cores
 #   make test            the CMocka suite (no GPU needed)
 #   make test-sim        the GPU suite on simulated devices (GPU=sim, build-sim/)
 #   make asan            the suite under AddressSanitizer + UBSan (build-asan/),
@@ -136,7 +138,7 @@ LIBA := $(BUILD)/libscalednn.a
 LIBSO := $(BUILD)/libscalednn.so
 endif
 
-.PHONY: all test test-sim asan clean tests bench
+.PHONY: all check test test-sim asan clean tests bench
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 all: $(LIBA) $(LIBSO) $(DARKNET_BIN)
 
@@ -145,13 +147,18 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/.flags-*
 	@touch $@
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h cli/*.h) $(PLUGIN_HDR) $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+# Each compile writes the headers it read into TARGET.d (-MMD), so a header
+# edit rebuilds only what includes it; -MP keeps a deleted header from
+# stopping the build.
+DEPFLAGS = -MMD -MP -MF $@.d -MT $@
 
-$(BUILD)/pic/%.o: %.c $(wildcard include/*.h) $(PLUGIN_HDR) $(FLAGS_STAMP)
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/pic/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -167,9 +174,9 @@ $(BUILD)/libsdnnapp.a: $(APP_LIB_OBJ)
 $(DARKNET_BIN): $(APP_OBJ) $(LIBA)
 	$(CC) $(LDFLAGS) $(APP_OBJ) $(LIBA) -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(wildcard tests/*.h) $(FLAGS_STAMP)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libsdnnapp.a $(LIBA) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libsdnnapp.a $(LIBA) -o $@ $(LDFLAGS) -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests $< $(BUILD)/libsdnnapp.a $(LIBA) -o $@ $(LDFLAGS) -lcmocka $(LDLIBS)
 
 tests: $(TEST_BIN) $(DARKNET_BIN)
 
@@ -178,6 +185,19 @@ $(BUILD)/bench/%: bench/%.c $(LIBA) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) $< $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 
 bench: $(BENCH_BIN) $(DARKNET_BIN)
+
+# The fast tier for every edit: the unit tests and the small nets.  A test
+# file whose top comment says `tier: full` (long MPI, end-to-end and
+# many-run CLI suites) runs only in `make test`.
+FULL_TIER_SRC := $(shell grep -l 'tier: full' $(TEST_SRC) /dev/null 2>/dev/null)
+CHECK_BIN := $(filter-out $(FULL_TIER_SRC:tests/%.c=$(BUILD)/tests/%),$(TEST_BIN))
+
+check: $(CHECK_BIN) $(DARKNET_BIN)
+	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
+	ASAN_OPTIONS=suppressions=$(abspath tests/asan.supp) \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	sh tests/run.sh $(CHECK_BIN)
 
 test: tests
 	SDNN_DARKNET_BIN=$(abspath $(DARKNET_BIN)) SDNN_TEST_BUILD=$(BUILD) \
@@ -202,6 +222,9 @@ ifeq ($(HAVE_OPENBLAS),1)
 else
 	@echo "no OpenBLAS: the GPU suite on simulated devices (GPU=sim SAN=1) skipped"
 endif
+
+# The headers each object and test read, from the last build (-MMD).
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 clean:
 	rm -rf build build-asan build-noblas build-sim build-sim-asan build-fuzz darknet libscalednn.a libscalednn.so

@@ -110,11 +110,11 @@ $(BUILD)/cuda/pic/%.o: plugin/cuda/%.cu $(GPU_HDR) $(GPU_STAMP)
 
 $(BUILD)/cuda/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(GPU_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/cuda/pic/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(GPU_CFLAGS) -fPIC -c $< -o $@
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) $(DEPFLAGS) -fPIC -c $< -o $@
 endif
 
 ifeq ($(GPU),sim)
@@ -160,19 +160,19 @@ $(GPU_STAMP):
 
 $(BUILD)/cuda/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(GPU_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/cuda/pic/%.o: plugin/cuda/%.c $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(GPU_CFLAGS) -fPIC -c $< -o $@
+	$(CC) $(CFLAGS) $(GPU_CFLAGS) $(DEPFLAGS) -fPIC -c $< -o $@
 
 $(BUILD)/cuda/cu/%.o: plugin/cuda/%.cu $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(SIM_CXXFLAGS) -x c++ -c $< -o $@
+	$(CXX) $(SIM_CXXFLAGS) $(DEPFLAGS) -x c++ -c $< -o $@
 
 $(BUILD)/cuda/pic/cu/%.o: plugin/cuda/%.cu $(GPU_HDR) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(SIM_CXXFLAGS) -fPIC -x c++ -c $< -o $@
+	$(CXX) $(SIM_CXXFLAGS) $(DEPFLAGS) -fPIC -x c++ -c $< -o $@
 
 endif
 
@@ -220,7 +220,7 @@ $(SIM_MUT_DIR)/%.cu: tests/gpu/sim/mutate.sh $(wildcard plugin/cuda/*.cu)
 	@mkdir -p $(dir $@)
 	sh tests/gpu/sim/mutate.sh $* $@
 $(SIM_MUT_DIR)/%.o: $(SIM_MUT_DIR)/%.cu $(GPU_HDR) $(GPU_STAMP)
-	$(CXX) $(SIM_CXXFLAGS) -x c++ -c $< -o $@
+	$(CXX) $(SIM_CXXFLAGS) $(DEPFLAGS) -x c++ -c $< -o $@
 $(SIM_MUT_DIR)/%: tests/gpu/sim/mutants.cu $(SIM_MUT_DIR)/%.o $$(LIBA) $(GPU_HDR) $(GPU_STAMP)
 	$(CXX) $(SIM_CXXFLAGS) -x c++ $< -x none $(SIM_MUT_DIR)/$*.o $(LIBA) -o $@ $(LDFLAGS) $(LDLIBS)
 .PRECIOUS: $(SIM_MUT_DIR)/%.cu $(SIM_MUT_DIR)/%.o

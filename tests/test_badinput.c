@@ -5,6 +5,8 @@
  * the message, and for every case that could destroy something place a
  * known-good weights file (trained in setup) in the backup folder first and
  * compare it byte for byte afterwards.
+ *
+ * tier: full (runs in `make test`, not in `make check`: many trainings).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -5,6 +5,8 @@
  * `detector test` on the result, and check that bad input stops the
  * program with a clear message and a non-zero exit before anything is
  * written.
+ *
+ * tier: full (runs in `make test`, not in `make check`: many trainings).
  */
 #include <setjmp.h>
 #include <stdarg.h>

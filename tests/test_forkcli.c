@@ -7,6 +7,8 @@
  * 2 naming the flag), the new commands (calc_anchors against a hand-worked
  * k-means, valid, recall), and NaN/inf weights refused by map and test.
  * The 101-point AP is checked against a hand-worked ranked list.
+ *
+ * tier: full (runs in `make test`, not in `make check`: many trainings).
  */
 #include <setjmp.h>
 #include <stdarg.h>

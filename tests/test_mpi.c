@@ -21,6 +21,8 @@
  * Built without MPI (MPI=0) or without mpirun, the cases are skipped.
  * Programs come from $SDNN_TEST_BUILD/tests/mpi (build), the script from
  * $SDNN_REPO (.), ./darknet from $SDNN_DARKNET_BIN.
+ *
+ * tier: full (runs in `make test`, not in `make check`: minutes of mpirun).
  */
 #include <setjmp.h>
 #include <stdarg.h>
