@@ -7,7 +7,7 @@
  *
  *   make bench && build/bench/bench_fix1x1 [-cfg cfg/shapes-res.cfg] [-n 100] [-fix bn]
  *
- * -fix bn (issue 25): the batch-norm fix instead, both networks hooked with
+ * -fix bn: the batch-norm fix instead, both networks hooked with
  * the 1x1 fix, one with fix_bn_delta=0 (Darknet's batch-norm backward), one
  * with fix_bn_delta=1 (bnfix.c).
  *

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/margins.sh — the margins of the suite's tolerance tests (issue 25):
+# bench/margins.sh — the margins of the suite's tolerance tests:
 # each test reruns under every OpenBLAS kernel any x86-64 machine runs
 # (OPENBLAS_CORETYPE = Prescott, Sandybridge, Haswell) and the machine's own
 # (unset), and the worst error each comparison measured is set against its

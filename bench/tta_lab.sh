@@ -1,5 +1,5 @@
 #!/bin/sh
-# Time to accuracy at real size on P lab hosts (issue 29): bench/lab_yolo.sh's
+# Time to accuracy at real size on P lab hosts: bench/lab_yolo.sh's
 # yolov3-tiny (Debian's cfg for the shapes set, 8.7 M parameters, RES x RES,
 # BATCH images per host), trained over scripts/netlab.sh's shaped links until
 # mAP@0.5 on data/shapes/valid.txt reaches TARGET, as a user runs it:
@@ -17,9 +17,9 @@
 #   auto      bucket_mb=auto compress=auto compress_allow=none,fp16,int8,topk
 #   defaults  a [scalednn] section with no keys at all
 #   measured  the defaults with iter_factor=int8:1,topk:1.3 written out (the
-#             measured factors, the defaults since stop 42)
+#             measured factors, the current defaults)
 #   stated    the defaults with iter_factor=int8:1.25,topk:1.5 (the factors
-#             stated before stop 42); measured and stated are not in the
+#             stated first); measured and stated are not in the
 #             default VARIANTS: VARIANTS="stated measured" compares the two
 # For each seed, every (rate, variant) runs once before the next seed, so the
 # variants alternate and share the machine's drift.  A run ends at the first

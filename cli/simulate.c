@@ -105,7 +105,7 @@ typedef struct sim_row {
     int nodes, per_node, world;
     sdnn_cm_result r[NVARIANTS];
     int nb[NVARIANTS];
-    char coll[NVARIANTS][192];   /* -nccl 1: the collective of each bucket (issue 24) */
+    char coll[NVARIANTS][192];   /* -nccl 1: the collective of each bucket */
     double wire[NVARIANTS];   /* bytes each replica sends per step (collective.h) */
     double factor[NVARIANTS]; /* iteration factor of each variant's plan (stock: 1) */
 } sim_row;
@@ -168,8 +168,8 @@ static int simulate_world(const char *cmd, const sim_setup *s, int nodes, int pe
     const topology *t = s->topo;
     sdnn_link ring = nodes > 1 ? t->inter : t->intra;
 
-    /* stock: the iterations of none (issue 29 measured 400 for both in one
-     * process; its averaging every `interval` steps is not a codec) */
+    /* stock: the iterations of none (bench/tta_lab.sh measured 400 for both
+     * in one process; its averaging every `interval` steps is not a codec) */
     row->factor[V_STOCK] = 1.0;
     int share = t->host_share_max > 0 ? t->host_share_max : per_node;
     if (share > per_node) share = per_node;

@@ -54,7 +54,7 @@ echo "== throughput of the same runs"
 sh scripts/compare.sh stock=runs/stock.csv scalednn=runs/scalednn.csv \
     scalednn-fp16=runs/scalednn-fp16.csv
 echo
-# What each run's weights find (issue 26): the fork's default threshold 0.25,
+# What each run's weights find: the fork's default threshold 0.25,
 # recall over the validation set (at least 0.8 is the goal: the objects found
 # with the right class at IoU 0.5), and pictures of a few validation images.
 echo "== each run's final weights at the fork's threshold 0.25 on the validation set"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/fork/compare_cmds.sh [FORK_CLI]
 #
-# The detector commands side by side with the maintained fork's (issue 26 item 3): the same
+# The detector commands side by side with the maintained fork's: the same
 # data, cfg and weights through ./darknet and the fork's CLI (FORK_CLI, or the first
 # argument: the `fork cli:` that bench/fork/build.sh prints), every number compared within a
 # stated tolerance. Nothing of the fork's enters the repository; its binary only runs.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/fork/forward.sh FORK_SOURCE [FORK_SRCDIR] [FORK_BUILDDIR]
 #
-# Forward equivalence with the maintained Darknet fork (issue 18). Builds the fork CPU-only
+# Forward equivalence with the maintained Darknet fork. Builds the fork CPU-only
 # (build.sh), builds bench/fork/fwd_sdnn.c with the project's flags (make) and
 # bench/fork/fwd_fork.cpp against the fork's headers and library, then for every cfg:
 #   1. fwd_sdnn writes random weights (Darknet's format) and a random input image once;

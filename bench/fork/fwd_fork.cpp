@@ -1,5 +1,5 @@
 /*
- * fwd_fork: the maintained fork's side of the forward comparison (issue 18).
+ * fwd_fork: the maintained fork's side of the forward comparison.
  * Not part of the project's build: bench/fork/forward.sh compiles it against
  * the fork's headers and links the fork's libdarknet.so (built by
  * bench/fork/build.sh, outside the repository).  It uses the fork's own

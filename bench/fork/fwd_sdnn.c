@@ -1,6 +1,6 @@
 /*
  * fwd_sdnn: this project's side of the forward comparison with the maintained
- * Darknet fork (issue 18).  Built by bench/fork/forward.sh against
+ * Darknet fork.  Built by bench/fork/forward.sh against
  * libscalednn.a and Debian's libdarknet, like the project's own programs.
  *
  *   fwd_sdnn random CFG SEED OUT.weights [VARSCALE]

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/fork/train.sh FORK_SOURCE [FORK_SRCDIR] [FORK_BUILDDIR]
 #
-# Training side by side with the maintained Darknet fork, and weights both ways (issue 18).
+# Training side by side with the maintained Darknet fork, and weights both ways.
 # Builds the fork CPU-only (build.sh) and ./darknet, generates the shapes set (gen-shapes,
 # labels also copied next to the images, where the fork looks for them), then per seed
 # trains the same cfg text (CFG, default cfg/shapes-v4tiny.cfg, max_batches=ITERS) with

@@ -1,6 +1,6 @@
 /*
  * bench_hostloss: what the gpu engine moves for its host-side losses and
- * the memory it holds against stock mode (issue 14).
+ * the memory it holds against stock mode.
  *
  *   bench_hostloss bytes CFG [-batch 64] [-subdivisions 16] [-size 416] [-steps 1]
  *       one device net of CFG (Darknet's train_network on the device:

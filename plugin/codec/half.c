@@ -117,7 +117,7 @@ static void fp16_accumulate(const sdnn_codec_params *p, const void *in, size_t n
 
 const sdnn_codec_ops sdnn_codec_fp16 = {
     .name = "fp16",
-    /* Measured (issue 29, bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
+    /* Measured (bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
      * 0.10 on 2 lab hosts, 3 seeds x 2 links, +-50 iterations): 0.75 to
      * 1.14 x none's iterations, median 0.94; 1, as an 11-bit significand
      * (2^-11 relative error) cannot speed convergence: below 1 is noise. */

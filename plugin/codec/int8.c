@@ -186,7 +186,7 @@ static void int8_decode_add(const sdnn_codec_params *p, const void *in, size_t n
 
 const sdnn_codec_ops sdnn_codec_int8 = {
     .name = "int8",
-    /* Measured (issue 29, bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
+    /* Measured (bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
      * 0.10 on 2 lab hosts, 3 seeds x 2 links, +-50 iterations): 0.88 to
      * 1.14 x none's iterations, median 1.00 (the first default, 1.25, was
      * assumed; docs/ARCHITECTURE.md, "Time to accuracy", has the lab runs

@@ -208,7 +208,7 @@ static void topk_decode_add(const sdnn_codec_params *p, const void *in, size_t n
 
 const sdnn_codec_ops sdnn_codec_topk = {
     .name = "topk",
-    /* Measured (issue 29, bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
+    /* Measured (bench/tta_lab.sh: yolov3-tiny 128x128 to mAP@0.5
      * 0.10 on 2 lab hosts, 3 seeds x 2 links, +-50 iterations): 1.11 to
      * 1.71 x none's iterations, median 1.31 (the first default, 1.5, came
      * from one seed at +-100). */

@@ -1,7 +1,7 @@
 /*
  * act_ops: the per-element formulas of the maintained Darknet fork's
  * activations that Debian's libdarknet lacks (mish, swish) and their
- * gradients, written once for the host and the device (issue 18).  Plain C:
+ * gradients, written once for the host and the device.  Plain C:
  * a C compiler sees static inline functions, nvcc sees __host__ __device__
  * ones, so a device kernel and the CPU layer compute the same values.
  *

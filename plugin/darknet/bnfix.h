@@ -1,6 +1,6 @@
 /*
  * bnfix: batch norm's backward made the exact derivative of the forward
- * that ran (fix_bn_delta=1, issue 25).
+ * that ran (fix_bn_delta=1).
  *
  * Debian's libdarknet normalises a channel of N = batch x out_h x out_w
  * values in training as x_hat = (x - mean) / (sqrt(var) + 1e-6) with the

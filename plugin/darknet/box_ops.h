@@ -1,6 +1,6 @@
 /*
  * box_ops: the per-element box formulas of the maintained Darknet fork's
- * [yolo] layer (issue 18), written once for the host and the device as
+ * [yolo] layer, written once for the host and the device as
  * act_ops.h is: plain C, math.h only; nvcc sees __host__ __device__.
  *
  * Boxes are centre x, y and width, height, in units of the image (0..1).

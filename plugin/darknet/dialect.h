@@ -1,6 +1,6 @@
 /*
  * dialect: the parts of the maintained Darknet fork's cfg dialect that this
- * project builds on top of Debian's libdarknet (issue 18).
+ * project builds on top of Debian's libdarknet.
  *
  * Built: activation=mish and activation=swish on [convolutional],
  * [connected] and [shortcut] layers; the grouped route; the fork's [yolo]
@@ -41,7 +41,7 @@ const sdnn_yolo_opts *sdnn_dialect_yolo(const network *net, int i);
 void sdnn_dialect_nms(const network *net, detection *dets, int n, int classes, float thresh);
 
 /* What the dialect made of layer i, for an engine that runs the layers
- * itself (the gpu engine, issue 18); additive: the table keyed by the
+ * itself (the gpu engine); additive: the table keyed by the
  * layer's address, whatever hooks later wrap its pointers with. */
 typedef enum sdnn_dialect_kind {
     SDNN_DIALECT_NONE = 0,   /* libdarknet's layer as it is */

@@ -1,6 +1,6 @@
 /*
  * yolo_dialect: the maintained Darknet fork's [yolo] layer on top of
- * libdarknet's (issue 18): its keys, its forward and loss (on the host),
+ * libdarknet's: its keys, its forward and loss (on the host),
  * and its NMS kinds.  dialect.c takes the keys out of the cfg text (so
  * libdarknet builds a plain [yolo] with the mask, anchors, classes and
  * thresholds it knows) and points the layer's forward here; backward stays

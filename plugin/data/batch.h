@@ -1,5 +1,5 @@
 /*
- * batch: the project's own detection batch builder (issue 18), used for a
+ * batch: the project's own detection batch builder, used for a
  * cfg whose last [yolo] has the maintained fork's `resize` != 1, or whose
  * [net] has mosaic=1, letter_box=1 or flip=0; every other cfg keeps
  * libdarknet's load_data (loader.c).

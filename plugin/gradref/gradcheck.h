@@ -192,7 +192,7 @@ void sdnn_gradcheck_print(const sdnn_gradcheck_report *r, FILE *f);
 
 /* The engines gradcheck knows (the only list of their names), and whether
  * `engine` can run here: SDNN_ERR_INVALID unknown, SDNN_ERR_UNSUPPORTED
- * known but not in this build (gpu: issue 13), with the reason. */
+ * known but not in this build (gpu: GPU=1 only), with the reason. */
 const char *sdnn_gradcheck_engines(void);
 sdnn_status sdnn_gradcheck_engine_check(const char *engine);
 

@@ -1,5 +1,5 @@
 /*
- * gradref: a reference network in double precision (issue 25), the plain
+ * gradref: a reference network in double precision, the plain
  * CPU reference beside the engines' kernels.  Built from a parsed
  * libdarknet network (same cfg, the same weights copied to double), it runs
  * forward and backward in double for the layer types the engines train:
@@ -102,8 +102,7 @@ int sdnn_gradref_yolo_disagree(const sdnn_gradref *r, int *near);
  * model's reduction lengths (gradcheck.h). */
 void sdnn_gradref_reduction(const sdnn_gradref *r, int i, double *fwd, double *bwd);
 
-/* libdarknet's [yolo] delta in double (plugin/gradref/yolo_ref.c; issue 25
- * item 1): what Debian's forward_yolo_layer writes into l->delta for the
+/* libdarknet's [yolo] delta in double (plugin/gradref/yolo_ref.c): what Debian's forward_yolo_layer writes into l->delta for the
  * layer's input x (batch x outputs) and the truth rows (batch x
  * l->truths floats: x, y, w, h, class per box; a box with x == 0 ends the
  * list), the network's input size net_w x net_h.  out gets the activated

@@ -1,5 +1,5 @@
 /*
- * region_ref: the [region] layer's delta in double (issue 25), written from
+ * region_ref: the [region] layer's delta in double, written from
  * the semantics of Debian's libdarknet forward_region_layer (2018,
  * yolov2-style): see gradref.h.  Layout as the layer's: image b, anchor n,
  * entry e (x, y, w, h, objectness, classes...), cell (j, i) at

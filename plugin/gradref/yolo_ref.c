@@ -1,5 +1,5 @@
 /*
- * yolo_ref: the [yolo] layer's delta in double (issue 25 item 1), written
+ * yolo_ref: the [yolo] layer's delta in double, written
  * from the semantics of Debian's libdarknet forward_yolo_layer (2018):
  * see gradref.h.  Layout: image b, anchor slot n, entry e (x, y, w, h,
  * objectness, classes...), cell (j, i) at

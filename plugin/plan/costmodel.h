@@ -63,7 +63,7 @@ sdnn_status sdnn_link_custom(double gbytes_per_s, double latency_us, sdnn_link *
  * that slope, clamped to 0.  Small transfers can run faster than the
  * link's sustained rate (a shaper's burst, as tc tbf's; a cache): a fit
  * over every size weighted by relative error let them set the slope and
- * read 0.37-0.53 GB/s on a 0.125 GB/s link (issue 29).  When the larger
+ * read 0.37-0.53 GB/s on a 0.125 GB/s lab link.  When the larger
  * sizes alone do not grow (a preempted timing), the slope is the least-squares
  * one over every size.  SDNN_ERR_INVALID
  * when n < 2 or n > 32, W < 2, the largest sizes are all equal or the
@@ -247,7 +247,7 @@ typedef enum sdnn_cm_coll {
 /* With this bit in `offers`, a collective that sends more bytes per rank
  * than collective.c's way for the codec (sdnn_wire_bytes at env->world) is
  * no candidate: compression never sends more than the host backends do
- * (issue 24).  The dense all-gather sends (W-1) S_c against the ring's
+ * (the host backends' ring is the cap).  The dense all-gather sends (W-1) S_c against the ring's
  * 2(W-1)/W S_c: the same bytes at W = 2, more from W = 3 on. */
 #define SDNN_CM_OFFERS_BYTE_CAP (1u << 8)
 

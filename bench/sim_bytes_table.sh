@@ -1,8 +1,8 @@
 #!/bin/sh
-# bench/issue24_table.sh — issue 24's closing table on simulated devices (make GPU=sim):
+# bench/sim_bytes_table.sh — bytes a step per codec and layout on simulated devices (GPU=sim):
 # bytes each replica sends a step as the progress line reports them ("MB exchanged"),
 # for backend=nccl and backend=mpi, 1 process x 4 devices and 2 processes x 2 devices,
-# every codec, bucket_mb=4 and auto, on the issue's yolov3-tiny-shaped net (Debian's
+# every codec, bucket_mb=4 and auto, on the yolov3-tiny-shaped net (Debian's
 # yolov3-tiny.cfg at 32x32, batch 2, random=0: 8,852,366 parameters, 35.41 MB fp32; the
 # size does not depend on the input, and without multi-scale each step stays at 32x32),
 # beside the cost model's figure (bucket_mb=4: `scalednn simulate`, W = 4; auto: the
@@ -14,7 +14,7 @@
 # On simulated devices the NCCL is sim/nccl.c's: the host logic, the byte accounting and
 # the collective chosen, never real NCCL, its protocols or its timing.
 #
-#   sh bench/issue24_table.sh [BUILD]      (BUILD defaults to build-sim)
+#   sh bench/sim_bytes_table.sh [BUILD]      (BUILD defaults to build-sim)
 #
 # Prints markdown tables on stdout; the runs' logs stay in the printed work folder.
 set -u
@@ -22,7 +22,7 @@ B=${1:-build-sim}
 ROOT=$(pwd)
 BIN=$ROOT/$B/darknet
 YOLO=${SDNN_YOLO_CFG:-/usr/share/darknet/cfg/yolov3-tiny.cfg}
-W=$(mktemp -d "${TMPDIR:-/tmp}/sdnn-issue24-XXXXXX")
+W=$(mktemp -d "${TMPDIR:-/tmp}/sdnn-simbytes-XXXXXX")
 CODECS="none fp16 bf16 int8 topk"
 [ -x "$BIN" ] || { echo "no $BIN (make GPU=sim BUILD=$B first)" >&2; exit 1; }
 [ -r "$YOLO" ] || { echo "no $YOLO (Debian's darknet package)" >&2; exit 1; }
