@@ -29,7 +29,9 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1, .iou_thresh = .5f,
                           .conf_thresh = .25f};
     const char *csv = NULL;
-    int map = 0, every_seen = 0, dont_show = 0, show_imgs = 0;
+    int map = 0, dont_show = 0, show_imgs = 0;
+    /* Flags that only feed the evaluation of -map: refused without it. */
+    static const char eval_why[] = "nothing is evaluated without it";
     long every = 100;
     double target = 0;
     const int detector = task == SDNN_TASK_DETECTOR;
@@ -55,9 +57,10 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
                           : "top-1 on valid= every -map_every iterations"},
         {.name = "-map_every", .kind = SDNN_FLAG_LONG, .dst = &every, .lo = 1, .hi = 2147483647.0,
          .meta = "N", .help = "with -map: iterations between evaluations (100)",
-         .seen = &every_seen},
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-target", .kind = SDNN_FLAG_DOUBLE, .dst = &target, .lo = 0, .lo_open = 1,
-         .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached"},
+         .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached",
+         .needs = "-map", .needs_why = "the accuracy is measured on valid= only with it"},
         {.name = "-time_limit_sec", .kind = SDNN_FLAG_LONG, .dst = &job.time_limit_s, .lo = 1,
          .hi = 2147483647.0, .meta = "S",
          .help = "stop after S seconds of training (evaluations not counted), saving _final"},
@@ -68,12 +71,15 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
         /* Detector only (the table below is cut before them for a classifier). */
         {.name = "-points", .kind = SDNN_FLAG_CUSTOM, .dst = &job.points,
          .parse = sdnn_flag_parse_points, .meta = "0|11|101",
-         .help = "with -map: all-point (0, the default), 11-point or 101-point AP"},
+         .help = "with -map: all-point (0, the default), 11-point or 101-point AP",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-iou_thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.iou_thresh, .lo = 0,
-         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)"},
+         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.conf_thresh, .lo = 0, .hi = 1,
          .hi_open = 1, .meta = "T",
-         .help = "with -map: precision and recall of the boxes above T (0.25)"},
+         .help = "with -map: precision and recall of the boxes above T (0.25)",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-chart", .kind = SDNN_FLAG_STR, .dst = &job.chart, .meta = "FILE",
          .help = "the loss (and -map) chart redrawn while training (chart.png)"},
         {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &job.letter_box,
@@ -88,11 +94,6 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     int np;
     int st = sdnn_detector_args(&cmd, argc, argv, pos, &np, &dont_show, &show_imgs);
     if (st >= 0) return st;
-    if (every_seen && !map) {
-        fprintf(stderr, "error: darknet %s: -map_every %ld needs -map (nothing is evaluated "
-                "without it)\n", cmd.name, every);
-        return 2;
-    }
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
