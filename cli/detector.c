@@ -241,8 +241,26 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    list *nlist = get_paths(name_list);
-    char **names = (char **)list_to_array(nlist);
+    /* The names label each box: one per class (names[j] for every class j
+     * is read below), each once. */
+    list *nlist = NULL;
+    char **names = sdnn_read_class_names(datacfg, "names", name_list, NULL, &nlist);
+    int classes = sdnn_detector_classes(net);
+    if (names && classes > nlist->size)
+        fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg, name_list,
+                nlist->size, classes);
+    if (!names || classes < 1 || classes > nlist->size) {
+        if (classes < 1)
+            fprintf(stderr, "error: %s: no [yolo], [region] or [detection] layer (or they "
+                    "disagree on classes=): not a detector\n", cfgfile);
+        if (names) {
+            free_ptrs((void **)names, nlist->size);
+            free_list(nlist);
+        }
+        sdnn_network_free(net);
+        sdnn_free_options(options);
+        return 1;
+    }
     set_batch_network(net, 1);
     image im = load_image_color((char *)imgpath, 0, 0);
     image sized = sdnn_detector_input(net, im, letter_box);
@@ -250,14 +268,13 @@ static int test_detector(int argc, char **argv)
     network_predict(net, sized.data);
     printf("%s: Predicted in %f seconds.\n", imgpath, what_time_is_it_now() - t0);
     int nboxes = 0;
-    layer l = net->layers[net->n - 1];
     detection *dets = sdnn_detector_boxes(net, im, letter_box, thresh, hier, &nboxes);
-    sdnn_dialect_nms(net, dets, nboxes, l.classes, .45f);
-    char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)l.classes * 64 + 1) : NULL;
+    sdnn_dialect_nms(net, dets, nboxes, classes, .45f);
+    char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)classes * 64 + 1) : NULL;
     size_t labels_len = 0;
     if (labels_text) labels_text[0] = '\0';
     for (int i = 0; i < nboxes; ++i)
-        for (int j = 0; j < l.classes; ++j)
+        for (int j = 0; j < classes; ++j)
             if (dets[i].prob[j] > thresh) {
                 box b = dets[i].bbox;
                 printf("%s: %.0f%% (x=%.1f y=%.1f w=%.1f h=%.1f)\n", names[j],
@@ -284,7 +301,7 @@ static int test_detector(int argc, char **argv)
         if (labels_ok) printf("wrote %s\n", label_out);
         free(labels_text);
     }
-    draw_boxes(im, dets, nboxes, thresh, l.classes);
+    draw_boxes(im, dets, nboxes, thresh, classes);
     save_image(im, outname);
     char written[300];
     snprintf(written, sizeof written, "%s.jpg", outname);

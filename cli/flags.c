@@ -289,3 +289,21 @@ int sdnn_flag_parse_points(const char *flag, const char *value, void *dst)
     *(int *)dst = atoi(value);
     return 0;
 }
+
+const char *sdnn_fmt_float(char *buf, float v, int min_decimals)
+{
+    if (!buf) return "";
+    if (!isfinite(v)) {
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%g", (double)v);
+        return buf;
+    }
+    for (int d = min_decimals < 0 ? 0 : min_decimals; d <= 9; ++d) {
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%.*f", d, (double)v);
+        if (strtof(buf, NULL) == v) return buf;
+    }
+    for (int p = 1; p <= 9; ++p) { /* 9 significant digits always read back a float */
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
+}

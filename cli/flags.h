@@ -126,6 +126,14 @@ int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst);
 /* One line on stderr when -dont_show or -show_imgs was given. */
 void sdnn_note_no_window(const char *command, int dont_show, int show_imgs);
 
+/* A threshold (a float flag's value) as text that reads back as the same
+ * float: with min_decimals decimals where those suffice (2 keeps the
+ * fork's "mAP@0.50"), more where needed (-iou_thresh 0.999 is "0.999",
+ * never "1.00"), %g's exponent form for what 9 decimals cannot hold.
+ * buf holds SDNN_FMT_FLOAT_LEN bytes.  Returns buf. */
+#define SDNN_FMT_FLOAT_LEN 64
+const char *sdnn_fmt_float(char *buf, float v, int min_decimals);
+
 /* The fork's -points: 0 (all-point), 11 or 101. */
 int sdnn_flag_parse_points(const char *flag, const char *value, void *dst);
 
