@@ -3,9 +3,12 @@
  * -height H`, the fork's command: k-means on the sizes of the train list's
  * label boxes (in network pixels, W x H) with 1 - IoU as the distance (two
  * boxes compared as if they shared a centre), the anchors printed in the
- * cfg's format as the fork prints them (truncated to whole pixels above a
- * width of 32, 4 decimals otherwise) and the mean IoU of every box with its
- * nearest anchor.
+ * cfg's format (whole pixels rounded to the nearest above a width of 32, as
+ * the fork's "%3.0f" did before its 2025 rewrite cut them down with (int);
+ * 4 decimals otherwise) and the mean IoU of every box with its nearest
+ * anchor.  A cluster that would print as 0 (sub-pixel boxes) is printed as
+ * the smallest printable value, with a warning: the cfg check refuses an
+ * anchor of 0, and so would a net trained with it never match a box.
  *
  * Deterministic, unlike the fork's random start: the clusters start at the
  * boxes at the quantiles (2k+1)/(2N) of the box areas, then alternate
@@ -50,6 +53,30 @@ static int nearest(const wh *c, int k, wh b, double *best_iou)
     }
     if (best_iou) *best_iou = bi;
     return best;
+}
+
+/* Whether v prints as 0 at the anchors line's precision: whole pixels
+ * (rounded to the nearest, ties to even as printf's "%.0f") or 4 decimals. */
+static int printed_zero(double v, int whole)
+{
+    return (whole ? rint(v) : rint(v * 1e4)) <= 0;
+}
+
+/* The value the anchors line prints for v: v itself (printf rounds it),
+ * or the smallest positive value at that precision where v would print
+ * as 0. */
+static double printed_anchor(double v, int whole)
+{
+    if (!printed_zero(v, whole)) return whole ? rint(v) : v;
+    return whole ? 1 : 1e-4;
+}
+
+/* 4 decimals, or 4 digits where that would show 0 (this line may be
+ * pasted into a cfg as well). */
+static void print_unrounded(double v)
+{
+    if (v >= 5e-5) printf("%.4f", v);
+    else printf("%.4g", v);
 }
 
 static int by_area(const void *x, const void *y)
@@ -131,8 +158,8 @@ int sdnn_cmd_detector_calc_anchors(int argc, char **argv)
         SDNN_CMD_FLAGS(flags),
         .notes = "k-means with 1 - IoU as the distance on the train= list's label boxes,\n"
                  "started at area quantiles (deterministic); prints anchors = w,h, ... as the fork\n"
-                 "(whole pixels cut down above -width 32, else 4 decimals), the unrounded anchors\n"
-                 "and the mean IoU of each box with its nearest anchor.\n",
+                 "(whole pixels rounded above -width 32, else 4 decimals; never 0), the unrounded\n"
+                 "anchors and the mean IoU of each box with its nearest anchor.\n",
     };
     const char *pos[1] = {0};
     int np;
@@ -204,23 +231,46 @@ int sdnn_cmd_detector_calc_anchors(int argc, char **argv)
     }
     qsort(c, (size_t)k, sizeof *c, by_area);
     double sum = 0;
+    for (int j = 0; j < k; ++j) assign[j] = 0; /* now: boxes per sorted cluster */
     for (int i = 0; i < n; ++i) {
         double v;
-        nearest(c, k, boxes[i], &v);
+        assign[nearest(c, k, boxes[i], &v)]++;
         sum += v;
     }
     printf("calc_anchors: %d boxes of %s at %dx%d, %d clusters, %d rounds\n", n, train, W, H, k,
            rounds);
-    /* The fork's line: whole pixels cut down (C's int conversion, not
-     * rounded) above a width of 32, 4 decimals at 32 and below. */
+    const int whole = W > 32;
+    wh *shown = malloc((size_t)k * sizeof *shown);
+    if (!shown) {
+        fprintf(stderr, "error: calc_anchors: out of memory\n");
+        goto out;
+    }
+    for (int j = 0; j < k; ++j) {
+        shown[j].w = printed_anchor(c[j].w, whole);
+        shown[j].h = printed_anchor(c[j].h, whole);
+        if (printed_zero(c[j].w, whole) || printed_zero(c[j].h, whole))
+            fprintf(stderr, "warning: calc_anchors: cluster %d of %d (%d box%s) is %.4g x %.4g "
+                    "at -width %d -height %d, below the printed precision (%s): printed as %s, "
+                    "since an anchor of 0 never matches a box (the cfg check refuses it); boxes "
+                    "this small want a larger -width/-height (the network's input) or fewer "
+                    "-num_of_clusters\n", j + 1, k, assign[j], assign[j] == 1 ? "" : "es",
+                    c[j].w, c[j].h, W, H, whole ? "whole pixels" : "4 decimals",
+                    whole ? "1" : "0.0001");
+    }
     printf("anchors = ");
     for (int j = 0; j < k; ++j) {
-        if (W > 32) printf("%s%d,%d", j ? ", " : "", (int)c[j].w, (int)c[j].h);
-        else printf("%s%.4f,%.4f", j ? ", " : "", c[j].w, c[j].h);
+        if (whole) printf("%s%.0f,%.0f", j ? ", " : "", shown[j].w, shown[j].h);
+        else printf("%s%.4f,%.4f", j ? ", " : "", shown[j].w, shown[j].h);
     }
     printf("\n");
+    free(shown);
     printf("anchors (unrounded) = ");
-    for (int j = 0; j < k; ++j) printf("%s%.4f,%.4f", j ? ", " : "", c[j].w, c[j].h);
+    for (int j = 0; j < k; ++j) {
+        printf("%s", j ? ", " : "");
+        print_unrounded(c[j].w);
+        printf(",");
+        print_unrounded(c[j].h);
+    }
     printf("\n");
     printf("mean IoU = %.6f (avg IoU = %.2f %%)\n", sum / n, 100 * sum / n);
     rc = 0;

@@ -29,7 +29,9 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     sdnn_train_job job = {.task = task, .gpus = "0", .seed = -1, .iou_thresh = .5f,
                           .conf_thresh = .25f};
     const char *csv = NULL;
-    int map = 0, every_seen = 0, dont_show = 0, show_imgs = 0;
+    int map = 0, dont_show = 0, show_imgs = 0;
+    /* Flags that only feed the evaluation of -map: refused without it. */
+    static const char eval_why[] = "nothing is evaluated without it";
     long every = 100;
     double target = 0;
     const int detector = task == SDNN_TASK_DETECTOR;
@@ -55,9 +57,10 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
                           : "top-1 on valid= every -map_every iterations"},
         {.name = "-map_every", .kind = SDNN_FLAG_LONG, .dst = &every, .lo = 1, .hi = 2147483647.0,
          .meta = "N", .help = "with -map: iterations between evaluations (100)",
-         .seen = &every_seen},
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-target", .kind = SDNN_FLAG_DOUBLE, .dst = &target, .lo = 0, .lo_open = 1,
-         .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached"},
+         .hi = 1, .meta = detector ? "MAP" : "TOP1", .help = "with -map: stop once reached",
+         .needs = "-map", .needs_why = "the accuracy is measured on valid= only with it"},
         {.name = "-time_limit_sec", .kind = SDNN_FLAG_LONG, .dst = &job.time_limit_s, .lo = 1,
          .hi = 2147483647.0, .meta = "S",
          .help = "stop after S seconds of training (evaluations not counted), saving _final"},
@@ -68,12 +71,15 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
         /* Detector only (the table below is cut before them for a classifier). */
         {.name = "-points", .kind = SDNN_FLAG_CUSTOM, .dst = &job.points,
          .parse = sdnn_flag_parse_points, .meta = "0|11|101",
-         .help = "with -map: all-point (0, the default), 11-point or 101-point AP"},
+         .help = "with -map: all-point (0, the default), 11-point or 101-point AP",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-iou_thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.iou_thresh, .lo = 0,
-         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)"},
+         .lo_open = 1, .hi = 1, .meta = "X", .help = "with -map: match at IoU >= X (0.5)",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-thresh", .kind = SDNN_FLAG_FLOAT, .dst = &job.conf_thresh, .lo = 0, .hi = 1,
          .hi_open = 1, .meta = "T",
-         .help = "with -map: precision and recall of the boxes above T (0.25)"},
+         .help = "with -map: precision and recall of the boxes above T (0.25)",
+         .needs = "-map", .needs_why = eval_why},
         {.name = "-chart", .kind = SDNN_FLAG_STR, .dst = &job.chart, .meta = "FILE",
          .help = "the loss (and -map) chart redrawn while training (chart.png)"},
         {.name = "-letter_box", .kind = SDNN_FLAG_SWITCH, .dst = &job.letter_box,
@@ -88,11 +94,6 @@ int sdnn_train_command(sdnn_task task, int argc, char **argv)
     int np;
     int st = sdnn_detector_args(&cmd, argc, argv, pos, &np, &dont_show, &show_imgs);
     if (st >= 0) return st;
-    if (every_seen && !map) {
-        fprintf(stderr, "error: darknet %s: -map_every %ld needs -map (nothing is evaluated "
-                "without it)\n", cmd.name, every);
-        return 2;
-    }
     job.datacfg = pos[0];
     job.cfgfile = pos[1];
     job.weights = np == 3 ? pos[2] : NULL;
@@ -240,8 +241,26 @@ static int test_detector(int argc, char **argv)
         sdnn_free_options(options);
         return 1;
     }
-    list *nlist = get_paths(name_list);
-    char **names = (char **)list_to_array(nlist);
+    /* The names label each box: one per class (names[j] for every class j
+     * is read below), each once. */
+    list *nlist = NULL;
+    char **names = sdnn_read_class_names(datacfg, "names", name_list, NULL, &nlist);
+    int classes = sdnn_detector_classes(net);
+    if (names && classes > nlist->size)
+        fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg, name_list,
+                nlist->size, classes);
+    if (!names || classes < 1 || classes > nlist->size) {
+        if (classes < 1)
+            fprintf(stderr, "error: %s: no [yolo], [region] or [detection] layer (or they "
+                    "disagree on classes=): not a detector\n", cfgfile);
+        if (names) {
+            free_ptrs((void **)names, nlist->size);
+            free_list(nlist);
+        }
+        sdnn_network_free(net);
+        sdnn_free_options(options);
+        return 1;
+    }
     set_batch_network(net, 1);
     image im = load_image_color((char *)imgpath, 0, 0);
     image sized = sdnn_detector_input(net, im, letter_box);
@@ -249,14 +268,13 @@ static int test_detector(int argc, char **argv)
     network_predict(net, sized.data);
     printf("%s: Predicted in %f seconds.\n", imgpath, what_time_is_it_now() - t0);
     int nboxes = 0;
-    layer l = net->layers[net->n - 1];
     detection *dets = sdnn_detector_boxes(net, im, letter_box, thresh, hier, &nboxes);
-    sdnn_dialect_nms(net, dets, nboxes, l.classes, .45f);
-    char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)l.classes * 64 + 1) : NULL;
+    sdnn_dialect_nms(net, dets, nboxes, classes, .45f);
+    char *labels_text = save_labels ? malloc((size_t)nboxes * (size_t)classes * 64 + 1) : NULL;
     size_t labels_len = 0;
     if (labels_text) labels_text[0] = '\0';
     for (int i = 0; i < nboxes; ++i)
-        for (int j = 0; j < l.classes; ++j)
+        for (int j = 0; j < classes; ++j)
             if (dets[i].prob[j] > thresh) {
                 box b = dets[i].bbox;
                 printf("%s: %.0f%% (x=%.1f y=%.1f w=%.1f h=%.1f)\n", names[j],
@@ -283,7 +301,7 @@ static int test_detector(int argc, char **argv)
         if (labels_ok) printf("wrote %s\n", label_out);
         free(labels_text);
     }
-    draw_boxes(im, dets, nboxes, thresh, l.classes);
+    draw_boxes(im, dets, nboxes, thresh, classes);
     save_image(im, outname);
     char written[300];
     snprintf(written, sizeof written, "%s.jpg", outname);

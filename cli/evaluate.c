@@ -496,9 +496,39 @@ fail:
     return -1;
 }
 
-/* A names/labels file as an array; empty lines are an error (an empty
- * name would match every path). */
-static char **read_names(const char *datacfg, const char *key, const char *file, list **out)
+static const char *const *g_sorted_names; /* by_name's array (qsort has no context) */
+
+static int by_name(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    int d = strcmp(g_sorted_names[a], g_sorted_names[b]);
+    return d ? d : (a > b) - (a < b);
+}
+
+/* Two classes of one name are one name in every per-class output: the
+ * second's result file replaces the first's, the per-class table shows
+ * two rows nobody can tell apart, a classifier's path match never picks
+ * the second.  The first pair by name, as line numbers; 0 when none. */
+static int first_duplicate(char *const *names, int n, int *line_a, int *line_b)
+{
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    if (!idx) return -1;
+    for (int i = 0; i < n; ++i) idx[i] = i;
+    g_sorted_names = (const char *const *)names;
+    qsort(idx, (size_t)n, sizeof *idx, by_name);
+    int found = 0;
+    for (int i = 1; i < n && !found; ++i)
+        if (strcmp(names[idx[i - 1]], names[idx[i]]) == 0) {
+            *line_a = idx[i - 1] + 1;
+            *line_b = idx[i] + 1;
+            found = 1;
+        }
+    free(idx);
+    return found;
+}
+
+char **sdnn_read_class_names(const char *datacfg, const char *key, const char *file,
+                             const char *file_prefix, list **out)
 {
     *out = NULL;
     if (sdnn_check_readable(file) != SDNN_OK) {
@@ -507,13 +537,42 @@ static char **read_names(const char *datacfg, const char *key, const char *file,
     }
     list *l = get_paths((char *)file);
     char **names = (char **)list_to_array(l);
-    for (int i = 0; i < l->size; ++i)
-        if (!names[i][0]) {
-            fprintf(stderr, "error: %s: line %d is empty (one name per line)\n", file, i + 1);
-            free_ptrs((void **)names, l->size);
-            free_list(l);
-            return NULL;
-        }
+    /* A CRLF file: libdarknet's line reader keeps the '\r' in the name. */
+    for (int i = 0; i < l->size; ++i) {
+        size_t len = strlen(names[i]);
+        if (len && names[i][len - 1] == '\r') names[i][len - 1] = '\0';
+    }
+    int bad = 0;
+    for (int i = 0; i < l->size && !bad; ++i) {
+        const char *nm = names[i];
+        bad = 1;
+        if (strspn(nm, " \t") == strlen(nm))
+            fprintf(stderr, "error: %s:%d: the name is empty (one class name per line)\n", file,
+                    i + 1);
+        else if (file_prefix && strchr(nm, '/'))
+            fprintf(stderr, "error: %s:%d: class name \"%.80s\" contains '/': it names a result "
+                    "file (%sNAME.txt), so a '/' would put it in another folder; rename the "
+                    "class\n", file, i + 1, nm, file_prefix);
+        else if (file_prefix && strlen(file_prefix) + strlen(nm) + 4 > 255)
+            fprintf(stderr, "error: %s:%d: class name \"%.40s...\" is %zu characters: its result "
+                    "file %sNAME.txt would pass the 255-byte file name limit; shorten it (or "
+                    "-out)\n", file, i + 1, nm, strlen(nm), file_prefix);
+        else
+            bad = 0;
+    }
+    int a = 0, b = 0, dup = bad ? 0 : first_duplicate(names, l->size, &a, &b);
+    if (dup < 0) fprintf(stderr, "error: %s: out of memory\n", file);
+    if (dup > 0)
+        fprintf(stderr, "error: %s:%d and line %d: class name \"%.80s\" twice: each class needs "
+                "its own name (%s); rename one\n", file, a, b, names[a - 1],
+                file_prefix ? "it names the class's result file: the second would replace the "
+                              "first's"
+                            : "two equal names are one class in every per-class result");
+    if (bad || dup) {
+        free_ptrs((void **)names, l->size);
+        free_list(l);
+        return NULL;
+    }
     *out = l;
     return names;
 }
@@ -573,7 +632,7 @@ int sdnn_cmd_detector_map(int argc, char **argv)
     }
     char *names_file = option_find_str(L.options, "names", NULL);
     if (names_file) {
-        cnames = read_names(datacfg, "names", names_file, &nlist);
+        cnames = sdnn_read_class_names(datacfg, "names", names_file, NULL, &nlist);
         if (!cnames) goto out;
         if (nlist->size < classes) {
             fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg,
@@ -595,9 +654,14 @@ int sdnn_cmd_detector_map(int argc, char **argv)
         goto out;
     }
     double secs = what_time_is_it_now() - t0;
-    printf("detector map: %d images, IoU >= %.2f, detections: probability > %g after NMS %.2f "
+    /* Thresholds as given (sdnn_fmt_float): %.2f showed -iou_thresh 0.999 as 1.00. */
+    char iou_s[SDNN_FMT_FLOAT_LEN], thr_s[SDNN_FMT_FLOAT_LEN], nms_s[SDNN_FMT_FLOAT_LEN];
+    char conf_s[SDNN_FMT_FLOAT_LEN];
+    sdnn_fmt_float(iou_s, a.iou, 2);
+    printf("detector map: %d images, IoU >= %s, detections: probability > %s after NMS %s "
            "(%.1f s)\n",
-           res.images, (double)a.iou, (double)a.thresh, (double)a.nms, secs);
+           res.images, iou_s, sdnn_fmt_float(thr_s, a.thresh, 0), sdnn_fmt_float(nms_s, a.nms, 2),
+           secs);
     printf("%4s  %-16s %7s %7s %8s %8s %8s\n", "id", "class", "truths", "dets", "AP11", "AP-all",
            "AP101");
     int unscored = 0;
@@ -621,14 +685,14 @@ int sdnn_cmd_detector_map(int argc, char **argv)
                 option_find_str(L.options, "valid", NULL));
         goto out;
     }
-    printf(" for conf_thresh = %.2f, precision = %.4f, recall = %.4f, F1-score = %.4f "
-           "(TP %d, FP %d, FN %d)\n", (double)pr.conf, pr.precision, pr.recall, pr.f1, pr.tp, pr.fp,
-           pr.fn);
-    printf("mAP@%.2f: all-point %.4f, 11-point %.4f, 101-point %.4f over %d images\n",
-           (double)a.iou, res.map_all, res.map11, res.map101, res.images);
+    printf(" for conf_thresh = %s, precision = %.4f, recall = %.4f, F1-score = %.4f "
+           "(TP %d, FP %d, FN %d)\n", sdnn_fmt_float(conf_s, pr.conf, 2), pr.precision, pr.recall,
+           pr.f1, pr.tp, pr.fp, pr.fn);
+    printf("mAP@%s: all-point %.4f, 11-point %.4f, 101-point %.4f over %d images\n", iou_s,
+           res.map_all, res.map11, res.map101, res.images);
     double m = sdnn_map_at_points(&res, a.points);
-    printf(" mean average precision (mAP@%.2f) = %.6f, or %.2f %% (-points %d: %s)\n",
-           (double)a.iou, m, m * 100, a.points,
+    printf(" mean average precision (mAP@%s) = %.6f, or %.2f %% (-points %d: %s)\n", iou_s, m,
+           m * 100, a.points,
            a.points == 11 ? "VOC 2007 11-point" : a.points == 101 ? "COCO 101-point" : "all-point");
     rc = 0;
 out:
@@ -667,7 +731,7 @@ int sdnn_cmd_classifier_valid(int argc, char **argv)
                 datacfg);
         goto out;
     }
-    labels = read_names(datacfg, key, labels_file, &llist);
+    labels = sdnn_read_class_names(datacfg, key, labels_file, NULL, &llist);
     if (!labels) goto out;
     int classes = llist->size;
     if (classes < 1) {
@@ -837,7 +901,7 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
                 datacfg);
         goto out;
     }
-    cnames = read_names(datacfg, "names", names_file, &nlist);
+    cnames = sdnn_read_class_names(datacfg, "names", names_file, prefix, &nlist);
     if (!cnames) goto out;
     if (nlist->size < classes) {
         fprintf(stderr, "error: %s: names=%s has %d names for %d classes\n", datacfg, names_file,
@@ -848,6 +912,15 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
     const char *dir = "results";
     for (node *n = L.options ? L.options->front : NULL; n; n = n->next)
         if (strcmp(((kvp_ *)n->val)->key, "results") == 0) dir = ((kvp_ *)n->val)->val;
+    for (int j = 0; j < classes; ++j) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s%s.txt", dir, prefix, cnames[j]) >=
+            (int)sizeof path) {
+            fprintf(stderr, "error: %s: results=%s: the result file of class %d (%s) would be a "
+                    "path over %zu bytes\n", datacfg, dir, j, cnames[j], sizeof path - 1);
+            goto out;
+        }
+    }
     if (sdnn_mkdirs(dir) != SDNN_OK) {
         fprintf(stderr, "error: %s: results=%s: %s\n", datacfg, dir, sdnn_last_error());
         goto out;
@@ -885,6 +958,7 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
         free(id);
         free_detections(d, nboxes);
     }
+    int nfiles = 0; /* the files written, for the summary */
     for (int j = 0; j < classes; ++j) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s.txt", dir, prefix, cnames[j]);
@@ -900,9 +974,11 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
             fprintf(stderr, "error: %s\n", sdnn_last_error());
             goto out;
         }
+        ++nfiles;
     }
-    printf("detector valid: %d images, %ld boxes above %g into %d files %s/%s*.txt (%.1f s)\n",
-           L.plist->size, written, (double)a.thresh, classes, dir, prefix,
+    char thr[SDNN_FMT_FLOAT_LEN];
+    printf("detector valid: %d images, %ld boxes above %s into %d files %s/%s*.txt (%.1f s)\n",
+           L.plist->size, written, sdnn_fmt_float(thr, a.thresh, 0), nfiles, dir, prefix,
            what_time_is_it_now() - t0);
     rc = 0;
 out:
@@ -986,9 +1062,10 @@ int sdnn_cmd_detector_recall(int argc, char **argv)
         fprintf(stderr, "error: no truth boxes in any label file: recall is undefined\n");
         goto out;
     }
-    printf("recall: %d of %d truths found (IoU > %.2f, objectness > %g): %.4f, mean best IoU "
-           "%.4f\n", correct, total, (double)a.iou, (double)a.thresh, (double)correct / total,
-           avg_iou / total);
+    char iou_s[SDNN_FMT_FLOAT_LEN], thr_s[SDNN_FMT_FLOAT_LEN];
+    printf("recall: %d of %d truths found (IoU > %s, objectness > %s): %.4f, mean best IoU "
+           "%.4f\n", correct, total, sdnn_fmt_float(iou_s, a.iou, 2),
+           sdnn_fmt_float(thr_s, a.thresh, 0), (double)correct / total, avg_iou / total);
     rc = 0;
 out:
     free(truths.t);

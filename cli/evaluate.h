@@ -66,6 +66,16 @@ sdnn_status sdnn_check_net_finite(const network *net, const char *weights);
 /* The map at the fork's -points: 0 all-point, 11, 101. */
 double sdnn_map_at_points(const sdnn_map_result *r, int points);
 
+/* The class names of a data file's names=/labels= (key) file, one a line,
+ * as an array (*out: the list, for free_ptrs/free_list).  NULL after a
+ * message naming the file and line(s) for: an unreadable file, an empty
+ * (or blank) line, a name given twice.  file_prefix: NULL, or the prefix
+ * of the per-class result files the names make (valid's PREFIXNAME.txt):
+ * then a name with '/' or one making a file name over 255 bytes is refused
+ * too, before anything is written. */
+char **sdnn_read_class_names(const char *datacfg, const char *key, const char *file,
+                             const char *file_prefix, list **out);
+
 /* Classes of the network's detection layers ([yolo], [region], [detection]);
  * -1 when it has none or they disagree. */
 int sdnn_detector_classes(const network *net);

@@ -96,6 +96,14 @@ static int store(const sdnn_command *c, const sdnn_flag *f, const char *name, co
     return SDNN_ARGS_BAD;
 }
 
+/* "-flag VALUE" (or "-flag") as given at argv[i], for messages. */
+static void as_given(char *buf, size_t cap, const sdnn_flag *f, int argc, char **argv, int i)
+{
+    int takes = f->kind != SDNN_FLAG_SWITCH;
+    snprintf(buf, cap, "%s%s%s", argv[i], takes ? " " : "",
+             takes && i + 1 < argc && argv[i + 1] ? argv[i + 1] : "");
+}
+
 int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, const char **pos,
                     int *npos)
 {
@@ -124,11 +132,8 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
         int k = (int)(f - c->flags);
         if (k < MAX_FLAGS && at[k] >= 0) {
             char first_s[160], again[160];
-            int takes = f->kind != SDNN_FLAG_SWITCH;
-            snprintf(first_s, sizeof first_s, "%s%s%s", argv[at[k]], takes ? " " : "",
-                     takes && at[k] + 1 < argc && argv[at[k] + 1] ? argv[at[k] + 1] : "");
-            snprintf(again, sizeof again, "%s%s%s", a, takes ? " " : "",
-                     takes && i + 1 < argc && argv[i + 1] ? argv[i + 1] : "");
+            as_given(first_s, sizeof first_s, f, argc, argv, at[k]);
+            as_given(again, sizeof again, f, argc, argv, i);
             char msg[640];
             snprintf(msg, sizeof msg, "%s is given twice (%s, then %s): Darknet takes the first, "
                      "so neither is guessed; give it once", f->name, first_s, again);
@@ -144,6 +149,19 @@ int sdnn_args_parse(const sdnn_command *c, int argc, char **argv, int first, con
             return bad(c, "%s needs a value (%s)", a, f->meta ? f->meta : "a value");
         int st = store(c, f, a, argv[++i]);
         if (st != SDNN_ARGS_OK) return st;
+    }
+    /* A flag that changes nothing without another: refused, not ignored. */
+    for (int k = 0; k < c->nflags && k < MAX_FLAGS; ++k) {
+        const sdnn_flag *f = &c->flags[k];
+        if (!f->needs || at[k] < 0) continue;
+        const sdnn_flag *g = find_flag(c, f->needs);
+        int kg = g ? (int)(g - c->flags) : -1;
+        if (kg >= 0 && kg < MAX_FLAGS && at[kg] >= 0) continue;
+        char given[160], msg[480];
+        as_given(given, sizeof given, f, argc, argv, at[k]);
+        snprintf(msg, sizeof msg, "%s needs %s (%s)", given, f->needs,
+                 f->needs_why ? f->needs_why : "it changes nothing without it");
+        return bad(c, "%s%s", msg, "");
     }
     *npos = np;
     if (np < c->min_pos) {
@@ -270,4 +288,22 @@ int sdnn_flag_parse_points(const char *flag, const char *value, void *dst)
     }
     *(int *)dst = atoi(value);
     return 0;
+}
+
+const char *sdnn_fmt_float(char *buf, float v, int min_decimals)
+{
+    if (!buf) return "";
+    if (!isfinite(v)) {
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%g", (double)v);
+        return buf;
+    }
+    for (int d = min_decimals < 0 ? 0 : min_decimals; d <= 9; ++d) {
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%.*f", d, (double)v);
+        if (strtof(buf, NULL) == v) return buf;
+    }
+    for (int p = 1; p <= 9; ++p) { /* 9 significant digits always read back a float */
+        snprintf(buf, SDNN_FMT_FLOAT_LEN, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
 }

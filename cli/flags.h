@@ -16,7 +16,9 @@
  * the flag and what is allowed, the usage text, exit status 2.  So is a
  * flag given twice (under either spelling): Darknet's find_arg takes the
  * first, the last would win here, so neither is guessed and both are
- * named.  argv may hold NULL entries (Darknet's del_arg).
+ * named.  So is a flag that only matters with another one (its `needs`,
+ * e.g. train's -points without -map) given without it: Darknet ignores it
+ * silently.  argv may hold NULL entries (Darknet's del_arg).
  */
 #ifndef SDNN_FLAGS_H
 #define SDNN_FLAGS_H
@@ -46,6 +48,9 @@ typedef struct sdnn_flag {
     int (*parse)(const char *flag, const char *value, void *dst); /* CUSTOM */
     int *seen;           /* NULL, or set to 1 when the flag is given */
     const char *alias;   /* NULL, or a second spelling of the same flag ("-dontshow") */
+    const char *needs;   /* NULL, or the flag of the same table without which this one changes
+                          * nothing ("-map"): given alone it is bad usage, naming both */
+    const char *needs_why; /* the reason in that message ("nothing is evaluated without it") */
 } sdnn_flag;
 
 typedef struct sdnn_command {
@@ -120,6 +125,14 @@ int sdnn_flag_parse_gpus_ids(const char *flag, const char *value, void *dst);
 
 /* One line on stderr when -dont_show or -show_imgs was given. */
 void sdnn_note_no_window(const char *command, int dont_show, int show_imgs);
+
+/* A threshold (a float flag's value) as text that reads back as the same
+ * float: with min_decimals decimals where those suffice (2 keeps the
+ * fork's "mAP@0.50"), more where needed (-iou_thresh 0.999 is "0.999",
+ * never "1.00"), %g's exponent form for what 9 decimals cannot hold.
+ * buf holds SDNN_FMT_FLOAT_LEN bytes.  Returns buf. */
+#define SDNN_FMT_FLOAT_LEN 64
+const char *sdnn_fmt_float(char *buf, float v, int min_decimals);
 
 /* The fork's -points: 0 (all-point), 11 or 101. */
 int sdnn_flag_parse_points(const char *flag, const char *value, void *dst);

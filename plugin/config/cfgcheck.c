@@ -747,6 +747,33 @@ static sdnn_status layer_ref(const checker *c, const sec *s, const kv *k, long v
     return SDNN_OK;
 }
 
+/* Every entry of anchors= a finite number > 0 as libdarknet stores it (atof
+ * into a float): it multiplies exp(tw) into the box size, so an anchor of 0
+ * (an empty entry reads as 0), a negative one, nan, or one that underflows
+ * or overflows the float trains a predictor that never matches a truth. */
+static sdnn_status anchor_values(const checker *c, const sec *s, const kv *k, int yolo)
+{
+    const char *p = k->val;
+    for (int i = 1;; ++i) {
+        size_t len = strcspn(p, ",");
+        char *end = (char *)p;
+        const float v = len ? (float)strtod(p, &end) : 0;
+        if (!len || end != p + len || !isfinite(v) || !(v > 0)) {
+            char what[320];
+            snprintf(what, sizeof what,
+                     "entry %d (\"%.*s\"): each anchor is a %s, a finite number > 0 (an anchor "
+                     "of 0 or below is a predictor that never matches a box; `darknet detector "
+                     "calc_anchors` computes them from the labels)",
+                     i, (int)(len < 40 ? len : 40), p,
+                     yolo ? "width or height in pixels of the network's input"
+                          : "width or height in grid cells of the layer's output");
+            return key_error(c, s, k, what);
+        }
+        if (p[len] == '\0') return SDNN_OK;
+        p += len + 1;
+    }
+}
+
 static sdnn_status check_head(const checker *c, const sec *s, int at, long in_ch,
                               const sec *producer)
 {
@@ -787,6 +814,7 @@ static sdnn_status check_head(const checker *c, const sec *s, int at, long in_ch
                  count_entries(ka->val), num, 2 * num);
         return key_error(c, s, ka, what);
     }
+    if (ka) SDNN_CHECK(anchor_values(c, s, ka, yolo));
     long want = used * (classes + coords + 1);
     if (in_ch > 0 && producer && in_ch != want) {
         snprintf(what, sizeof what,
