@@ -123,9 +123,15 @@ APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
 APP_LIB_OBJ := $(filter-out $(BUILD)/cli/main.o,$(APP_OBJ))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
+# Each compile writes the headers it read into TARGET.d (-MMD), so a header
+# edit rebuilds only what includes it; -MP keeps a deleted header from
+# stopping the build.
+DEPFLAGS = -MMD -MP -MF $@.d -MT $@
+
 # Objects depend on a stamp named after the flags, so switching BLAS=, SAN=
-# or DEBUG= in the same build directory rebuilds what they change.
-FLAGS_HASH := $(shell echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' | cksum | cut -d' ' -f1)
+# or DEBUG= in the same build directory rebuilds what they change (and a
+# build directory made before -MMD, whose objects have no .d, is rebuilt).
+FLAGS_HASH := $(shell echo '$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS) $(LDLIBS)' | cksum | cut -d' ' -f1)
 FLAGS_STAMP := $(BUILD)/.flags-$(FLAGS_HASH)
 
 ifeq ($(BUILD),build)
@@ -146,11 +152,6 @@ $(FLAGS_STAMP):
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/.flags-*
 	@touch $@
-
-# Each compile writes the headers it read into TARGET.d (-MMD), so a header
-# edit rebuilds only what includes it; -MP keeps a deleted header from
-# stopping the build.
-DEPFLAGS = -MMD -MP -MF $@.d -MT $@
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
