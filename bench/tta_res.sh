@@ -1,10 +1,12 @@
 #!/bin/sh
 # What the 1x1 delta fix buys: cfg/shapes-res.cfg (a Darknet-53-style residual
 # detector) trained to a validation mAP three ways, same seeds:
-#   darknet   stock protocol, fix_1x1_delta=0: Darknet as users have it (the
-#             shortcut gradient behind every 1x1 convolution lost)
-#   stock     stock protocol on the fixed engine (no [scalednn] section)
-#   scalednn  mode=scalednn, compress=none, on the fixed engine
+#   darknet   stock protocol, fix_1x1_delta=0, cpu_conv=darknet: Darknet as users
+#             have it (libdarknet's convolutions, the shortcut gradient behind every
+#             1x1 convolution lost; oneDNN's backward would add it)
+#   stock     stock protocol on the fixed engine (no [scalednn] section: the
+#             defaults, cpu_conv=auto)
+#   scalednn  mode=scalednn, compress=none, on the fixed engine (the same cpu_conv)
 #
 #   sh bench/tta_res.sh      # REPLICAS=2 SEEDS="1 2 3" TARGET=0.30 MAX=1500 EVERY=100
 #
@@ -30,7 +32,7 @@ gpus=$(seq -s, 0 $((REPLICAS - 1)))
 
 cfg_of() {
     case $1 in
-    darknet) { cat cfg/shapes-res.cfg; printf '\n[scalednn]\nmode=stock\nfix_1x1_delta=0\n'; } >"$OUT/darknet.cfg" ;;
+    darknet) { cat cfg/shapes-res.cfg; printf '\n[scalednn]\nmode=stock\nfix_1x1_delta=0\ncpu_conv=darknet\n'; } >"$OUT/darknet.cfg" ;;
     stock) cp cfg/shapes-res.cfg "$OUT/stock.cfg" ;;
     scalednn) { cat cfg/shapes-res.cfg; printf '\n[scalednn]\nmode=scalednn\nbackend=local\nbucket_mb=0.25\noverlap=1\ncompress=none\n'; } >"$OUT/scalednn.cfg" ;;
     esac

@@ -115,7 +115,8 @@ int sdnn_cmd_plan(int argc, char **argv)
     const char *bt = getenv("SDNN_BLAS_THREADS");
     if (bt && atoi(bt) > 0) sdnn_blas_set_threads(atoi(bt));
 
-    if (sdnn_cli_get_profile(cmd, profile_in, stripped.path, iters, profile_out, &prof)) goto done;
+    if (sdnn_cli_get_profile(cmd, profile_in, stripped.path, conf.cpu_conv, iters, profile_out,
+                             &prof)) goto done;
     if (profile_in && sdnn_cli_profile_matches(cmd, &prof, stripped.path)) goto done;
 
     /* the link */

@@ -49,8 +49,8 @@ static void stdout_on(int saved)
 }
 
 /* Profile the Darknet part of a cfg (the memfd without [scalednn]). */
-static int profile_cfg(const char *cmd, const char *stripped_path, int iters,
-                       sdnn_cost_profile *out)
+static int profile_cfg(const char *cmd, const char *stripped_path, const char *cpu_conv,
+                       int iters, sdnn_cost_profile *out)
 {
     network *net = sdnn_parse_network(stripped_path);
     if (!net) {
@@ -60,6 +60,7 @@ static int profile_cfg(const char *cmd, const char *stripped_path, int iters,
     sdnn_profile_opts o = SDNN_PROFILE_OPTS_INIT;
     o.iters = iters;
     o.warmup = 2;
+    o.cpu_conv = cpu_conv;
     int saved = stdout_off();
     sdnn_status st = sdnn_profile_network(net, &o, out);
     stdout_on(saved);
@@ -68,12 +69,13 @@ static int profile_cfg(const char *cmd, const char *stripped_path, int iters,
 }
 
 /* The profile from a file or measured; 0 on success. */
-int sdnn_cli_get_profile(const char *cmd, const char *file, const char *stripped_path, int iters,
+int sdnn_cli_get_profile(const char *cmd, const char *file, const char *stripped_path,
+                         const char *cpu_conv, int iters,
                        const char *save, sdnn_cost_profile *out)
 {
     if (file) {
         if (sdnn_profile_load(file, out) != SDNN_OK) return sdnn_cli_fail(cmd);
-    } else if (profile_cfg(cmd, stripped_path, iters, out)) {
+    } else if (profile_cfg(cmd, stripped_path, cpu_conv, iters, out)) {
         return 1;
     }
     if (save && sdnn_profile_save(out, save) != SDNN_OK) {

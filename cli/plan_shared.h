@@ -17,9 +17,11 @@
 int sdnn_cli_fail(const char *cmd);
 
 /* The per-layer profile from `file`, or measured on the stripped cfg at
- * `stripped_path` (`iters` passes, Darknet's per-pass prints silenced);
+ * `stripped_path` (`iters` passes, Darknet's per-pass prints silenced,
+ * the convolutions on what `cpu_conv` names, as training runs them);
  * saved to `save` when not NULL. */
-int sdnn_cli_get_profile(const char *cmd, const char *file, const char *stripped_path, int iters,
+int sdnn_cli_get_profile(const char *cmd, const char *file, const char *stripped_path,
+                         const char *cpu_conv, int iters,
                          const char *save, sdnn_cost_profile *out);
 
 /* 1 (with a message) when the profile's layer count is not the cfg's. */

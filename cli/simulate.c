@@ -390,7 +390,8 @@ int sdnn_cmd_simulate(int argc, char **argv)
             goto done;
         }
     } else {
-        if (sdnn_cli_get_profile(cmd, profile_in, stripped.path, iters, NULL, &here)) goto done;
+        if (sdnn_cli_get_profile(cmd, profile_in, stripped.path, conf.cpu_conv, iters, NULL,
+                                 &here)) goto done;
         if (profile_in && sdnn_cli_profile_matches(cmd, &here, stripped.path)) goto done;
     }
     if (sdnn_cost_profile_scaled(&here, speed, &prof) != SDNN_OK) {

@@ -22,6 +22,7 @@
 #include "splitmix.h"
 #include "chart.h"
 #include "profile.h"
+#include "conv_dnnl.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -661,17 +662,26 @@ static void print_devices(run *R)
         first = r;
         if (r < n) memcpy(cur, next, sizeof cur);
     }
+    if (e == sdnn_engine_host()) {
+        /* cpu_conv=: which convolutions run on oneDNN, which stay on libdarknet's and why. */
+        char conv[4096];
+        sdnn_conv_dnnl_describe(sdnn_trainer_net(R->t, 0), R->cfg.cpu_conv,
+                                sdnn_config_cpu_conv_onednn(&R->cfg), "scalednn: ", conv,
+                                sizeof conv);
+        fputs(conv, stdout);
+    }
 }
 
 /* -benchmark_layers: each layer's forward and backward time on a network
  * of its own (the planner's profile, plugin/plan/profile.c), before
  * training starts. */
-static int benchmark_layers(const char *cfgpath)
+static int benchmark_layers(const char *cfgpath, const char *cpu_conv)
 {
     /* The times do not depend on the weights: random-init ones are timed. */
     network *net = sdnn_parse_network(cfgpath);
     sdnn_profile_opts po = SDNN_PROFILE_OPTS_INIT;
     po.iters = 3;
+    po.cpu_conv = cpu_conv;
     sdnn_cost_profile prof;
     sdnn_status st = sdnn_profile_network(net, &po, &prof);
     sdnn_network_free(net);
@@ -853,7 +863,7 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
     }
-    if (job->benchmark_layers && benchmark_layers(stripped.path) != 0) goto out;
+    if (job->benchmark_layers && benchmark_layers(stripped.path, R.cfg.cpu_conv) != 0) goto out;
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
         SDNN_OK) {

@@ -39,6 +39,8 @@ run() { # label cfg
         { tail -20 "runs/$1.log"; exit 1; }
     grep -E "^scalednn: target|Saving|saved" "runs/$1.log" | tail -n 2 || true
 }
+# Both cfgs leave cpu_conv unset: stock and scalednn mode run the same
+# convolutions (the default, oneDNN's where built), so only the protocol differs.
 run stock cfg/shapes-plain.cfg
 run scalednn cfg/shapes-plain-scalednn.cfg
 run scalednn-fp16 runs/shapes-plain-scalednn-fp16.cfg

@@ -790,7 +790,7 @@ static void test_describe(void **state)
     sdnn_config_describe(&cfg, buf, sizeof buf);
     /* compress=auto (the default): the keys of the codecs it may choose,
      * error feedback per codec, no topk_momentum (compress=topk only) */
-    assert_string_equal(buf, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 "
+    assert_string_equal(buf, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=auto bucket_mb=auto overlap=1 "
                              "interval=4 compress=auto csv=- topk_ratio=0.01 topk_warmup=0 "
                              "int8_chunk=256 stochastic_rounding=0 compress_allow=none,fp16,int8,topk "
                              "error_feedback=auto compress_min_kb=0");
@@ -802,7 +802,7 @@ static void test_describe(void **state)
     cfg.interval = 16;
     snprintf(cfg.csv, sizeof cfg.csv, "/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, sizeof buf);
-    assert_string_equal(buf, "mode=stock backend=local preload=2 split=cpu cpu_conv=darknet bucket_mb=0.5 overlap=0 "
+    assert_string_equal(buf, "mode=stock backend=local preload=2 split=cpu cpu_conv=auto bucket_mb=0.5 overlap=0 "
                              "interval=16 compress=none csv=/tmp/a.csv");
     sdnn_config_describe(&cfg, buf, 10);
     assert_string_equal(buf, "mode=stoc");
@@ -911,7 +911,7 @@ static void test_describe_codec_keys(void **state)
     free(parse_ok("[scalednn]\ncompress=topk\ntopk_ratio=0.05\ntopk_momentum=0.9\n"
                   "topk_warmup=100\ncompress_min_kb=16\n", &cfg));
     sdnn_config_describe(&cfg, desc, sizeof desc);
-    assert_string_equal(desc, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=darknet bucket_mb=auto overlap=1 interval=4 "
+    assert_string_equal(desc, "mode=scalednn backend=auto preload=2 split=cpu cpu_conv=auto bucket_mb=auto overlap=1 interval=4 "
                               "compress=topk csv=- topk_ratio=0.05 topk_momentum=0.9 "
                               "topk_warmup=100 error_feedback=1 compress_min_kb=16");
     free(parse_ok("[scalednn]\ncompress=int8\nint8_chunk=64\n", &cfg));

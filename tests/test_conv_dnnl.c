@@ -31,10 +31,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "conv_dnnl.h"
+#include "dialect.h"
 #include "gradcheck.h"
+#include "replicas.h"
+#include "trainer.h"
 #include "testutil.h"
 
 void forward_convolutional_layer(layer l, network net);
@@ -364,17 +368,133 @@ static void test_key(void **state)
                                             &stripped), SDNN_OK);
     free(stripped);
     stripped = NULL;
-    assert_int_equal(sdnn_config_cpu_conv_onednn(&c), 0);   /* default: darknet */
+    /* The default is auto: oneDNN wherever the build has it, in a section
+     * without the key and in a cfg without a section (stock mode) alike. */
+    assert_string_equal(c.cpu_conv, "auto");
+    assert_int_equal(sdnn_config_cpu_conv_onednn(&c), sdnn_conv_dnnl_built());
+    assert_int_equal(sdnn_config_parse_text("k.cfg", "[net]\nbatch=1\n", &c, &stripped), SDNN_OK);
+    free(stripped);
+    stripped = NULL;
+    assert_int_equal(c.mode, SDNN_MODE_STOCK);
+    assert_string_equal(c.cpu_conv, "auto");
+    assert_int_equal(sdnn_config_cpu_conv_onednn(&c), sdnn_conv_dnnl_built());
+    const sdnn_config def = SDNN_CONFIG_INIT;
+    assert_string_equal(def.cpu_conv, "auto");
     assert_int_equal(sdnn_config_parse_text("k.cfg", "[net]\nbatch=1\n\n[scalednn]\n"
                                             "cpu_conv=mkl\n", &c, &stripped), SDNN_ERR_INVALID);
     free(stripped);
     assert_non_null(strstr(sdnn_last_error(), "darknet, onednn, auto"));
 }
 
+/* The start banner's account of the convolutions (conv_dnnl.h): how many
+ * run on oneDNN, and each that stays on libdarknet's with its reason. */
+static const char *BANNER_NET =
+    "[net]\nbatch=2\nsubdivisions=1\nwidth=8\nheight=8\nchannels=3\n"
+    "learning_rate=0.01\nmomentum=0.9\ndecay=0\n\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n"
+    "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=%s\n\n"
+    "[maxpool]\nsize=2\nstride=2\n\n"
+    "[connected]\noutput=3\nactivation=%s\n\n"
+    "[softmax]\n";
+
+static network *banner_net(const char *conv_act, const char *fc_act)
+{
+    char text[1024], path[] = "/tmp/sdnn-banner-XXXXXX";
+    snprintf(text, sizeof text, BANNER_NET, conv_act, fc_act);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    network *net = sdnn_parse_network(path);   /* the dialect's mish and swish */
+    unlink(path);
+    assert_non_null(net);
+    return net;
+}
+
+/* Through the trainer under the default config (stock or scalednn mode):
+ * replica 1's banner text. */
+static void banner_of(int mode, char *out, size_t len)
+{
+    network **nets = malloc(2 * sizeof *nets);
+    assert_non_null(nets);
+    nets[0] = banner_net("leaky", "mish");   /* mish on a [connected] layer only */
+    nets[1] = banner_net("leaky", "mish");
+    assert_int_equal(sdnn_replicas_broadcast(nets, 2), SDNN_OK);
+    sdnn_config cfg = SDNN_CONFIG_INIT;   /* cpu_conv: the default */
+    cfg.mode = mode;
+    cfg.present = mode == SDNN_MODE_SCALEDNN;
+    cfg.bucket_mb = 4.0;
+    sdnn_trainer *t = NULL;
+    if (sdnn_trainer_create(nets, 2, &cfg, 1, &t) != SDNN_OK) fail_msg("%s", sdnn_last_error());
+    sdnn_conv_dnnl_describe(sdnn_trainer_net(t, 1), cfg.cpu_conv,
+                            sdnn_config_cpu_conv_onednn(&cfg), "p: ", out, len);
+    print_message("%s", out);
+    sdnn_trainer_destroy(t);
+}
+
+static void test_banner(void **state)
+{
+    (void)state;
+    char b[2048], want[512];
+    for (int mode = SDNN_MODE_SCALEDNN; mode <= SDNN_MODE_STOCK; ++mode) {
+        banner_of(mode, b, sizeof b);
+        if (sdnn_conv_dnnl_built())
+            snprintf(want, sizeof want, "p: cpu_conv=auto: 2 of 2 convolutional layers on %s, "
+                     "0 on libdarknet's\n", sdnn_conv_dnnl_name());
+        else
+            snprintf(want, sizeof want, "p: cpu_conv=auto: libdarknet's convolutions on all 2 "
+                     "convolutional layers because this build has no oneDNN (install "
+                     "libdnnl-dev, scripts/setup.sh, and rebuild for oneDNN's)\n");
+        assert_string_equal(b, want);
+    }
+    if (!sdnn_conv_dnnl_built()) return;   /* the rest lists oneDNN's layers */
+    /* A mish (swish) convolution stays on libdarknet's, and so does the
+     * other one (the dialect wraps every convolution of such a net).  Not
+     * through a trainer: hooks.c keeps one libdarknet function per layer
+     * type for the process, and the plain nets above set it. */
+    static const char *const acts[] = {"mish", "swish"};
+    for (int k = 0; k < 2; ++k) {
+        network *net = banner_net(acts[k], "linear");
+        int n = -1;
+        assert_int_equal(sdnn_conv_dnnl_attach(net, &n), SDNN_OK);
+        assert_int_equal(n, 0);
+        sdnn_conv_dnnl_describe(net, "onednn", 1, "p: ", b, sizeof b);
+        print_message("%s", b);
+        snprintf(want, sizeof want, "p: cpu_conv=onednn: 0 of 2 convolutional layers on %s, 2 "
+                 "on libdarknet's:\np:   layer 1 conv %s: oneDNN has no %s here", sdnn_conv_dnnl_name(),
+                 acts[k], acts[k]);
+        assert_non_null(strstr(b, want));
+        assert_non_null(strstr(b, "\np:   layer 0 conv linear/leaky beside mish or swish"));
+        sdnn_conv_dnnl_detach(net);
+        sdnn_network_free(net);
+    }
+}
+
+/* cpu_conv=darknet says so; a buffer too small is cut short, still one line. */
+static void test_banner_darknet(void **state)
+{
+    (void)state;
+    char text[1024];
+    snprintf(text, sizeof text, BANNER_NET, "leaky", "linear");
+    network *net = tu_parse(text);
+    assert_non_null(net);
+    char b[256];
+    sdnn_conv_dnnl_describe(net, "darknet", 0, "", b, sizeof b);
+    assert_string_equal(b, "cpu_conv=darknet: libdarknet's convolutions on all 2 convolutional "
+                           "layers\n");
+    char small[24];
+    sdnn_conv_dnnl_describe(net, "darknet", 0, "", small, sizeof small);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    assert_string_equal(small + sizeof small - 5, "...\n");
+    sdnn_network_free(net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key),
+        cmocka_unit_test(test_banner),
+        cmocka_unit_test(test_banner_darknet),
         cmocka_unit_test(test_geometries),
         cmocka_unit_test(test_conv_resize),
         cmocka_unit_test(test_gradcheck),

@@ -31,6 +31,7 @@
 #include "measure.h"
 #include "profile.h"
 #include "testutil.h"
+#include "conv_dnnl.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (1.0 + fabs(b)); }
 #define NEAR(a, b) assert_true(near((a), (b)))
@@ -933,7 +934,7 @@ static void test_plan_fixed_matches_exchange(void **state)
     assert_non_null(nets[0]);
     assert_non_null(nets[1]);
     sdnn_cost_profile p;
-    sdnn_profile_opts po = {1, 0, 1, NULL};
+    sdnn_profile_opts po = {.iters = 1, .warmup = 0, .seed = 1, .input = NULL, .cpu_conv = NULL};
     assert_int_equal(sdnn_profile_network(nets[0], &po, &p), SDNN_OK);
     NEAR(sdnn_cost_profile_bytes(&p), 4.0 * (double)sdnn_network_param_count(nets[0]));
     sdnn_comm *comm = NULL;
@@ -1086,6 +1087,10 @@ static void test_profile_equals_darknet(void **state)
     assert_non_null(a);
     assert_non_null(b);
     tu_copy_params(a, b);
+    network *c = tu_parse(PROFILE_CFG);   /* the same start, profiled on the default */
+    assert_non_null(c);
+    tu_copy_params(a, c);
+    for (int r = 0; r < c->batch; ++r) c->truth[r * c->truths + r % 5] = 1;
     size_t nin = (size_t)a->inputs * (size_t)a->batch;
     float *x = malloc(nin * sizeof *x);
     assert_non_null(x);
@@ -1096,7 +1101,8 @@ static void test_profile_equals_darknet(void **state)
 
     /* Two passes (one warm-up, one timed): the second one shows whether
      * deltas are cleared between passes as Darknet clears them. */
-    sdnn_profile_opts o = {1, 1, 0, x};
+    sdnn_profile_opts o = {.iters = 1, .warmup = 1, .seed = 0, .input = x,
+                           .cpu_conv = "darknet"};   /* the oracle is libdarknet's arithmetic */
     sdnn_cost_profile p;
     assert_int_equal(sdnn_profile_network(a, &o, &p), SDNN_OK);
 
@@ -1114,6 +1120,18 @@ static void test_profile_equals_darknet(void **state)
                                 (size_t)a->layers[i].outputs * (size_t)a->batch * sizeof(float));
     assert_memory_equal(a->layers[a->n - 1].output, b->layers[b->n - 1].output,
                         (size_t)a->outputs * (size_t)a->batch * sizeof(float));
+    /* The default cpu_conv (auto): the profile runs the convolutions
+     * training runs, oneDNN's where built; their sums differ from
+     * libdarknet's in the last bits (the first layer's weight gradient). */
+    sdnn_profile_opts dflt = o;
+    dflt.cpu_conv = NULL;
+    sdnn_cost_profile pc;
+    assert_int_equal(sdnn_profile_network(c, &dflt, &pc), SDNN_OK);
+    size_t nw = (size_t)c->layers[0].nweights * sizeof(float);
+    int same = memcmp(c->layers[0].weight_updates, a->layers[0].weight_updates, nw) == 0;
+    assert_int_equal(same, !sdnn_conv_dnnl_built());
+    sdnn_cost_profile_free(&pc);
+    sdnn_network_free(c);
 
     /* bytes, tensors, layer types */
     NEAR(sdnn_cost_profile_bytes(&p), 4.0 * (double)sdnn_network_param_count(a));
@@ -1162,7 +1180,7 @@ static void test_profile_stopbackward(void **state)
     /* The weights were not moved (rate 0). */
     assert_memory_equal(w0, prm[0].val, prm[0].n * sizeof(float));
 
-    sdnn_profile_opts bad = {0, 0, 1, NULL};
+    sdnn_profile_opts bad = {.iters = 0, .warmup = 0, .seed = 1, .input = NULL, .cpu_conv = NULL};
     sdnn_cost_profile q;
     assert_int_equal(sdnn_profile_network(net, &bad, &q), SDNN_ERR_INVALID);
     free(w0);

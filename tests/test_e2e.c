@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "replicas.h"
+#include "conv_dnnl.h"
 
 static char g_dir[256];
 static const char *g_bin;
@@ -320,6 +321,12 @@ static void test_train_stock(void **state)
     char *log = tu_slurp(path);
     assert_non_null(strstr(log, "no section, stock Darknet protocol"));
     assert_non_null(strstr(log, "weights averaged"));
+    /* A cfg without a section trains with the defaults: oneDNN's
+     * convolutions where the build has them, said in the banner. */
+    assert_non_null(strstr(log, sdnn_conv_dnnl_built()
+                                    ? "scalednn: cpu_conv=auto: 11 of 11 convolutional layers on oneDNN"
+                                    : "scalednn: cpu_conv=auto: libdarknet's convolutions on all 11 "
+                                      "convolutional layers because this build has no oneDNN"));
     free(log);
 }
 

@@ -72,9 +72,18 @@ static network **make_replicas(const char *fmt, int b, int subdiv, int n, networ
     return nets;
 }
 
+/* The oracles here are libdarknet's train_network, bit for bit or within
+ * 1e-5: the trainer runs libdarknet's convolutions (cpu_conv=darknet), not
+ * the default's oneDNN ones. */
+static void darknet_conv(sdnn_config *c)
+{
+    snprintf(c->cpu_conv, sizeof c->cpu_conv, "darknet");
+}
+
 static sdnn_config scalednn_cfg(double bucket_mb, int overlap)
 {
     sdnn_config c = SDNN_CONFIG_INIT;
+    darknet_conv(&c);
     c.present = 1;
     c.mode = SDNN_MODE_SCALEDNN;
     c.bucket_mb = bucket_mb;
@@ -312,6 +321,7 @@ static void stock_equals_reference(int n, int interval)
     network **nets = make_replicas(CFG_BN, b, 1, n, ref[0]);
     for (int r = 0; r < n; ++r) ref[r]->learning_rate *= (float)n;
     sdnn_config cfg = SDNN_CONFIG_INIT;
+    darknet_conv(&cfg);   /* the reference steps run libdarknet's convolutions */
     cfg.mode = SDNN_MODE_STOCK;
     cfg.interval = interval;
     cfg.fix_bn_delta = 0;   /* the reference steps run Darknet's own backward */

@@ -216,9 +216,10 @@ static const key_spec g_keys[N_KEYS] = {
     [K_CPU_CONV] = {
         .key = "cpu_conv", .type = KT_NAME, F(cpu_conv), .check = check_cpu_conv,
         .names = cpu_conv_names, .allowed = "darknet, onednn or auto", .shown = 1,
-        .help = "engine=cpu: darknet: libdarknet's im2col + gemm convolutions (the default, "
-            "bit for bit as before); onednn: oneDNN's (builds with libdnnl-dev); auto: onednn "
-            "where the build has it, else darknet" },
+        .help = "engine=cpu, scalednn and stock mode: darknet: libdarknet's im2col + gemm "
+            "convolutions (bit for bit libdarknet's train_network); onednn: oneDNN's (builds "
+            "with libdnnl-dev; mish/swish convolutions stay on libdarknet's, the start banner "
+            "lists them); auto (the default): onednn where the build has it, else darknet" },
     [K_BUCKET_MB] = {
         .key = "bucket_mb", .type = KT_NUM, F(bucket_mb), .lo = 0.0, .hi = 4096.0, .lo_open = 1,
         .auto_zero = 1, .allowed = "auto or a number of MiB > 0 and <= 4096", .shown = 1,

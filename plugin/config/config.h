@@ -75,7 +75,8 @@ typedef struct sdnn_config {
     char split[16];     /* split=cpu|device0: the host splits each batch to
                          * the devices, or device 0 gets it and scatters */
     char cpu_conv[16];  /* cpu_conv=darknet|onednn|auto: the cpu engine's
-                         * convolutions (conv_dnnl.h); see
+                         * convolutions (conv_dnnl.h), in stock mode too;
+                         * auto (the default): oneDNN where built; see
                          * sdnn_config_cpu_conv_onednn */
 } sdnn_config;
 
@@ -91,7 +92,7 @@ typedef struct sdnn_config {
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, .fix_region_delta = 1, \
       .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu", \
-      .cpu_conv = "darknet" }
+      .cpu_conv = "auto" }
 
 /* The cfg without its [scalednn] section, as a file Darknet can open. */
 typedef struct sdnn_stripped_cfg {

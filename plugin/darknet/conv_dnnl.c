@@ -6,6 +6,7 @@
  */
 #include "conv_dnnl.h"
 #include "blas.h"
+#include "dialect.h"
 #include "fastlayers.h"
 
 #include <pthread.h>
@@ -18,14 +19,100 @@
 void forward_convolutional_layer(layer l, network net);
 void backward_convolutional_layer(layer l, network net);
 
+/* Why layer i of `net` stays on libdarknet's convolution (CONV_OK: it can
+ * run on oneDNN); the one test of eligibility, and the banner's reasons. */
+typedef enum conv_why {
+    CONV_OK = 0, CONV_NOT_CONV, CONV_MISH, CONV_SWISH, CONV_BINARY, CONV_GROUPS, CONV_DIALECT,
+    CONV_OWN, CONV_NO_STATE, CONV_NWHY
+} conv_why;
+
+static conv_why why_not(const network *net, int i)
+{
+    const layer *l = &net->layers[i];
+    if (l->type != CONVOLUTIONAL || !l->weights) return CONV_NOT_CONV;
+    /* The dialect's activations wrap libdarknet's layer (dialect.h): its
+     * forward keeps the pre-activation the wrapper's backward needs. */
+    sdnn_dialect_kind k = sdnn_dialect_layer(net, i, &(sdnn_dialect_layer_info){0});
+    if (k == SDNN_DIALECT_MISH) return CONV_MISH;
+    if (k == SDNN_DIALECT_SWISH) return CONV_SWISH;
+    if (l->xnor || l->binary) return CONV_BINARY;
+    if (l->groups < 1 || l->c % l->groups || l->n % l->groups) return CONV_GROUPS;
+    if (l->forward == forward_convolutional_layer && l->backward == backward_convolutional_layer)
+        return CONV_OK;
+    /* The dialect gives every layer of a type that has one of its
+     * activations its wrapper (one function per type, dialect.c). */
+    for (int j = 0; j < net->n; ++j) {
+        if (net->layers[j].type != CONVOLUTIONAL) continue;
+        k = sdnn_dialect_layer(net, j, &(sdnn_dialect_layer_info){0});
+        if (k == SDNN_DIALECT_MISH || k == SDNN_DIALECT_SWISH) return CONV_DIALECT;
+    }
+    return CONV_OWN;
+}
+
 int sdnn_conv_dnnl_eligible(const network *net, int i)
 {
-    if (i < 0 || i >= net->n) return 0;
-    const layer *l = &net->layers[i];
-    return l->type == CONVOLUTIONAL && !l->xnor && !l->binary && l->weights &&
-           l->forward == forward_convolutional_layer &&
-           l->backward == backward_convolutional_layer && l->groups >= 1 &&
-           l->c % l->groups == 0 && l->n % l->groups == 0;
+    return i >= 0 && i < net->n && why_not(net, i) == CONV_OK;
+}
+
+void sdnn_conv_dnnl_describe(const network *net, const char *setting, int onednn,
+                             const char *prefix, char *buf, size_t len)
+{
+    static const char *const said[CONV_NWHY] = {
+        [CONV_MISH] = "mish: oneDNN has no mish here (the dialect's activation wraps "
+                      "libdarknet's convolution)",
+        [CONV_SWISH] = "swish: oneDNN has no swish here (the dialect's activation wraps "
+                       "libdarknet's convolution)",
+        [CONV_BINARY] = "binary/xnor: oneDNN runs float weights only",
+        [CONV_GROUPS] = "groups: the groups do not divide its channels",
+        [CONV_DIALECT] = "linear/leaky beside mish or swish ones: the dialect wraps every "
+                         "convolution of such a network, and its wrapper is not libdarknet's "
+                         "convolution",
+        [CONV_OWN] = "wrapped: its forward or backward is not libdarknet's convolution",
+        [CONV_NO_STATE] = "without a oneDNN state: no primitive was made for it",
+    };
+    int nconv = 0, ndnnl = 0, count[CONV_NWHY] = {0};
+    for (int i = 0; i < net->n; ++i) {
+        if (net->layers[i].type != CONVOLUTIONAL) continue;
+        ++nconv;
+        if (!onednn) continue;
+        if (sdnn_conv_dnnl_owns(&net->layers[i])) {
+            ++ndnnl;
+            continue;
+        }
+        conv_why w = why_not(net, i);
+        ++count[w == CONV_OK || w == CONV_NOT_CONV ? CONV_NO_STATE : w];
+    }
+    size_t at = 0;
+#define PUT(...) (at += at < len ? (size_t)snprintf(buf + at, len - at, __VA_ARGS__) : 0)
+    if (len) buf[0] = '\0';
+    if (!onednn) {
+        PUT("%scpu_conv=%s: libdarknet's convolutions on all %d convolutional layer%s%s\n",
+            prefix, setting, nconv, nconv == 1 ? "" : "s",
+            strcmp(setting, "darknet") == 0 ? ""
+                : " because this build has no oneDNN (install libdnnl-dev, scripts/setup.sh, "
+                  "and rebuild for oneDNN's)");
+        goto out;
+    }
+    PUT("%scpu_conv=%s: %d of %d convolutional layer%s on %s, %d on libdarknet's%s\n", prefix,
+        setting,
+        ndnnl, nconv, nconv == 1 ? "" : "s", sdnn_conv_dnnl_name(), nconv - ndnnl,
+        ndnnl < nconv ? ":" : "");
+    for (int w = CONV_MISH; w < CONV_NWHY; ++w) {
+        if (!count[w]) continue;
+        PUT("%s  layer%s", prefix, count[w] == 1 ? "" : "s");
+        int k = 0;
+        for (int i = 0; i < net->n; ++i) {
+            if (net->layers[i].type != CONVOLUTIONAL || sdnn_conv_dnnl_owns(&net->layers[i]))
+                continue;
+            conv_why v = why_not(net, i);
+            if ((v == CONV_OK || v == CONV_NOT_CONV ? CONV_NO_STATE : v) != (conv_why)w) continue;
+            PUT("%s %d", k++ ? "," : "", i);
+        }
+        PUT(" conv %s\n", said[w]);
+    }
+#undef PUT
+out:
+    if (at >= len && len >= 5) memcpy(buf + len - 5, "...\n", 5);   /* cut short */
 }
 
 #ifndef SDNN_ONEDNN

@@ -1,6 +1,6 @@
 /*
- * conv_dnnl: Darknet's convolutional layer on oneDNN (cpu_conv=onednn,
- * issue 27).
+ * conv_dnnl: Darknet's convolutional layer on oneDNN (cpu_conv=onednn, and
+ * cpu_conv=auto, the default, in a build with oneDNN).
  *
  * The cpu engine runs libdarknet's layers; with cpu_conv=onednn the hooks
  * (hooks.c) call these functions in place of forward_convolutional_layer
@@ -46,6 +46,18 @@ const char *sdnn_conv_dnnl_name(void);
  * and backward are still libdarknet's own (not xnor/binary, not a layer
  * the dialect wrapped for mish/swish). */
 int sdnn_conv_dnnl_eligible(const network *net, int i);
+
+/* The start banner's account of the convolutions of `net` (a replica the
+ * cpu engine has made, its states attached): `setting` is cpu_conv's value,
+ * `onednn` what it resolved to (sdnn_config_cpu_conv_onednn).  Without
+ * oneDNN one line: libdarknet's on every convolutional layer, and for
+ * auto that the build has no oneDNN.  With it: how many run on oneDNN, then
+ * one line per reason naming the layers that stay on libdarknet's, e.g.
+ *   cpu_conv=auto: 12 of 13 convolutional layers on oneDNN 2.6.3 ..., 1 on libdarknet's:
+ *     layer 7 conv mish: oneDNN has no mish here (...)
+ * Each line starts with `prefix` and ends in '\n'; cut short with "...". */
+void sdnn_conv_dnnl_describe(const network *net, const char *setting, int onednn,
+                             const char *prefix, char *buf, size_t len);
 
 /* Make the state of every eligible layer of `net` at its present shape
  * (primitives created now, so an unsupported layer fails here, not in the

@@ -3,8 +3,9 @@
  *
  *  - per-layer forward, backward and update times of a Darknet network,
  *    measured by calling each layer's own forward/backward/update the way
- *    Darknet's forward_network/backward_network/update_network do, without
- *    the training hooks;
+ *    Darknet's forward_network/backward_network/update_network do, with
+ *    the convolutions training runs (cpu_conv=, and the 1x1 delta fix) but
+ *    without the exchange's hooks;
  *    (the link of a comm backend is measured by the step, which owns the
  *    comm: plugin/step/measure.h);
  *  - a codec's encode and decode rates;
@@ -26,9 +27,13 @@ typedef struct sdnn_profile_opts {
     uint64_t seed;  /* random input, uniform in [0, 1) */
     const float *input; /* NULL, or net->inputs x net->batch floats used
                          * instead of random ones */
+    const char *cpu_conv; /* the run's cpu_conv= (darknet, onednn, auto); NULL:
+                           * its default (SDNN_CONFIG_INIT), what a cfg
+                           * without the key trains with */
 } sdnn_profile_opts;
 
-#define SDNN_PROFILE_OPTS_INIT { .iters = 5, .warmup = 1, .seed = 1, .input = NULL }
+#define SDNN_PROFILE_OPTS_INIT { .iters = 5, .warmup = 1, .seed = 1, .input = NULL, \
+                                 .cpu_conv = NULL }
 
 /*
  * Time every layer of `net` on an input batch (net->batch images, random or o->input,

@@ -4,7 +4,10 @@
  *
  *   mpi_train -n REPLICAS -s STEPS -o OUT.weights [-m stock] [-i INTERVAL]
  *             [-t TIMEOUT_S] [-k RANK:STEP] [-p RANK:STEP] [-a CODEC] [-l TRACE]
+ *             [-c CPU_CONV]
  *
+ * -c CPU_CONV: [scalednn] cpu_conv= (darknet, onednn, auto; default: the
+ * config's default).
  * -a CODEC: bucket_mb=auto with compress=CODEC (none, ..., auto), 2
  * profiled steps; at the end every rank prints its plan count and buckets
  * ("rank R: PLAN ...") so the test can compare them across ranks.
@@ -66,7 +69,7 @@ int main(int argc, char **argv)
     int n = 1, steps = 10, interval = 2, kill_rank = -1, kill_step = -1, stop_rank = -1,
         stop_step = -1;
     double timeout = 60;
-    const char *out = NULL, *autoc = NULL, *trace = NULL;
+    const char *out = NULL, *autoc = NULL, *trace = NULL, *conv = NULL;
     sdnn_mode mode = SDNN_MODE_SCALEDNN;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-n")) n = atoi(argv[i + 1]);
@@ -79,6 +82,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-p")) sscanf(argv[i + 1], "%d:%d", &stop_rank, &stop_step);
         else if (!strcmp(argv[i], "-a")) autoc = argv[i + 1];
         else if (!strcmp(argv[i], "-l")) trace = argv[i + 1];
+        else if (!strcmp(argv[i], "-c")) conv = argv[i + 1];
     }
     if (!out || n < 1 || steps < 1) {
         fprintf(stderr, "usage: mpi_train -n REPLICAS -s STEPS -o OUT [-m stock] [-i N] "
@@ -105,6 +109,7 @@ int main(int argc, char **argv)
     cfg.comm_timeout_s = timeout;
     snprintf(cfg.backend, sizeof cfg.backend, "auto");
     if (trace) snprintf(cfg.timeline, sizeof cfg.timeline, "%s", trace);
+    if (conv) snprintf(cfg.cpu_conv, sizeof cfg.cpu_conv, "%s", conv);
     if (autoc) {
         cfg.bucket_mb = 0;
         cfg.profile_iters = 2;
