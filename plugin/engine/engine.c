@@ -169,7 +169,7 @@ void sdnn_engine_destroy(sdnn_engine *e)
 
 int sdnn_engine_fixes_needed(const sdnn_engine_opts *o, const network *net)
 {
-    return (o->fix_1x1_delta && sdnn_fix_1x1_count(net) > 0) ||
+    return sdnn_first_delta_needed(net) || (o->fix_1x1_delta && sdnn_fix_1x1_count(net) > 0) ||
            (o->fix_bn_delta && sdnn_bn_fix_count(net) > 0) ||
            (o->fix_region_delta && sdnn_fix_region_count(net) > 0);
 }

@@ -139,9 +139,11 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
         return SDNN_ERROR(SDNN_ERR_NOMEM, "profile: no memory for %d layers", n);
     }
     /* Training (with the default fix_1x1_delta=1) runs the 1x1 delta fix's
-     * wrapper on the layers that need it; so does the profile, unless the
-     * caller hooked the network itself. */
-    int hook = sdnn_fix_1x1_count(net) > 0 && !sdnn_hooks_installed(net);
+     * wrapper on the layers that need it, and a first layer that writes its
+     * input's delta gets a scratch; so does the profile, unless the caller
+     * hooked the network itself. */
+    int hook = (sdnn_fix_1x1_count(net) > 0 || sdnn_first_delta_needed(net)) &&
+               !sdnn_hooks_installed(net);
     if (hook) {
         sdnn_status hs = sdnn_hooks_install(net, 0, 1);
         if (hs != SDNN_OK) {
