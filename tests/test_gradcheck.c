@@ -14,6 +14,8 @@
  * in one).  [region] heads are checked with the reference's region delta
  * (test_region_delta holds it to libdarknet's element by element) and
  * fail with fix_region_delta=0 (Debian's empty CPU region backward).
+ * 1x1 convolutions with stride 2 or 3 pass with the default cpu_conv=darknet
+ * and fail with fix_1x1_stride=0.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "conv_dnnl.h"
 #include "engine.h"
 #include "gradcheck.h"
 #include "gradref.h"
@@ -429,6 +432,46 @@ static void fails_without_fix(const char *text, const char *mode)
     assert_int_equal(r.failed, 0);
     sdnn_gradcheck_report_free(&r);
     free(on);
+}
+
+/* 1x1 convolutions with stride 2, and stride 3 with padding (odd sizes):
+ * Debian's libdarknet computes them on the unstrided input; conv1x1.h's
+ * functions (the default, fix_1x1_stride=1) pass with cpu_conv=darknet in
+ * scalednn mode, stock mode and without a section, with batch norm too;
+ * fix_1x1_stride=0 fails the strided layer and the layer before it; oneDNN
+ * passes where built. */
+#define STRIDED(bn, stride, padding)                                                    \
+    NET(2, 9) CONV(4, 3, leaky) "[convolutional]\nbatch_normalize=" #bn "\nfilters=6\n"   \
+    "size=1\nstride=" #stride "\npadding=" #padding "\nactivation=leaky\n" CONV(4, 3, leaky) \
+    CONV(2, 1, linear) SSE
+static void test_strided_1x1(void **state)
+{
+    (void)state;
+    static const char *const nets[] = {STRIDED(0, 2, 0), STRIDED(1, 2, 0), STRIDED(0, 3, 1)};
+    static const char *const sections[] = {"", "[scalednn]\nmode=stock\n",
+                                           "[scalednn]\ncpu_conv=darknet\n"};
+    for (size_t i = 0; i < 3; ++i)
+        for (size_t k = 0; k < 3; ++k) {
+            char *text = with_section(nets[i], sections[k]);
+            expect_pass(text, 4);
+            free(text);
+        }
+    if (sdnn_conv_dnnl_built()) {
+        char *text = with_section(nets[0], "[scalednn]\ncpu_conv=onednn\n");
+        expect_pass(text, 4);
+        free(text);
+    }
+    /* libdarknet's functions (no padding: with it libdarknet reads past
+     * the input). */
+    for (size_t i = 0; i < 2; ++i) {
+        char *off = with_section(nets[i], "[scalednn]\nfix_1x1_stride=0\n");
+        sdnn_gradcheck_report r = check(off, 12);
+        assert_false(r.layer[0].pass);
+        assert_false(r.layer[1].pass);
+        assert_true(r.layer[1].max_rel > 0.1);
+        sdnn_gradcheck_report_free(&r);
+        free(off);
+    }
 }
 
 static void test_residual_needs_fix(void **state)
@@ -1089,6 +1132,7 @@ int main(void)
         cmocka_unit_test(test_yolo_tiny_body),
         cmocka_unit_test(test_yolov2_tiny_body),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_strided_1x1),
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),
         cmocka_unit_test(test_delta_is_sum_of_shares),
