@@ -346,6 +346,28 @@ static void test_engine_key(void **state)
     free(text);
 }
 
+/* A strided 1x1 layer whose input delta a later [route] also writes: with
+ * conv1x1.h's functions (which add) it needs no 1x1 delta fix; with
+ * libdarknet's (beta-0 gemm) it does. */
+static void test_no_delta_fix_needed(void **state)
+{
+    (void)state;
+    network *net = parse("[net]\nbatch=2\nwidth=8\nheight=8\nchannels=3\n"
+                         "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+                         "[convolutional]\nfilters=2\nsize=1\nstride=2\nactivation=leaky\n"
+                         "[route]\nlayers=-2\n"
+                         "[convolutional]\nfilters=2\nsize=1\nstride=1\nactivation=linear\n"
+                         "[cost]\ntype=sse\n");
+    assert_false(sdnn_fix_1x1_needed(net, 1));
+    assert_int_equal(sdnn_hooks_install(net, 0, SDNN_FIX_1X1), SDNN_OK);
+    assert_false(sdnn_fix_1x1_needed(net, 1));
+    sdnn_hooks_uninstall(net);
+    assert_true(sdnn_conv1x1_attached(&net->layers[1]));
+    sdnn_conv1x1_detach(net);
+    assert_true(sdnn_fix_1x1_needed(net, 1));
+    sdnn_network_free(net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_against_direct_loops),
         cmocka_unit_test(test_reverted_fails),
         cmocka_unit_test(test_engine_key),
+        cmocka_unit_test(test_no_delta_fix_needed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -439,6 +439,8 @@ int sdnn_fix_1x1_needed(const network *net, int i)
     if (i < 1 || i >= net->n) return 0;
     const layer *l = &net->layers[i];
     if (l->type != CONVOLUTIONAL || l->size != 1 || !l->backward) return 0;
+    /* conv1x1.h's strided 1x1 convolution adds (it is its own fix). */
+    if (sdnn_conv1x1_attached(l) || l->forward == hook_forward_c1) return 0;
     const float *d = net->layers[i - 1].delta;
     if (!d) return 0;
     for (int j = i + 1; j < net->n; ++j)

@@ -64,7 +64,8 @@ int sdnn_hooks_installed(const network *net);
 /* 1 when layer i is a size=1 convolution whose input delta (layer i-1's)
  * is also written by the backward of a layer after i (a shortcut's from=
  * or its own input, a route's input, aliases such as dropout included):
- * the layer whose gradient Darknet's beta-0 gemm would overwrite. */
+ * the layer whose gradient Darknet's beta-0 gemm would overwrite (not a
+ * strided 1x1 layer running conv1x1.h's functions, whose backward adds). */
 int sdnn_fix_1x1_needed(const network *net, int i);
 /* How many layers of `net` need the fix. */
 int sdnn_fix_1x1_count(const network *net);
