@@ -377,5 +377,8 @@ int main(void)
         cmocka_unit_test(test_engine_key),
         cmocka_unit_test(test_no_delta_fix_needed),
     };
+    /* SDNN_TEST_FILTER=PATTERN runs the matching tests alone (cmocka's filter). */
+    const char *filter = getenv("SDNN_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
