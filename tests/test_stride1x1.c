@@ -13,8 +13,9 @@
  * bound used is (K + 3) u (sum |terms| + |added|) per element, 1.01 for
  * the 1/(1 - K u): an a-priori bound, not a number fitted to a machine.
  * The reverted path (libdarknet's functions, fix_1x1_stride=0) misses it
- * by orders of magnitude, so the checks can fail.  The engine-level key and
- * the cpu engine's pointers are checked too.
+ * by orders of magnitude, so the checks can fail.  The key (its default,
+ * values and messages), the cpu engine's pointers for it, and that such a
+ * layer needs no 1x1 delta fix are checked too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "config.h"
 #include "conv1x1.h"
 #include "dialect.h"
 #include "engine.h"
@@ -368,6 +370,43 @@ static void test_no_delta_fix_needed(void **state)
     sdnn_network_free(net);
 }
 
+/* The key: 1 by default (with or without a section, in either mode), 0
+ * taken, anything else refused naming the line and what is allowed. */
+static void test_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *section;
+        int want;
+    } ok[] = {{"", 1}, {"[scalednn]\n", 1}, {"[scalednn]\nmode=stock\n", 1},
+              {"[scalednn]\nfix_1x1_stride=0\n", 0}, {"[scalednn]\nmode=stock\nfix_1x1_stride=0\n", 0},
+              {"[scalednn]\nfix_1x1_stride = 1\n", 1}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; ++i) {
+        char text[256];
+        snprintf(text, sizeof text, "[net]\nbatch=1\n[softmax]\n%s", ok[i].section);
+        sdnn_config cfg;
+        char *stripped = NULL;
+        assert_int_equal(sdnn_config_parse_text("k.cfg", text, &cfg, &stripped), SDNN_OK);
+        assert_int_equal(cfg.fix_1x1_stride, ok[i].want);
+        free(stripped);
+    }
+    static const char *const bad[] = {"fix_1x1_stride=2", "fix_1x1_stride=yes",
+                                      "fix_1x1_stride=01", "fix_1x1_stride="};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
+        char text[256];
+        snprintf(text, sizeof text, "[net]\nbatch=1\n[softmax]\n[scalednn]\n%s\n", bad[i]);
+        sdnn_config cfg;
+        char *stripped = NULL;
+        sdnn_clear_error();
+        assert_int_equal(sdnn_config_parse_text("k.cfg", text, &cfg, &stripped), SDNN_ERR_INVALID);
+        free(stripped);
+        const char *msg = sdnn_last_error();
+        assert_non_null(strstr(msg, "k.cfg:5:"));
+        assert_non_null(strstr(msg, "fix_1x1_stride"));
+        assert_non_null(strstr(msg, "0 or 1") ? msg : strstr(msg, "(strided, the default)"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_reverted_fails),
         cmocka_unit_test(test_engine_key),
         cmocka_unit_test(test_no_delta_fix_needed),
+        cmocka_unit_test(test_key),
     };
     /* SDNN_TEST_FILTER=PATTERN runs the matching tests alone (cmocka's filter). */
     const char *filter = getenv("SDNN_TEST_FILTER");
