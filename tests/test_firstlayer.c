@@ -11,8 +11,10 @@
  * first [maxpool]/[avgpool]/[upsample]; `detector train`
  * exits 0 with a first [maxpool] or [batchnorm] in stock and scalednn mode
  * (Debian's CPU build never allocates its training buffers: layerfix.h).
- * A first [dropout] stays refused by the cfg check (libdarknet's parser
- * reads the layer before it), naming the layer.
+ * A loss layer ([logistic], [softmax], [cost]) before the last is refused
+ * by the engine (it reads past the truth).  A first [dropout] stays refused
+ * by the cfg check (libdarknet's parser reads the layer before it), naming
+ * the layer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -251,6 +253,47 @@ static void test_detector_train(void **state)
     free(shapes);
 }
 
+/* A loss layer before the last reads its input's size of the truth, which
+ * libdarknet sizes for the last layer: refused by every engine before any
+ * training, naming the layer (shapes.cfg with a first [logistic] was a
+ * SIGSEGV in its forward). */
+static void test_loss_before_last_refused(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {NET "[logistic]\n" BODY, NET "[softmax]\n" FLAT,
+                                        NET "[cost]\ntype=sse\n" FLAT};
+    static const char *const names[] = {"layer 0 ([logistic])", "layer 0 ([softmax])",
+                                        "layer 0 ([cost])"};
+    for (size_t i = 0; i < 3; ++i) {
+        network *net = parse(texts[i], 1);
+        network *nets[1] = {net};
+        sdnn_engine *e = NULL;
+        sdnn_clear_error();
+        assert_int_equal(sdnn_engine_create(&sdnn_engine_cpu, nets, 1, NULL, &e), SDNN_ERR_INVALID);
+        assert_null(e);
+        assert_non_null(strstr(sdnn_last_error(), names[i]));
+        assert_non_null(strstr(sdnn_last_error(), "truth"));
+        sdnn_network_free(net);
+    }
+    char *shapes = tu_slurp("cfg/shapes.cfg");
+    assert_non_null(shapes);
+    const char *at = strstr(shapes, "# 0: 64x64x3");
+    assert_non_null(at);
+    char path[128];
+    snprintf(path, sizeof path, "%s/logistic.cfg", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%.*s[logistic]\n\n%s", (int)(at - shapes), shapes, at);
+    fclose(f);
+    free(shapes);
+    assert_int_equal(tu_run("cd %s && %s detector train x.data logistic.cfg -max_batches 2 "
+                            ">logistic.log 2>&1", g_dir, g_bin), 1);
+    assert_int_equal(tu_run("grep -q 'layer 0 (\\[logistic\\]) reads' %s/logistic.log", g_dir), 0);
+    char w[160];
+    snprintf(w, sizeof w, "%s/backup/logistic_final.weights", g_dir);
+    assert_int_not_equal(access(w, F_OK), 0);
+}
+
 /* A first [dropout] cannot be built by libdarknet's parser: still refused
  * by the cfg check, naming the file, line and layer. */
 static void test_first_dropout_refused(void **state)
@@ -299,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_profile_runs),
         cmocka_unit_test(test_gradcheck_behind_first_layer),
         cmocka_unit_test(test_detector_train),
+        cmocka_unit_test(test_loss_before_last_refused),
         cmocka_unit_test(test_first_dropout_refused),
     };
     /* SDNN_TEST_FILTER=PATTERN runs the matching tests alone (cmocka's filter). */
