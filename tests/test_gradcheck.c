@@ -14,6 +14,8 @@
  * in one).  [region] heads are checked with the reference's region delta
  * (test_region_delta holds it to libdarknet's element by element) and
  * fail with fix_region_delta=0 (Debian's empty CPU region backward).
+ * 1x1 convolutions with stride 2 or 3 pass with the default cpu_conv=darknet
+ * and fail with fix_1x1_stride=0.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "conv_dnnl.h"
 #include "engine.h"
 #include "gradcheck.h"
 #include "gradref.h"
@@ -441,6 +444,65 @@ static void fails_without_fix(const char *text, const char *mode)
     assert_int_equal(r.failed, 0);
     sdnn_gradcheck_report_free(&r);
     free(on);
+}
+
+/* 1x1 convolutions with stride 2, and stride 3 with padding (odd sizes):
+ * Debian's libdarknet computes them on the unstrided input; conv1x1.h's
+ * functions (the default, fix_1x1_stride=1) pass with cpu_conv=darknet in
+ * scalednn mode, stock mode and without a section, with batch norm too;
+ * fix_1x1_stride=0 fails the strided layer and the layer before it; oneDNN
+ * passes where built. */
+#define STRIDED(bn, stride, padding)                                                    \
+    NET(2, 9) CONV(4, 3, leaky) "[convolutional]\nbatch_normalize=" #bn "\nfilters=6\n"   \
+    "size=1\nstride=" #stride "\npadding=" #padding "\nactivation=leaky\n" CONV(4, 3, leaky) \
+    CONV(2, 1, linear) SSE
+static void test_strided_1x1(void **state)
+{
+    (void)state;
+    static const char *const nets[] = {STRIDED(0, 2, 0), STRIDED(1, 2, 0), STRIDED(0, 3, 1)};
+    static const char *const sections[] = {"", "[scalednn]\nmode=stock\n",
+                                           "[scalednn]\ncpu_conv=darknet\n"};
+    for (size_t i = 0; i < 3; ++i)
+        for (size_t k = 0; k < 3; ++k) {
+            char *text = with_section(nets[i], sections[k]);
+            expect_pass(text, 4);
+            free(text);
+        }
+    if (sdnn_conv_dnnl_built()) {
+        char *text = with_section(nets[0], "[scalednn]\ncpu_conv=onednn\n");
+        expect_pass(text, 4);
+        free(text);
+    }
+    /* The gpu engine's convolution is right for every stride, and the key
+     * changes nothing there (run where the build has a GPU runtime, e.g.
+     * make GPU=sim). */
+    const sdnn_engine_ops *gpu = sdnn_engine_find("gpu");
+    if (gpu && gpu->available(1, NULL, 0))
+        for (size_t i = 0; i < 3; ++i)
+            for (int key = 0; key < 2; ++key) {
+                char *text = with_section(nets[i], key ? "" : "[scalednn]\nfix_1x1_stride=0\n");
+                sdnn_gradcheck_opts o = SDNN_GRADCHECK_OPTS_INIT;
+                o.engine = "gpu";
+                sdnn_gradcheck_report r;
+                assert_int_equal(sdnn_gradcheck_text("s.cfg", text, &o, &r), SDNN_OK);
+                printf("gpu engine, strided case %zu, fix_1x1_stride=%d: %d failed\n", i, key,
+                       r.failed);
+                assert_int_equal(r.nlayers, 4);
+                assert_int_equal(r.failed, 0);
+                sdnn_gradcheck_report_free(&r);
+                free(text);
+            }
+    /* libdarknet's functions (no padding: with it libdarknet reads past
+     * the input). */
+    for (size_t i = 0; i < 2; ++i) {
+        char *off = with_section(nets[i], "[scalednn]\nfix_1x1_stride=0\n");
+        sdnn_gradcheck_report r = check(off, 12);
+        assert_false(r.layer[0].pass);
+        assert_false(r.layer[1].pass);
+        assert_true(r.layer[1].max_rel > 0.1);
+        sdnn_gradcheck_report_free(&r);
+        free(off);
+    }
 }
 
 static void test_residual_needs_fix(void **state)
@@ -1106,6 +1168,7 @@ int main(void)
         cmocka_unit_test(test_yolo_tiny_body),
         cmocka_unit_test(test_yolov2_tiny_body),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_strided_1x1),
         cmocka_unit_test(test_residual_needs_fix),
         cmocka_unit_test(test_route_needs_fix),
         cmocka_unit_test(test_delta_is_sum_of_shares),

@@ -105,7 +105,7 @@ struct key_spec {
 
 enum {
     K_MODE, K_BACKEND, K_ENGINE, K_VIRTUAL, K_PRELOAD, K_SPLIT, K_COMM_TIMEOUT, K_FIX_1X1_DELTA, K_FIX_BN_DELTA,
-    K_FIX_REGION_DELTA, K_CPU_CONV, K_BUCKET_MB, K_OVERLAP,
+    K_FIX_REGION_DELTA, K_FIX_1X1_STRIDE, K_CPU_CONV, K_BUCKET_MB, K_OVERLAP,
     K_INTERVAL, K_COMPRESS, K_CSV, K_TOPK_RATIO, K_TOPK_MOMENTUM, K_TOPK_WARMUP,
     K_INT8_CHUNK, K_STOCHASTIC, K_COMPRESS_ALLOW, K_ITER_FACTOR, K_ERROR_FEEDBACK, K_COMPRESS_MIN_KB,
     K_TIMELINE, K_LINK, K_LINK_GBPS, K_LINK_US, K_PROFILE_ITERS, K_REPLAN_DRIFT, N_KEYS
@@ -213,6 +213,14 @@ static const key_spec g_keys[N_KEYS] = {
         .help = "1: a [region] layer's backward passes its delta on (times the logistic's "
             "derivative on x, y and objectness), as Darknet's GPU build and the gpu engine do; "
             "0: Debian's libdarknet CPU build, whose backward is empty" },
+    [K_FIX_1X1_STRIDE] = {
+        .key = "fix_1x1_stride", .type = KT_BOOL, F(fix_1x1_stride), .allowed = "0 or 1",
+        .expect = "0 (Darknet's 1x1 convolution on the unstrided input) or 1 (strided, the "
+            "default)",
+        .help = "1: a 1x1 convolution with stride > 1 or padding reads the strided input "
+            "pixels, forward and backward; 0 (engine=cpu, cpu_conv=darknet only): Debian's "
+            "libdarknet, which reads the input as if unstrided (the gpu engine and oneDNN are "
+            "always right)" },
     [K_CPU_CONV] = {
         .key = "cpu_conv", .type = KT_NAME, F(cpu_conv), .check = check_cpu_conv,
         .names = cpu_conv_names, .allowed = "darknet, onednn or auto", .shown = 1,

@@ -66,6 +66,10 @@ typedef struct sdnn_config {
                            * cpu engine passes its delta on as Darknet's GPU build
                            * does (1, the default) or sends nothing as Debian's CPU
                            * build does (0); see hooks.h */
+    int fix_1x1_stride; /* fix_1x1_stride=0|1: a strided or padded 1x1 convolution
+                         * reads the strided input (1, the default) or, on the cpu
+                         * engine's darknet path, the unstrided one as Debian's
+                         * libdarknet does (0); see conv1x1.h */
     char engine[16];    /* engine=: a name of engine.c's registry or auto;
                          * auto: gpu when it can run the replicas, else cpu */
     int virtual_devices; /* virtual=0|1: 1 lets -gpus name a device more than
@@ -91,6 +95,7 @@ typedef struct sdnn_config {
       .iter_factor = "",                                                        \
       .link = "", .link_gbps = 0.0, .link_us = 0.0, .profile_iters = 5,         \
       .replan_drift = 0.25, .comm_timeout_s = 60.0, .fix_1x1_delta = 1, .fix_bn_delta = 1, .fix_region_delta = 1, \
+      .fix_1x1_stride = 1, \
       .engine = "cpu", .virtual_devices = 0, .preload = 2, .split = "cpu", \
       .cpu_conv = "auto" }
 

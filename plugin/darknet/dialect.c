@@ -1,6 +1,7 @@
 /* dialect: see dialect.h. */
 #include "dialect.h"
 #include "act_ops.h"
+#include "layerfix.h"
 #include "yolo_dialect.h"
 #include "cfgcheck.h"
 
@@ -432,6 +433,12 @@ network *sdnn_parse_network(const char *path)
                        strerror(errno));
         }
         if (fd >= 0) close(fd);
+    }
+    /* Before the dialect wraps a layer: what it wraps is then repaired
+     * (layerfix.h: the strided 1x1 convolution, [batchnorm]'s buffers). */
+    if (net && sdnn_layerfix_apply(net) != SDNN_OK) {
+        free_network(net); /* the error is recorded */
+        net = NULL;
     }
     free(out);
     for (int i = 0; net && i < nl && i < net->n; ++i) {

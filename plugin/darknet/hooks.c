@@ -7,6 +7,7 @@
 #include "hooks.h"
 #include "bnfix.h"
 #include "clock.h"
+#include "conv1x1.h"
 #include "conv_dnnl.h"
 #include "fastlayers.h"
 #include "replicas.h"
@@ -86,25 +87,32 @@ static int dnnl_usable(const layer *l, int index)
     return 0;
 }
 
-static void conv_forward(layer l, network net)
+/* A convolution on oneDNN where it owns the layer, else on `own`: Darknet's
+ * function, or conv1x1.h's for a strided 1x1 layer. */
+static void conv_forward_on(layer l, network net, forward_fn own)
 {
     if (!dnnl_usable(&l, net.index)) {
-        g_forward[l.type](l, net);
+        own(l, net);
         return;
     }
     sdnn_status st = sdnn_conv_dnnl_forward(l, net);
     if (st != SDNN_OK) layer_failed(net.index, st);
 }
 
-static void conv_backward(layer l, network net)
+static void conv_backward_on(layer l, network net, backward_fn own)
 {
     if (!dnnl_usable(&l, net.index)) {
-        g_backward[l.type](l, net);
+        own(l, net);
         return;
     }
     sdnn_status st = sdnn_conv_dnnl_backward(l, net);
     if (st != SDNN_OK) layer_failed(net.index, st);
 }
+
+static void conv_forward(layer l, network net) { conv_forward_on(l, net, g_forward[l.type]); }
+static void conv_backward(layer l, network net) { conv_backward_on(l, net, g_backward[l.type]); }
+static void c1_forward(layer l, network net) { conv_forward_on(l, net, sdnn_conv1x1_forward); }
+static void c1_backward(layer l, network net) { conv_backward_on(l, net, sdnn_conv1x1_backward); }
 
 /* Darknet's maxpool keeps index -1 for a window of NaNs and its backward
  * then writes before the start of the input's delta; catch that first. */
@@ -176,10 +184,13 @@ static void hook_forward(layer l, network net)
 
 static void hook_forward_pool(layer l, network net) { forward_body(l, net, pool_forward); }
 static void hook_forward_shortcut(layer l, network net) { forward_body(l, net, shortcut_forward); }
+/* A strided 1x1 convolution that carried conv1x1.h's functions. */
+static void hook_forward_c1(layer l, network net) { forward_body(l, net, c1_forward); }
 
 static int is_forward_hook(forward_fn f)
 {
-    return f == hook_forward || f == hook_forward_pool || f == hook_forward_shortcut;
+    return f == hook_forward || f == hook_forward_pool || f == hook_forward_shortcut ||
+           f == hook_forward_c1;
 }
 
 /* fix_region_delta: Darknet's GPU region backward on the host (hooks.h):
@@ -212,12 +223,55 @@ int sdnn_fix_region_count(const network *net)
     return n;
 }
 
+/* Layer types whose libdarknet backward writes nothing into its input's
+ * delta when there is none (net.delta NULL, as for layer 0): they test it
+ * (the convolutions, connected, local, dropout, the recurrent layers), write
+ * no input delta (crop; route writes its inputs' own), or are empty
+ * (Debian's CPU [region]; the fix's region_backward tests it).  Every other
+ * type writes its input's delta unconditionally. */
+static int skips_missing_delta(LAYER_TYPE t)
+{
+    return t == CONVOLUTIONAL || t == DECONVOLUTIONAL || t == CONNECTED || t == LOCAL ||
+           t == DROPOUT || t == CROP || t == ROUTE || t == RNN || t == GRU || t == LSTM ||
+           t == CRNN || t == REGION;
+}
+
+int sdnn_first_delta_needed(const network *net)
+{
+    if (net->n < 1 || !net->layers[0].backward || net->delta) return 0;
+    return !skips_missing_delta(net->layers[0].type);
+}
+
+static float *scratch_for(const layer *layers, size_t n);
+
+/* Where layer 0's input delta goes when the network has none: the
+ * network's scratch, cleared (the layer may add into it), and discarded
+ * after the layer's backward, as the gpu engine drops it.  NULL when
+ * there is no memory (the step is stopped). */
+static float *first_delta(const layer *l, network *net)
+{
+    size_t n = (size_t)l->batch * (size_t)l->inputs;
+    float *s = scratch_for(net->layers, n);
+    if (!s) {
+        sdnn_hook_ctx *c = tl_ctx;
+        const sdnn_engine_callbacks *cb = callbacks(c);
+        SDNN_ERROR(SDNN_ERR_NOMEM, "layer %d (%s): no memory for the input delta of the first "
+                   "layer (%zu floats)", net->index, sdnn_layer_type_name(l->type), n);
+        if (cb && cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_NOMEM);
+        else fprintf(stderr, "scalednn: %s\n", sdnn_last_error());
+        return NULL;
+    }
+    memset(s, 0, n * sizeof *s);
+    return s;
+}
+
 /* Darknet's backward of l, timed for the timeline and the planner; with
  * `add` (the fix) the delta Darknet wrote into net.delta (the scratch) is
  * then added to `add`, inside the timed span: it is part of the layer's
  * backward.  own: OWN_DARKNET the layer's own (or the oneDNN convolution's),
- * OWN_REGION region_backward, OWN_SHORTCUT fastlayers.c's [shortcut]. */
-enum { OWN_DARKNET, OWN_REGION, OWN_SHORTCUT };
+ * OWN_REGION region_backward, OWN_SHORTCUT fastlayers.c's [shortcut],
+ * OWN_CONV1X1 conv1x1.h's strided 1x1 convolution (or oneDNN's). */
+enum { OWN_DARKNET, OWN_REGION, OWN_SHORTCUT, OWN_CONV1X1 };
 static void backward_body(layer l, network net, float *add, size_t nadd, int bn, int own)
 {
     sdnn_hook_ctx *c = tl_ctx;
@@ -233,7 +287,12 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn,
             return;
         }
     }
+    /* Layer 0 of a network without an input delta (add is NULL there):
+     * a layer that writes it unconditionally gets a scratch. */
+    if (!net.delta && !skips_missing_delta(l.type) && !(net.delta = first_delta(&l, &net)))
+        return;
     double t0 = c && (c->tl || c->prof) ? sdnn_now_s() : 0;
+    backward_fn conv = own == OWN_CONV1X1 ? c1_backward : conv_backward;
     if (bn && l.type == CONVOLUTIONAL && dnnl_usable(&l, net.index)) {
         /* cpu_conv=onednn: the exact batch-norm backward fused with the
          * activation gradient (fastlayers.h), then the convolution's */
@@ -248,12 +307,12 @@ static void backward_body(layer l, network net, float *add, size_t nadd, int bn,
             if (cb && cb->abort) cb->abort(cb->user, c->replica, SDNN_ERR_NOMEM);
             return;
         }
-        backward_fn own = l.type == CONVOLUTIONAL ? conv_backward : g_backward[l.type];
-        void (*rest)(layer, network) = sdnn_bn_fix_backward(&l, &net, sink, own);
+        backward_fn next = l.type == CONVOLUTIONAL ? conv : g_backward[l.type];
+        void (*rest)(layer, network) = sdnn_bn_fix_backward(&l, &net, sink, next);
         if (rest) rest(l, net);
         free(sink);
     } else if (l.type == CONVOLUTIONAL) {
-        conv_backward(l, net);
+        conv(l, net);
     } else if (own == OWN_REGION) {
         region_backward(l, net);
     } else if (own == OWN_SHORTCUT) {
@@ -291,6 +350,12 @@ static void hook_backward_region(layer l, network net)
 static void hook_backward_shortcut(layer l, network net)
 {
     backward_body(l, net, NULL, 0, 0, OWN_SHORTCUT);
+}
+/* conv1x1.h's backward adds into its input's delta: no 1x1 delta fix. */
+static void hook_backward_c1(layer l, network net) { backward_body(l, net, NULL, 0, 0, OWN_CONV1X1); }
+static void hook_backward_c1_bn(layer l, network net)
+{
+    backward_body(l, net, NULL, 0, 1, OWN_CONV1X1);
 }
 
 /* The scratch of the network whose layer array is `layers`, at least n
@@ -346,7 +411,8 @@ static void hook_backward_fix_bn(layer l, network net) { fix_body(l, net, 1); }
 static int is_backward_hook(backward_fn f)
 {
     return f == hook_backward || f == hook_backward_bn || f == hook_backward_fix ||
-           f == hook_backward_fix_bn || f == hook_backward_region || f == hook_backward_shortcut;
+           f == hook_backward_fix_bn || f == hook_backward_region || f == hook_backward_shortcut ||
+           f == hook_backward_c1 || f == hook_backward_c1_bn;
 }
 
 /* Does the backward of layer j write into `d`?  Most layers add into their
@@ -373,6 +439,8 @@ int sdnn_fix_1x1_needed(const network *net, int i)
     if (i < 1 || i >= net->n) return 0;
     const layer *l = &net->layers[i];
     if (l->type != CONVOLUTIONAL || l->size != 1 || !l->backward) return 0;
+    /* conv1x1.h's strided 1x1 convolution adds (it is its own fix). */
+    if (sdnn_conv1x1_attached(l) || l->forward == hook_forward_c1) return 0;
     const float *d = net->layers[i - 1].delta;
     if (!d) return 0;
     for (int j = i + 1; j < net->n; ++j)
@@ -441,6 +509,10 @@ static sdnn_status add_scratch(const network *net)
             size_t n = (size_t)net->layers[i].batch * (size_t)net->layers[i].inputs;
             if (n > need) need = n;
         }
+    if (sdnn_first_delta_needed(net)) {
+        size_t n = (size_t)net->layers[0].batch * (size_t)net->layers[0].inputs;
+        if (n > need) need = n;
+    }
     for (fix_scratch *f = g_fix; f; f = f->next)
         if (f->layers == net->layers) return SDNN_OK;
     fix_scratch *f = calloc(1, sizeof *f);
@@ -448,7 +520,8 @@ static sdnn_status add_scratch(const network *net)
     if (!f || !b) {
         free(f);
         free(b);
-        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the 1x1 delta fix (%zu floats)", need);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks' scratch delta (%zu floats)",
+                          need);
     }
     f->layers = net->layers;
     f->buf = b;
@@ -483,28 +556,46 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
     /* Decided before any pointer changes: the test reads the layers' own
      * backward pointers.  fix[i]: bit 0 the 1x1 fix, bit 1 the BN fix,
      * bit 2 the region backward (a region layer has neither of the others). */
-    unsigned char *fix = fixes ? calloc((size_t)net->n + 1, 1) : NULL;
-    if (fixes && !fix) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
+    unsigned char *fix = calloc((size_t)net->n + 1, 1);
+    /* c1[i]: layer i carried conv1x1.h's strided 1x1 functions (the
+     * parse's default).  They become Darknet's pointers again here, so one
+     * type keeps one pair of originals (and oneDNN's eligibility sees
+     * Darknet's own); the layer's wrappers run conv1x1.h's functions, and
+     * uninstall gives them back. */
+    unsigned char *c1 = calloc((size_t)net->n + 1, 1);
+    if (!fix || !c1) {
+        free(fix);
+        free(c1);
+        return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the hooks");
+    }
+    for (int i = 0; i < net->n; ++i) {
+        c1[i] = (unsigned char)sdnn_conv1x1_attached(&net->layers[i]);
+        sdnn_conv1x1_release_layer(&net->layers[i]);
+    }
     int ndnnl = 0;
     if (fixes & SDNN_HOOK_ONEDNN) {
         /* Before any pointer changes: eligibility reads Darknet's own. */
         st = sdnn_conv_dnnl_attach(net, &ndnnl);
         if (st != SDNN_OK) {
+            for (int i = 0; i < net->n; ++i)
+                if (c1[i]) sdnn_conv1x1_attach_layer(&net->layers[i]);
             free(fix);
+            free(c1);
             return st;
         }
     }
     int nfix = 0;
-    for (int i = 0; fix && i < net->n; ++i) {
-        /* oneDNN's backward adds the input gradient: no 1x1 fix needed. */
-        int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i) &&
+    for (int i = 0; i < net->n; ++i) {
+        /* oneDNN's backward adds the input gradient, and so does
+         * conv1x1.h's: no 1x1 fix needed. */
+        int one = (fixes & SDNN_FIX_1X1) && sdnn_fix_1x1_needed(net, i) && !c1[i] &&
                   !(ndnnl && sdnn_conv_dnnl_owns(&net->layers[i]));
         nfix += one;
         fix[i] = (unsigned char)(one | ((fixes & SDNN_FIX_BN) && sdnn_bn_fix_applies(net, i) ? 2 : 0) |
                                  ((fixes & SDNN_FIX_REGION) && net->layers[i].type == REGION ? 4 : 0));
     }
     pthread_mutex_lock(&g_lock);
-    if (nfix) st = add_scratch(net);
+    if (nfix || sdnn_first_delta_needed(net)) st = add_scratch(net);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
         int t = (int)l->type;
@@ -521,7 +612,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
                  (l->forward == forward_shortcut_layer || l->forward == hook_forward_shortcut) &&
                  (l->backward == backward_shortcut_layer || is_backward_hook(l->backward)) &&
                  sdnn_fast_shortcut_covered(l);
-        int own_fwd = forward || pool || sc || (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
+        int own_fwd = forward || pool || sc || c1[i] ||
+                      (ndnnl && t == CONVOLUTIONAL && sdnn_conv_dnnl_owns(l));
         if (own_fwd && l->forward && !is_forward_hook(l->forward)) {
             if (g_forward[t] && g_forward[t] != l->forward) {
                 st = SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
@@ -530,7 +622,8 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
                 break;
             }
             g_forward[t] = l->forward;
-            l->forward = pool ? hook_forward_pool : sc ? hook_forward_shortcut : hook_forward;
+            l->forward = pool ? hook_forward_pool : sc ? hook_forward_shortcut
+                                                       : c1[i] ? hook_forward_c1 : hook_forward;
         }
         if (st != SDNN_OK) break;
         if (!l->backward) continue;
@@ -545,8 +638,9 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
         g_backward[t] = l->backward;
         static const backward_fn by_fix[4] = {hook_backward, hook_backward_fix,
                                               hook_backward_bn, hook_backward_fix_bn};
-        unsigned f = fix ? fix[i] : 0;
-        l->backward = f & 4 ? hook_backward_region : sc && !f ? hook_backward_shortcut : by_fix[f & 3];
+        unsigned f = fix[i];
+        if (c1[i]) l->backward = f & 2 ? hook_backward_c1_bn : hook_backward_c1;
+        else l->backward = f & 4 ? hook_backward_region : sc && !f ? hook_backward_shortcut : by_fix[f & 3];
         if (l->update) {
             g_update[t] = l->update;
             l->update = hook_update;
@@ -554,7 +648,12 @@ sdnn_status sdnn_hooks_install(network *net, int forward, int fixes)
     }
     pthread_mutex_unlock(&g_lock);
     free(fix);
-    if (st != SDNN_OK) sdnn_hooks_uninstall(net);
+    if (st != SDNN_OK) {
+        sdnn_hooks_uninstall(net);
+        for (int i = 0; i < net->n; ++i)
+            if (c1[i]) sdnn_conv1x1_attach_layer(&net->layers[i]);
+    }
+    free(c1);
     return st;
 }
 
@@ -563,9 +662,11 @@ void sdnn_hooks_uninstall(network *net)
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < net->n; ++i) {
         layer *l = &net->layers[i];
+        int c1 = l->forward == hook_forward_c1;
         if (is_forward_hook(l->forward)) l->forward = g_forward[l->type];
         if (l->update == hook_update) l->update = g_update[l->type];
         if (is_backward_hook(l->backward)) l->backward = g_backward[l->type];
+        if (c1) sdnn_conv1x1_attach_layer(l);
     }
     drop_scratch(net);
     pthread_mutex_unlock(&g_lock);

@@ -64,7 +64,8 @@ int sdnn_hooks_installed(const network *net);
 /* 1 when layer i is a size=1 convolution whose input delta (layer i-1's)
  * is also written by the backward of a layer after i (a shortcut's from=
  * or its own input, a route's input, aliases such as dropout included):
- * the layer whose gradient Darknet's beta-0 gemm would overwrite. */
+ * the layer whose gradient Darknet's beta-0 gemm would overwrite (not a
+ * strided 1x1 layer running conv1x1.h's functions, whose backward adds). */
 int sdnn_fix_1x1_needed(const network *net, int i);
 /* How many layers of `net` need the fix. */
 int sdnn_fix_1x1_count(const network *net);
@@ -76,6 +77,22 @@ int sdnn_fix_1x1_count(const network *net);
  * objectness, then added to the input's delta.  The number of [region]
  * layers of `net` (the layers it applies to). */
 int sdnn_fix_region_count(const network *net);
+
+/* 1 when layer 0 of `net` writes its input's delta unconditionally and the
+ * network has none (net->delta NULL, as libdarknet's training leaves it):
+ * [maxpool], [avgpool], [upsample], [reorg], [activation], [batchnorm],
+ * [normalization], [l2norm], [logistic], [softmax], [cost], [yolo],
+ * [detection], ... -- every type but those that test for it.  libdarknet
+ * then writes through NULL at the first backward; the hooks hand such a
+ * layer 0 a cleared scratch of the network's and discard what it writes
+ * there (the gpu engine, which tests for it, drops it too).  The cpu engine
+ * hooks such a network in every mode. */
+int sdnn_first_delta_needed(const network *net);
+
+/* Strided 1x1 convolutions (conv1x1.h): a layer that carries conv1x1.h's
+ * functions when the hooks are installed keeps running them through its
+ * wrappers (on oneDNN where cpu_conv=onednn owns it), without the 1x1
+ * delta fix (their backward adds); uninstall gives them back. */
 
 /* Put Darknet's own pointers back. */
 void sdnn_hooks_uninstall(network *net);

@@ -1,10 +1,13 @@
 /*
  * cpu: the host engine (see engine.h): libdarknet's train_network on the
  * host replicas with scalednn's layer hooks (hooks.c, the 1x1 delta fix
- * included).  Buffers are host memory; pull and push have nothing to move.
+ * included) and the strided 1x1 convolution the parse gave them
+ * (conv1x1.h; fix_1x1_stride=0 puts libdarknet's back for the engine's
+ * life).  Buffers are host memory; pull and push have nothing to move.
  */
 #include "engine.h"
 #include "blas.h"
+#include "conv1x1.h"
 #include "conv_dnnl.h"
 #include "hooks.h"
 #include "replicas.h"
@@ -16,6 +19,7 @@
 
 typedef struct cpu_engine {
     int hooked;
+    int released;    /* fix_1x1_stride=0 took conv1x1.h's functions off the replicas */
     sdnn_engine_callbacks cb;
 } cpu_engine;
 
@@ -52,6 +56,11 @@ static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
     cpu_engine *c = calloc(1, sizeof *c);
     if (!c) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the cpu engine");
     e->impl = c;
+    if (!o->fix_1x1_stride) {
+        /* Debian's libdarknet as it is: the strided 1x1 convolutions on the
+         * unstrided input, before the hooks read the pointers. */
+        for (int r = 0; r < e->n; ++r) c->released += sdnn_conv1x1_detach(e->nets[r]);
+    }
     /* cpu_conv=onednn: the convolutions run on oneDNN through the hooks. */
     int need = o->hooks || o->cpu_conv_onednn || sdnn_engine_fixes_needed(o, e->nets[0]);
     int fixes = (o->fix_1x1_delta ? SDNN_FIX_1X1 : 0) | (o->fix_bn_delta ? SDNN_FIX_BN : 0) |
@@ -62,6 +71,8 @@ static sdnn_status cpu_create(sdnn_engine *e, const sdnn_engine_opts *o)
             sdnn_status st = sdnn_hooks_install(e->nets[r], o->hook_forward, fixes);
             if (st != SDNN_OK) {
                 for (int q = 0; q <= r; ++q) sdnn_hooks_uninstall(e->nets[q]);
+                if (c->released)
+                    for (int q = 0; q < e->n; ++q) sdnn_conv1x1_attach(e->nets[q]);
                 free(c);
                 e->impl = NULL;
                 return st;
@@ -78,6 +89,8 @@ static void cpu_destroy(sdnn_engine *e)
     if (!c) return;
     if (c->hooked)
         for (int r = 0; r < e->n; ++r) sdnn_hooks_uninstall(e->nets[r]);
+    if (c->released)
+        for (int r = 0; r < e->n; ++r) sdnn_conv1x1_attach(e->nets[r]);
     free(c);
     e->impl = NULL;
 }

@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "bnfix.h"
 #include "hooks.h"
+#include "replicas.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -138,12 +139,37 @@ void sdnn_engine_describe_device(const sdnn_engine_ops *engine, int dev, char *b
     else snprintf(buf, len, "device %d", dev);
 }
 
+/* A [cost], a [softmax] with its loss and a [logistic] read batch x inputs
+ * values of the truth in their training forward: the network's truth,
+ * which libdarknet sizes for its last layer (or the output of an earlier
+ * truth=1 layer).  One whose input is larger reads past it (SIGSEGV, or a
+ * loss of garbage): refused before any training, naming the layer. */
+static sdnn_status check_truth_reads(const network *net)
+{
+    long truths = net->truths;
+    for (int i = 0; i < net->n; ++i) {
+        const layer *l = &net->layers[i];
+        int reads = l->type == COST || l->type == LOGXENT || (l->type == SOFTMAX && !l->noloss);
+        if (reads && l->inputs > truths)
+            return SDNN_ERROR(SDNN_ERR_INVALID,
+                              "layer %d ([%s]) reads %d truth values an image as its loss, but "
+                              "the network's truth has %ld (sized for its last layer): a loss "
+                              "layer must be the last one (or a [softmax] before its [cost]; "
+                              "noloss=1 on a [softmax] that is not a loss)",
+                              i, l->type == LOGXENT ? "logistic" : sdnn_layer_type_name(l->type),
+                              l->inputs, truths);
+        if (l->truth) truths = l->outputs;
+    }
+    return SDNN_OK;
+}
+
 sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,
                                const sdnn_engine_opts *o, sdnn_engine **out)
 {
     *out = NULL;
     if (!ops || !nets || n < 1)
         return SDNN_ERROR(SDNN_ERR_INVALID, "an engine needs an engine and replicas");
+    SDNN_CHECK(check_truth_reads(nets[0]));
     sdnn_engine *e = calloc(1, sizeof *e);
     if (!e) return SDNN_ERROR(SDNN_ERR_NOMEM, "no memory for the %s engine", ops->name);
     e->ops = ops;
@@ -169,7 +195,7 @@ void sdnn_engine_destroy(sdnn_engine *e)
 
 int sdnn_engine_fixes_needed(const sdnn_engine_opts *o, const network *net)
 {
-    return (o->fix_1x1_delta && sdnn_fix_1x1_count(net) > 0) ||
+    return sdnn_first_delta_needed(net) || (o->fix_1x1_delta && sdnn_fix_1x1_count(net) > 0) ||
            (o->fix_bn_delta && sdnn_bn_fix_count(net) > 0) ||
            (o->fix_region_delta && sdnn_fix_region_count(net) > 0);
 }

@@ -135,6 +135,9 @@ typedef enum sdnn_engine_split {
 /* What an engine is created with. */
 typedef struct sdnn_engine_opts {
     int fix_1x1_delta;      /* hooks.c's fix (cpu), the same result (gpu) */
+    int fix_1x1_stride;     /* conv1x1.h's strided 1x1 convolution (cpu: 0 puts
+                             * libdarknet's back on the replicas; gpu: always
+                             * right, the key changes nothing) */
     int fix_bn_delta;       /* bnfix.h's exact batch-norm backward (cpu, gpu) */
     int fix_region_delta;   /* hooks.h's region backward (cpu; the gpu engine always
                              * runs Darknet's GPU backward) */
@@ -151,7 +154,7 @@ typedef struct sdnn_engine_opts {
                              * (cpu_conv=onednn, or auto where built) */
 } sdnn_engine_opts;
 
-#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_bn_delta = 0, .fix_region_delta = 0, .hook_forward = 0, .hooks = 0, \
+#define SDNN_ENGINE_OPTS_INIT { .fix_1x1_delta = 0, .fix_1x1_stride = 1, .fix_bn_delta = 0, .fix_region_delta = 0, .hook_forward = 0, .hooks = 0, \
                                 .devices = NULL, .preload = 1, .split = SDNN_ENGINE_SPLIT_CPU, \
                                 .cpu_conv_onednn = 0 }
 
@@ -342,8 +345,9 @@ void sdnn_engine_describe_device(const sdnn_engine_ops *engine, int dev, char *b
 
 /* Create / destroy an engine instance. */
 /* 1 when a fix of libdarknet's backward (the 1x1 delta, batch norm) that `o`
- * asks for has a layer of `net` to act on: the host engine then hooks the
- * replicas even in stock mode. */
+ * asks for has a layer of `net` to act on, or layer 0 needs a scratch
+ * input delta (hooks.h, sdnn_first_delta_needed, whatever `o` says): the
+ * host engine then hooks the replicas even in stock mode. */
 int sdnn_engine_fixes_needed(const sdnn_engine_opts *o, const network *net);
 
 sdnn_status sdnn_engine_create(const sdnn_engine_ops *ops, network **nets, int n,

@@ -140,13 +140,15 @@ sdnn_status sdnn_profile_network(network *net, const sdnn_profile_opts *o,
         return SDNN_ERROR(SDNN_ERR_NOMEM, "profile: no memory for %d layers", n);
     }
     /* Training (with the default fix_1x1_delta=1) runs the 1x1 delta fix's
-     * wrapper on the layers that need it, and its convolutions where
-     * cpu_conv= puts them (oneDNN by default where built); so does the
-     * profile, unless the caller hooked the network itself. */
+     * wrapper on the layers that need it, its convolutions where cpu_conv=
+     * puts them (oneDNN by default where built), and a first layer that
+     * writes its input's delta gets a scratch; so does the profile, unless
+     * the caller hooked the network itself. */
     sdnn_config conv = SDNN_CONFIG_INIT;
     if (o->cpu_conv) snprintf(conv.cpu_conv, sizeof conv.cpu_conv, "%s", o->cpu_conv);
     int onednn = sdnn_config_cpu_conv_onednn(&conv);
-    int hook = (onednn || sdnn_fix_1x1_count(net) > 0) && !sdnn_hooks_installed(net);
+    int hook = (onednn || sdnn_fix_1x1_count(net) > 0 || sdnn_first_delta_needed(net)) &&
+               !sdnn_hooks_installed(net);
     if (hook) {
         sdnn_status hs = sdnn_hooks_install(net, 0, SDNN_FIX_1X1 | (onednn ? SDNN_HOOK_ONEDNN : 0));
         if (hs != SDNN_OK) {

@@ -325,6 +325,7 @@ static sdnn_status create(const sdnn_trainer_opts *o, network **nets, int n,
         }
         sdnn_engine_opts eo = SDNN_ENGINE_OPTS_INIT;
         eo.fix_1x1_delta = cfg->fix_1x1_delta;
+        eo.fix_1x1_stride = cfg->fix_1x1_stride;
         eo.fix_bn_delta = cfg->fix_bn_delta;
         eo.fix_region_delta = cfg->fix_region_delta;
         eo.cpu_conv_onednn = sdnn_config_cpu_conv_onednn(cfg);
