@@ -449,9 +449,9 @@ static void fails_without_fix(const char *text, const char *mode)
 /* 1x1 convolutions with stride 2, and stride 3 with padding (odd sizes):
  * Debian's libdarknet computes them on the unstrided input; conv1x1.h's
  * functions (the default, fix_1x1_stride=1) pass with cpu_conv=darknet in
- * scalednn mode, stock mode and without a section, with batch norm too;
- * fix_1x1_stride=0 fails the strided layer and the layer before it; oneDNN
- * passes where built. */
+ * scalednn and stock mode, and with the defaults (oneDNN where built) with
+ * and without a section, with batch norm too; fix_1x1_stride=0 on
+ * cpu_conv=darknet fails the strided layer and the layer before it. */
 #define STRIDED(bn, stride, padding)                                                    \
     NET(2, 9) CONV(4, 3, leaky) "[convolutional]\nbatch_normalize=" #bn "\nfilters=6\n"   \
     "size=1\nstride=" #stride "\npadding=" #padding "\nactivation=leaky\n" CONV(4, 3, leaky) \
@@ -461,9 +461,10 @@ static void test_strided_1x1(void **state)
     (void)state;
     static const char *const nets[] = {STRIDED(0, 2, 0), STRIDED(1, 2, 0), STRIDED(0, 3, 1)};
     static const char *const sections[] = {"", "[scalednn]\nmode=stock\n",
-                                           "[scalednn]\ncpu_conv=darknet\n"};
+                                           "[scalednn]\ncpu_conv=darknet\n",
+                                           "[scalednn]\nmode=stock\ncpu_conv=darknet\n"};
     for (size_t i = 0; i < 3; ++i)
-        for (size_t k = 0; k < 3; ++k) {
+        for (size_t k = 0; k < 4; ++k) {
             char *text = with_section(nets[i], sections[k]);
             expect_pass(text, 4);
             free(text);
@@ -493,9 +494,10 @@ static void test_strided_1x1(void **state)
                 free(text);
             }
     /* libdarknet's functions (no padding: with it libdarknet reads past
-     * the input). */
+     * the input), on libdarknet's convolutions: oneDNN, the default where
+     * built, computes the stride itself. */
     for (size_t i = 0; i < 2; ++i) {
-        char *off = with_section(nets[i], "[scalednn]\nfix_1x1_stride=0\n");
+        char *off = with_section(nets[i], "[scalednn]\nfix_1x1_stride=0\ncpu_conv=darknet\n");
         sdnn_gradcheck_report r = check(off, 12);
         assert_false(r.layer[0].pass);
         assert_false(r.layer[1].pass);
