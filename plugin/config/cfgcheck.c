@@ -845,6 +845,13 @@ static sdnn_status check_layers(checker *c)
     int nlayers = c->nsec - first - 1;
     if (nlayers == 0)
         return sec_error(c, net, "no layers follow [net]: there is nothing to train or run");
+    /* libdarknet takes the network's output from its last layer that is not
+     * a [cost]: with only [cost] layers it reads before the layer array. */
+    int costs = 0;
+    for (int L = 0; L < nlayers; ++L) costs += is_type(c->secs[first + 1 + L].type, "cost", NULL);
+    if (costs == nlayers)
+        return sec_error(c, &c->secs[first + 1], "every layer is a [cost]: a network needs at "
+                         "least one layer that computes an output for its [cost] to judge");
     long *chan = calloc((size_t)nlayers, sizeof *chan);
     long *W = calloc((size_t)nlayers, sizeof *W), *H = calloc((size_t)nlayers, sizeof *H);
     int *from = calloc((size_t)nlayers, sizeof *from); /* section giving the channels */
@@ -1052,7 +1059,30 @@ static sdnn_status check_layers(checker *c)
             if ((st = int_key(c, s, "stride", 1, 1, 64, &stride, NULL)) != SDNN_OK) break;
             long rev;
             if ((st = int_key(c, s, "reverse", 0, 0, 1, &rev, NULL)) != SDNN_OK) break;
-            chan[L] = prev < 0 ? -1 : (rev ? prev / (stride * stride) : prev * stride * stride);
+            /* libdarknet's reorg_cpu moves every input value to an index
+             * it computes with channels / stride^2 as a divisor and the
+             * output as width/stride x height/stride: channels that stride^2
+             * does not divide are a division by zero (fewer) or writes past
+             * the output (more), and so is a width or height that stride
+             * does not divide. */
+            long s2 = stride * stride;
+            if (prev > 0 && prev % s2 != 0) {
+                char what[240];
+                snprintf(what, sizeof what, "its input has %ld channels, which stride^2 = %ld "
+                         "does not divide: libdarknet's reorg needs channels that are a multiple "
+                         "of stride^2", prev, s2);
+                st = key_error(c, s, find(c, s, "stride"), what);
+                break;
+            }
+            if (!rev && ((pw > 0 && pw % stride != 0) || (ph > 0 && ph % stride != 0))) {
+                char what[240];
+                snprintf(what, sizeof what, "its input is %ldx%ld, which stride %ld does not "
+                         "divide: libdarknet's reorg needs a width and height that are "
+                         "multiples of stride", pw, ph, stride);
+                st = key_error(c, s, find(c, s, "stride"), what);
+                break;
+            }
+            chan[L] = prev < 0 ? -1 : (rev ? prev / s2 : prev * s2);
             W[L] = pw < 0 ? -1 : (rev ? pw * stride : pw / stride);
             H[L] = ph < 0 ? -1 : (rev ? ph * stride : ph / stride);
             if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) || chan[L] == 0) {
