@@ -1,5 +1,5 @@
 /*
- * The margin log of the tolerance tests (issue 25): with SDNN_MARGIN_LOG=FILE
+ * The margin log of the tolerance tests: with SDNN_MARGIN_LOG=FILE
  * in the environment, every tolerance comparison appends one line
  * "NAME WORST THRESHOLD" (the worst error it measured and the bound it
  * asserts), and bench/margins.sh reads the lines back under each OpenBLAS

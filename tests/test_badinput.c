@@ -1,5 +1,5 @@
 /*
- * Bad input never crashes libdarknet and never costs data (issue 15).
+ * Bad input never crashes libdarknet and never costs data.
  * Unit cases call the checkers directly; end-to-end cases run the ./darknet
  * binary (SDNN_DARKNET_BIN) on a small shapes set, assert the exit code and
  * the message, and for every case that could destroy something place a
@@ -291,7 +291,7 @@ static void test_cfg_heads(void **state)
     assert_int_equal(sdnn_cfg_check_text("x.cfg",
                      "[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
                      "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4,5,5\n"), SDNN_OK);
-    /* Too few anchors: libdarknet made the missing ones 0.5 (issue 28). */
+    /* Too few anchors: libdarknet made the missing ones 0.5. */
     check_fails("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=35\n"
                 "size=1\n[region]\nclasses=2\nnum=5\nanchors=1,1,2,2,3,3,4,4\n",
                 "x.cfg:11: [region] anchors=1,1,2,2,3,3,4,4: 8 values, but num=5 anchors need 10",
@@ -302,7 +302,7 @@ static void test_cfg_heads(void **state)
 }
 
 /* The fork's keys libdarknet ignores though they change the network, and
- * [yolo] resize= out of the range the batch builder computes in (issue 28). */
+ * [yolo] resize= out of the range the batch builder computes in. */
 static void test_cfg_fork_geometry(void **state)
 {
     (void)state;
@@ -413,7 +413,7 @@ static void test_cfg_fuzzer_findings(void **state)
                 "x.cfg:11: [route] layers=-1,-2: layer 1 is 4x4 but layer 0 is 8x8", NULL);
 }
 
-/* Keys Darknet does not read, and unknown sections (issue 28 item 6):
+/* Keys Darknet does not read, and unknown sections:
  * refused naming the nearest known name; the fork's no-op keys pass. */
 static void test_cfg_unknown_keys(void **state)
 {
@@ -576,7 +576,7 @@ static int line_of(const char *text, const char *needle)
     return line;
 }
 
-/* Through the binary (issue 28 item 6): a misspelt or unknown key, an
+/* Through the binary: a misspelt or unknown key, an
  * unknown section stop training with file:line:key and the nearest name,
  * exit 1, nothing written; the fork's no-op keys train, with one note. */
 static void test_unknown_keys_through_binary(void **state)
@@ -1195,7 +1195,7 @@ static void test_mpirun_local_backend_and_stock(void **state)
     free(out);
     /* A bare [scalednn] section: the defaults train across the processes
      * (backend=auto is mpi under mpirun) and compress=auto plans over the
-     * link after the profiled steps, saying what it chose (issue 29). */
+     * link after the profiled steps, saying what it chose. */
     rc = tu_run("(sed '/^\\[scalednn\\]/,$d' cfg/shapes-scalednn.cfg; echo '[scalednn]') "
                 ">%s/bare.cfg && sh tests/mpi/run.sh 2 %s detector train %s %s/bare.cfg "
                 "-max_batches 24 -seed 1 >%s/mpi.log 2>&1", g_dir, g_bin, data, g_dir, g_dir);

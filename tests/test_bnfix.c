@@ -1,5 +1,5 @@
 /*
- * The exact batch-norm backward (issue 25, fix_bn_delta=1; bnfix.h):
+ * The exact batch-norm backward (fix_bn_delta=1; bnfix.h):
  * sdnn_bn_exact_delta against central differences of a double-precision
  * forward written here, x_hat = (x - mean) / (sqrt(var) + 1e-6) with var
  * over N - 1 as Debian's libdarknet computes it, and libdarknet's own

@@ -1,5 +1,5 @@
 /*
- * cpu_conv=onednn (issue 27; conv_dnnl.h): the oneDNN convolution against
+ * cpu_conv=onednn (conv_dnnl.h): the oneDNN convolution against
  * libdarknet's own forward_convolutional_layer/backward_convolutional_layer
  * and against a double-precision reference written here, per layer: 1x1,
  * 3x3, stride 2 and 3, groups, with and without padding, non-square

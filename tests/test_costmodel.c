@@ -1258,7 +1258,7 @@ static void test_probe_codec(void **state)
     assert_int_equal(m.dense, 0);
 }
 
-/* ---- which collective carries a bucket (issue 24) -------------------------------- */
+/* ---- which collective carries a bucket ------------------------------------------- */
 
 /* The three collectives by hand: W = 4, a = 10 us, b = 1e9 B/s, S = 4 MB of
  * fp32 (ratio 0.5: S_c = 2 MB), enc = dec = 1e9 B/s (4 ms each):

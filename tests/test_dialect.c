@@ -1,5 +1,5 @@
 /*
- * The maintained Darknet fork's cfg dialect (issue 18): the mish and swish
+ * The maintained Darknet fork's cfg dialect: the mish and swish
  * formulas of plugin/act_ops.h against references written here in double
  * precision (values, and gradients against a central difference of the
  * reference), and the cfg checker refusing, by file, line and key, every

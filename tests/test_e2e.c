@@ -508,7 +508,7 @@ static void test_plan_defaults(void **state)
     char *log = tu_slurp(path);
     assert_non_null(strstr(log, "has no [scalednn] section"));
     assert_non_null(strstr(log, "automatic plan (bucket_mb=auto"));
-    /* a bare section's defaults (issue 29): compress=auto, top-k allowed */
+    /* a bare section's defaults: compress=auto, top-k allowed */
     assert_non_null(strstr(log, "section's defaults (bucket_mb=auto, compress=auto, "));
     assert_non_null(strstr(log, "cfg plan (bucket_mb=auto, compress=auto): "));
     free(log);

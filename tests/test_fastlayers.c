@@ -1,5 +1,5 @@
 /*
- * fastlayers (issue 27, part 3): the cpu_conv=onednn loops for a
+ * fastlayers: the cpu_conv=onednn loops for a
  * convolutional layer's batch norm, bias and activation and for [maxpool]
  * against libdarknet's own functions on the same inputs (what
  * cpu_conv=darknet runs), shape by shape: odd sizes, batch 1 and more,

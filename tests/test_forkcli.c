@@ -1,7 +1,7 @@
 /*
- * Tests of the maintained fork's command line (issue 26; issue 28 items 4,
- * 5 and 7), through the ./darknet binary (SDNN_DARKNET_BIN) on a small
- * generated shapes set: the fork's README commands run verbatim (the
+ * Tests of the maintained fork's command line, through the ./darknet
+ * binary (SDNN_DARKNET_BIN) on a small generated shapes set: the fork's
+ * README commands run verbatim (the
  * shapes files in place of cars.*), the files they write (_last, _best,
  * .backup, _final, chart.png), every flag's effect and its bad values (exit
  * 2 naming the flag), the new commands (calc_anchors against a hand-worked

@@ -112,7 +112,7 @@ static char *with_section(const char *text, const char *section)
  * per process; the dialect's convolutions run libdarknet's anyway. */
 #define DIALECT_SECTION "[scalednn]\nmode=stock\ncpu_conv=darknet\n"
 
-/* Does this tree's [scalednn] section know fix_bn_delta (issue 25 part B)?
+/* Does this tree's [scalednn] section know fix_bn_delta?
  * Without it the engines run Darknet's batch-norm backward (variance over
  * N where the forward divides by N - 1). */
 static int bn_fix_known(void)
@@ -815,7 +815,7 @@ static void test_wrong_gradient_caught(void **state)
 }
 
 /* A defect of 0.5% in a batch-normalised layer's weight gradient fails
- * stage 2 (issue 25): with the random-walk bound (q_e = sqrt(sum t^2), not
+ * stage 2: with the random-walk bound (q_e = sqrt(sum t^2), not
  * sum |t|) the threshold of layer 0, whose gradient sums N = 4 x 16 x 16 =
  * 1024 terms per element, stays well below 5e-3.  The bound Sum|t| gave
  * was sqrt(n) looser: 4.3e-2 on shapes-res layer 0.  Clean, every layer

@@ -117,7 +117,7 @@ static void one_replica_equals_darknet(int subdiv, double bucket_mb, int overlap
     network **nets = make_replicas(CFG_BN, b, subdiv, 1, ref);
     assert_true(tu_bitwise_equal(ref, nets[0]));
     sdnn_config cfg = scalednn_cfg(bucket_mb, overlap);
-    cfg.fix_bn_delta = 0;   /* the oracle is Darknet as users have it (issue 25) */
+    cfg.fix_bn_delta = 0;   /* the oracle is Darknet as users have it */
     sdnn_trainer *t = NULL;
     assert_int_equal(sdnn_trainer_create(nets, 1, &cfg, 1, &t), SDNN_OK);
     uint64_t seed = 42;

@@ -1,5 +1,5 @@
 /*
- * The maintained Darknet fork's [yolo] layer as built here (issue 18):
+ * The maintained Darknet fork's [yolo] layer as built here:
  *  - box_ops.h's iou, giou, diou, ciou and DIoU-NMS values against
  *    references written here in double precision;
  *  - the fork's box deltas (sdnn_box_iou_delta) against central

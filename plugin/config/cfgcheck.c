@@ -286,7 +286,7 @@ static sdnn_status read_lines(checker *c)
     return SDNN_OK;
 }
 
-/* ---- the maintained fork's dialect (issue 18) ------------------------------ */
+/* ---- the maintained fork's dialect ----------------------------------------- */
 
 /* The activations Debian's libdarknet knows (get_activation); any other
  * name it turns into relu with only a warning, so the network would
@@ -309,7 +309,7 @@ typedef struct dialect_key {
     const char *why;
 } dialect_key;
 
-#define NOT_YET "is the maintained Darknet fork's and not built here yet (issue 18)"
+#define NOT_YET "is the maintained Darknet fork's and not built here yet"
 static const dialect_key g_dialect[] = {
     {"yolo", "counters_per_class", NULL, "class-balanced loss weights " NOT_YET},
     {"yolo", "focal_loss", "0", "the focal class loss " NOT_YET},
@@ -540,7 +540,7 @@ static sdnn_status check_dialect(const checker *c)
                     if (dialect_act)
                         snprintf(what, sizeof what, "the %s activation is the maintained "
                                  "Darknet fork's; it is built here on [convolutional], [connected] "
-                                 "and [shortcut] only (issue 18); allowed here: %s",
+                                 "and [shortcut] only; allowed here: %s",
                                  k->val, ACT_NAMES);
                     else
                         snprintf(what, sizeof what, "unknown activation (libdarknet would train "
@@ -1155,7 +1155,7 @@ static sdnn_status check_layers(checker *c)
         long r;
         if (is_type(s->type, "yolo", "region") && k && (!parse_long(k->val, &r) || r != 0))
             st = key_error(c, s, k, "random resizing is not built for a cfg with a grouped "
-                           "route (issue 18): use random=0");
+                           "route: use random=0");
     }
     free(W);
     free(H);

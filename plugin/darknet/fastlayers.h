@@ -1,6 +1,6 @@
 /*
  * fastlayers: the work of a cpu_conv=onednn step that is not convolution
- * (issue 27, part 3): a convolutional layer's batch norm, bias and
+ * a convolutional layer's batch norm, bias and
  * activation around the oneDNN convolution, their backward, [maxpool]
  * forward of size 2 (stride 1 or 2), and [shortcut] between layers of one
  * shape.  Used only on the cpu_conv=onednn path (conv_dnnl.c, and hooks.c

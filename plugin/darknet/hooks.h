@@ -11,7 +11,7 @@
  * transparent.  Forward is wrapped only for a timeline or the planner's
  * profile: the scheduler has no use for it.
  *
- * The 1x1 delta fix (fix_1x1_delta=1, issue 17): Debian's libdarknet
+ * The 1x1 delta fix (fix_1x1_delta=1): Debian's libdarknet
  * computes the input gradient of a size=1 convolution with a gemm whose
  * beta is 0 straight into the previous layer's delta, overwriting what a
  * later [shortcut] or [route] consumer had already added there (size > 1

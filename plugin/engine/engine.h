@@ -109,7 +109,7 @@ typedef struct sdnn_engine_callbacks {
     int (*before_update)(void *user, int r, int layer);
     /* The input of `layer` on replica r is not finite (a forward check). */
     void (*nonfinite_input)(void *user, int r, int layer);
-    /* Added for the exchange through the table (issue 13, step side): */
+    /* The exchange through the table (the step's side): */
     /* 1 once the step was stopped (anywhere): the engine skips the rest of
      * replica r's backward, whose values are no longer used and may not be
      * safe to compute (Darknet's code on non-finite input). */
@@ -145,11 +145,11 @@ typedef struct sdnn_engine_opts {
     int hooks;              /* 1: call the callbacks (scalednn mode, a
                              * timeline or a profile); 0: plain Darknet */
     const int *devices;     /* gpu: device of each replica; NULL: 0..n-1 */
-    /* Added for the preload ring (issue 14): */
+    /* The preload ring: */
     int preload;            /* [scalednn] preload=K: step batches a device
                              * engine holds fed ahead of train (1..8) */
     sdnn_engine_split split; /* [scalednn] split=: how feed() splits a batch */
-    /* Added for oneDNN (issue 27): */
+    /* oneDNN's convolutions: */
     int cpu_conv_onednn;    /* cpu: 1 runs the convolutions on oneDNN
                              * (cpu_conv=onednn, or auto where built) */
 } sdnn_engine_opts;
@@ -250,7 +250,7 @@ typedef struct sdnn_engine_ops {
     /* Device work as timeline spans (NULL tl: none).  May be NULL (host). */
     void (*set_timeline)(sdnn_engine *e, struct sdnn_timeline *tl);
 
-    /* Added for the exchange through the table (issue 13, step side): */
+    /* The exchange through the table (the step's side): */
     /* After sync(e, r) returned SDNN_ERR_NONFINITE from the deferred check:
      * the layer and tensor element of the first non-finite value pack()
      * found on replica r in this step (1), or 0 when none was recorded.
@@ -259,7 +259,7 @@ typedef struct sdnn_engine_ops {
      * host engine checks at once; the exchange reports sync's message). */
     int (*nonfinite_at)(sdnn_engine *e, int r, int *layer, sdnn_engine_bad *bad);
 
-    /* Added for device ids (issue 14, -gpus names devices): */
+    /* Device ids (-gpus names devices): */
     /* 1 when this build and machine can run replica r on device devices[r]
      * for every r < n (gpu: a runtime whose device count is past every id,
      * and a placement the engine supports); else 0 and, when why != NULL,
@@ -274,13 +274,13 @@ typedef struct sdnn_engine_ops {
      * its gemm.  Never fails: a device it cannot describe says why. */
     void (*describe_device)(int dev, char *buf, size_t len);
 
-    /* Added for the host loss (issue 14): what replica r moved between its
+    /* The host loss: what replica r moved between its
      * device and the host for the losses computed on the host (YOLO and
      * region heads, softmax/cost sums: bytes in both directions) since the
      * previous call, and the time its device stood waiting on them.
      * Called between steps.  May be NULL (a host engine moves nothing). */
     sdnn_status (*host_loss_take)(sdnn_engine *e, int r, uint64_t *bytes, double *wait_s);
-    /* Added for the preload ring (issue 14, loader -> device): */
+    /* The preload ring (loader -> device): */
     /* Hand the engine a whole step's batch (n x the slice rows, the rows of
      * replica r at [r x rows/n, (r+1) x rows/n), as sdnn_data_slice cuts
      * them) ahead of the train() calls that consume it, while no train()

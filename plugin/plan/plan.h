@@ -41,7 +41,7 @@
  * buckets' codecs' factors weighted by the buckets' bytes (one codec on
  * every bucket: that codec's).  The factors are measured with one codec on
  * every bucket; a mixed plan's is a model.  The lab's mixed plans (int8
- * with top-k on the largest layers, bench/RESULTS.md, issue 29) needed
+ * with top-k on the largest layers, bench/tta_lab.sh) needed
  * 1.29, 1.00 and 0.88 x none's iterations, where top-k on every bucket
  * needed 1.31 and int8 1.00: the bytes-weighted mean (about 1.16 for those
  * plans) is nearer than the lossiest codec's factor, which an earlier
