@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "codec.h"
 #include "comm.h"
+#include "saveio.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -908,6 +909,7 @@ sdnn_status sdnn_config_parse_text(const char *name, const char *text,
 static sdnn_status read_whole_file(const char *path, char **text)
 {
     *text = NULL;
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open cfg: %s", path,

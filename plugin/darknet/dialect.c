@@ -3,6 +3,7 @@
 #include "act_ops.h"
 #include "yolo_dialect.h"
 #include "cfgcheck.h"
+#include "saveio.h"
 
 #include <errno.h>
 #include <math.h>
@@ -386,6 +387,7 @@ static sdnn_status add_layer(layer *l, int act)
 
 network *sdnn_parse_network(const char *path)
 {
+    if (sdnn_check_readable(path) != SDNN_OK) return NULL; /* a FIFO or a device: unopened */
     char *text = read_text(path);
     if (!text) {
         SDNN_ERROR(SDNN_ERR_IO, "%s: cannot read the cfg: %s", path, strerror(errno));
