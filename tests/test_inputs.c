@@ -1,14 +1,17 @@
 /*
  * Input files that are not regular files: a FIFO, a directory, /dev/zero
  * and /dev/null given as every file ./darknet reads (the data file, the
- * cfg, the weights, the train and valid lists, the names file, an image of
- * a list, a label file, the `.ef` error-feedback state next to the weights,
- * a -profile file, gradcheck's cfg).  Opening a FIFO blocks until a writer
- * comes and a device streams forever, so each run has a deadline: a hang
- * is killed and fails the case instead of hanging the suite.  Every run
- * must end within the deadline, refuse the file by name and say that a
- * regular file is needed (the `.ef` state is optional: the run goes on
- * without it, with a warning naming it).
+ * cfg, the weights, the train and valid lists, the names file, labels=, an
+ * image of a list, a label file, the `.ef` error-feedback state next to the
+ * weights, a -profile file, gradcheck's and simulate's cfg, a file the cfg
+ * names with map=).  Opening a FIFO blocks until a writer comes and a
+ * device streams forever, so each run has a deadline: a hang is killed and
+ * fails the case instead of hanging the suite.  Every run must end within
+ * the deadline, refuse the file by name and say that a regular file is
+ * needed (the `.ef` state is optional: the run goes on without it, with a
+ * warning naming it).
+ * tier: full (runs in `make test`, not in `make check`: about a hundred
+ * runs of ./darknet, a few of them training a step).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -223,6 +226,31 @@ static void test_positional_files(void **state)
     }
 }
 
+/* ---- a file a cfg names ([region]/[yolo] map=, tree=) ----------------------------------- */
+
+static void test_cfg_named_files(void **state)
+{
+    (void)state;
+    const char *good = data_file("good", NULL);
+    char *shapes = tu_slurp("cfg/shapes.cfg");
+    assert_non_null(shapes);
+    for (int i = 0; i < N_BAD; ++i) {
+        const hostile *h = &g_bad[i];
+        size_t n = strlen(shapes) + 400;
+        char *text = malloc(n), key[400], cfg[600];
+        assert_non_null(text);
+        /* The last section of shapes.cfg is a [yolo]: Darknet reads its map=. */
+        snprintf(text, n, "%s\nmap=%s\n", shapes, h->path);
+        snprintf(cfg, sizeof cfg, "%s", P("map-%s.cfg", h->name));
+        put_text(cfg, text);
+        free(text);
+        snprintf(key, sizeof key, "map=%s", h->path);
+        const char *map[] = {cfg, key, h->kind, "regular file", NULL};
+        expect_refused(map, "detector train %s %s -max_batches 1", good, cfg);
+    }
+    free(shapes);
+}
+
 /* ---- the files a data file names ------------------------------------------------------ */
 
 static void test_data_file_keys(void **state)
@@ -357,6 +385,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_positional_files),
+        cmocka_unit_test(test_cfg_named_files),
         cmocka_unit_test(test_data_file_keys),
         cmocka_unit_test(test_list_entries),
         cmocka_unit_test(test_ef_state),

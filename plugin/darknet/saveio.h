@@ -12,6 +12,7 @@
 #define SDNN_SAVEIO_H
 
 #include "scalednn.h"
+#include "readable.h"
 #include <darknet.h>
 
 #ifdef __cplusplus
@@ -34,20 +35,6 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
  * and `path` is left as it was. */
 sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len);
 
-/* Check an input file (cfg, data file, list, image, label, weights, .ef,
- * profile) before anything opens it: it must exist, be a regular file (a
- * FIFO, a directory, a device such as /dev/zero or /dev/null, a socket are
- * refused without being opened: they would block or stream forever) and be
- * readable; SDNN_ERR_IO naming the file and what it is otherwise.  Every
- * path of the user's that reaches libdarknet's readers (read_cfg,
- * read_data_cfg, get_paths, load_image, load_weights: they exit() or hang
- * on such files) passes this check first. */
-sdnn_status sdnn_check_readable(const char *path);
-
-/* What a stat() st_mode is, for messages: "a regular file", "a directory",
- * "a named pipe (FIFO)", "a character device", "a block device", "a
- * socket". */
-const char *sdnn_file_kind(unsigned mode);
 
 /* Check the weights file at `path` fits `net` before Darknet's load_weights
  * (which reads whatever is there and exits on a missing file): the header
