@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "codec.h"
 #include "comm.h"
-#include "saveio.h"
+#include "readable.h"
 
 #include <ctype.h>
 #include <pthread.h>

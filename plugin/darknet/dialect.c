@@ -3,7 +3,7 @@
 #include "act_ops.h"
 #include "yolo_dialect.h"
 #include "cfgcheck.h"
-#include "saveio.h"
+#include "readable.h"
 
 #include <errno.h>
 #include <math.h>

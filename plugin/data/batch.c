@@ -5,7 +5,7 @@
  * on libdarknet's float images. */
 #include "batch.h"
 #include "splitmix.h"
-#include "saveio.h"
+#include "readable.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * process (the decoders that could live in libdarknet's OpenCV/stb).
  */
 #include "datacheck.h"
-#include "saveio.h"
+#include "readable.h"
 
 #include <ctype.h>
 #include <errno.h>

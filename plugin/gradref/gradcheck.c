@@ -8,7 +8,7 @@
 #include "engine.h"
 #include "hooks.h"
 #include "replicas.h"
-#include "saveio.h"
+#include "readable.h"
 #include "splitmix.h"
 #include "trainer.h"
 #include "yolo_dialect.h"
