@@ -101,7 +101,7 @@ static int read_label_sizes(const char *list_name, double W, double H, wh **out,
             rc = -1;
             break;
         }
-        FILE *f = fopen(lbl, "r");
+        FILE *f = sdnn_check_readable(lbl) == SDNN_OK ? fopen(lbl, "r") : NULL;
         if (!f) {
             fprintf(stderr, "error: %s (the label file of %s): cannot be read\n", lbl, paths[i]);
             rc = -1;

@@ -113,6 +113,7 @@ static sdnn_status push_truth(truth_set *s, sdnn_map_truth t)
  * box relative to the image; blank lines allowed). */
 static sdnn_status read_truths(const char *path, int classes, truth_set *s)
 {
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "r");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "label file %s: %s", path, strerror(errno));
     char *line = NULL;

@@ -307,6 +307,43 @@ static void test_good_edge_values(void **state)
 
 /* ---- bad values: one test per case ---------------------------------------- */
 
+/* Every numeric key of the table, a value past either end and one that is
+ * no number: the message names the key and value and states both ends of
+ * the range, each as open or closed as the table checks it. */
+static void test_numeric_keys_state_both_bounds(void **state)
+{
+    (void)state;
+    int numeric = 0;
+    for (size_t i = 0; i < sdnn_config_key_count(); ++i) {
+        double lo, hi;
+        int lo_open, hi_open;
+        int kind = sdnn_config_key_range(i, &lo, &hi, &lo_open, &hi_open);
+        if (!kind) continue;
+        ++numeric;
+        char low[64], high[64], vals[3][64];
+        snprintf(low, sizeof low, "%s %.15g", lo_open ? ">" : ">=", lo);
+        snprintf(high, sizeof high, "%s %.15g", hi_open ? "<" : "<=", hi);
+        snprintf(vals[0], sizeof vals[0], "%.15g", kind == 1 ? hi + 1 : hi_open ? hi : 2 * hi + 1);
+        snprintf(vals[1], sizeof vals[1], "%.15g", kind == 1 || !lo_open ? lo - 1 : lo);
+        snprintf(vals[2], sizeof vals[2], "x");
+        for (int v = 0; v < 3; ++v) {
+            char text[512], kv[300];
+            snprintf(kv, sizeof kv, "%s=%s", sdnn_config_key_name(i), vals[v]);
+            snprintf(text, sizeof text, "[scalednn]\n%s\n", kv);
+            sdnn_config cfg;
+            sdnn_clear_error();
+            assert_int_equal(sdnn_config_parse_text(NAME, text, &cfg, NULL), SDNN_ERR_INVALID);
+            const char *msg = sdnn_last_error();
+            const char *need[] = {kv, low, high};
+            for (size_t n = 0; n < 3; ++n) {
+                if (!strstr(msg, need[n])) print_error("%s: lacks \"%s\"\n", msg, need[n]);
+                assert_non_null(strstr(msg, need[n]));
+            }
+        }
+    }
+    assert_true(numeric >= 10);
+}
+
 typedef struct bad_case {
     const char *line;    /* the line inside the section (no whitespace) */
     sdnn_status status;
@@ -1060,7 +1097,7 @@ static void test_load_directory(void **state)
     assert_int_equal(sdnn_config_load("/tmp", &cfg, &out), SDNN_ERR_IO);
     assert_int_equal(out.fd, -1);
     assert_msg_has("/tmp");
-    assert_msg_has(strerror(EISDIR));
+    assert_msg_has("a directory, and a regular file is needed");
 }
 
 static void test_load_bad_section(void **state)
@@ -1118,6 +1155,7 @@ int main(void)
         cmocka_unit_test(test_describe_groups),
         cmocka_unit_test(test_load_darknet_accepts),
         cmocka_unit_test(test_load_no_section),
+        cmocka_unit_test(test_numeric_keys_state_both_bounds),
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_load_directory),
         cmocka_unit_test(test_load_bad_section),

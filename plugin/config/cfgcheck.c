@@ -8,6 +8,7 @@
  */
 #include "cfgcheck.h"
 #include "cfgkeys.h"
+#include "readable.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SHOWN 120 /* longest key or value quoted in a message */
@@ -880,7 +882,14 @@ static sdnn_status check_layers(checker *c)
         static const char *const files[] = {"map", "tree", NULL};
         for (int f = 0; files[f] && st == SDNN_OK; ++f) {
             const kv *k = find(c, s, files[f]);
-            if (k && access(k->val, R_OK) != 0) {
+            struct stat sb;
+            if (k && stat(k->val, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+                /* A FIFO would block Darknet's reader, /dev/zero never ends. */
+                char what[200];
+                snprintf(what, sizeof what, "cannot read the file: it is %s, and a regular file "
+                         "is needed", sdnn_file_kind((unsigned)sb.st_mode));
+                st = key_error(c, s, k, what);
+            } else if (k && access(k->val, R_OK) != 0) {
                 char what[200];
                 snprintf(what, sizeof what, "cannot read the file: %s", strerror(errno));
                 st = key_error(c, s, k, what);
@@ -1203,6 +1212,7 @@ sdnn_status sdnn_cfg_channels(const char *name, const char *text, long *chan, in
 
 sdnn_status sdnn_cfg_check_file(const char *path)
 {
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "rb");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open cfg: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;

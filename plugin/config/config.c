@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "codec.h"
 #include "comm.h"
+#include "readable.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -260,7 +261,8 @@ static const key_spec g_keys[N_KEYS] = {
         .group = SDNN_KEYS_CODEC },
     [K_TOPK_WARMUP] = {
         .key = "topk_warmup", .type = KT_INT, F(topk_warmup), .lo = 0, .hi = 100000000,
-        .allowed = "an integer number of iterations >= 0", .codec = "topk", .shown = 1,
+        .allowed = "an integer number of iterations >= 0 and <= 100000000", .codec = "topk",
+        .shown = 1,
         .help = "iterations over which the kept fraction falls from 1 to topk_ratio",
         .group = SDNN_KEYS_CODEC },
     [K_INT8_CHUNK] = {
@@ -307,30 +309,58 @@ static const key_spec g_keys[N_KEYS] = {
         .group = SDNN_KEYS_BUCKETS },
     [K_LINK_GBPS] = {
         .key = "link_gbps", .type = KT_NUM, F(link_gbps), .lo = 0.0, .hi = 1e6, .lo_open = 1,
-        .allowed = "a bandwidth in Gbit/s > 0 (e.g. 1 for 1 Gbit Ethernet)", .def_text = "unset",
+        .allowed = "a bandwidth in Gbit/s > 0 and <= 1000000 (e.g. 1 for 1 Gbit Ethernet)",
+        .def_text = "unset",
         .help = "an explicit link's bandwidth (as link=)", .group = SDNN_KEYS_BUCKETS },
     [K_LINK_US] = {
         .key = "link_us", .type = KT_NUM, F(link_us), .lo = 0.0, .hi = 1e7,
-        .allowed = "a latency in microseconds >= 0", .help = "with link_gbps: the link's latency",
+        .allowed = "a latency in microseconds >= 0 and <= 10000000",
+        .help = "with link_gbps: the link's latency",
         .group = SDNN_KEYS_BUCKETS },
     [K_PROFILE_ITERS] = {
         .key = "profile_iters", .type = KT_INT, F(profile_iters), .lo = 1, .hi = 100000,
-        .allowed = "an integer number of steps >= 1",
+        .allowed = "an integer number of steps >= 1 and <= 100000",
         .help = "bucket_mb=auto: steps profiled before planning", .group = SDNN_KEYS_BUCKETS },
     [K_REPLAN_DRIFT] = {
         .key = "replan_drift", .type = KT_NUM, F(replan_drift), .lo = 0.0, .hi = 100.0,
-        .lo_open = 1, .allowed = "a fraction > 0 (e.g. 0.25)",
+        .lo_open = 1, .allowed = "a fraction > 0 and <= 100 (e.g. 0.25)",
         .help = "re-plan when the step drifts this fraction from the prediction",
         .group = SDNN_KEYS_BUCKETS },
 };
 
 #undef F
 
-/* What key k's value may be, registry names filled in. */
+/* ">= 1 and <= 8", "> 0 and < 1": a numeric key's range as the table
+ * holds it, both ends, open or closed. */
+static void range_text(const key_spec *k, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %.15g and %s %.15g", k->lo_open ? ">" : ">=", k->lo,
+             k->hi_open ? "<" : "<=", k->hi);
+}
+
+/* What key k's value may be, registry names filled in.  A numeric key's
+ * text always states the range it is checked against: where the table's
+ * words do not, the range is added from the bounds. */
 static void allowed_text(const key_spec *k, char *buf, size_t len)
 {
     if (k->names && strstr(k->allowed, "%s")) snprintf(buf, len, k->allowed, k->names());
     else snprintf(buf, len, "%s", k->allowed);
+    if (k->type != KT_INT && k->type != KT_NUM) return;
+    char range[96];
+    range_text(k, range, sizeof range);
+    size_t at = strlen(buf);
+    if (!strstr(buf, range) && at < len)
+        snprintf(buf + at, len - at, " (allowed: %s)", range);
+}
+
+int sdnn_config_key_range(size_t i, double *lo, double *hi, int *lo_open, int *hi_open)
+{
+    if (i >= N_KEYS || (g_keys[i].type != KT_INT && g_keys[i].type != KT_NUM)) return 0;
+    *lo = g_keys[i].lo;
+    *hi = g_keys[i].hi;
+    *lo_open = g_keys[i].lo_open;
+    *hi_open = g_keys[i].hi_open;
+    return g_keys[i].type == KT_INT ? 1 : 2;
 }
 
 /* "expected <allowed>" for a value that does not parse. */
@@ -916,6 +946,7 @@ sdnn_status sdnn_config_parse_text(const char *name, const char *text,
 static sdnn_status read_whole_file(const char *path, char **text)
 {
     *text = NULL;
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open cfg: %s", path,

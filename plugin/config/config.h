@@ -152,6 +152,10 @@ int sdnn_config_cpu_conv_onednn(const sdnn_config *c);
 size_t sdnn_config_key_count(void);
 const char *sdnn_config_key_name(size_t i);
 void sdnn_config_print_keys(FILE *f);
+/* The i-th key's range when it takes a number: 1 for an integer key, 2 for
+ * a real one (lo_open / hi_open: the end is excluded); 0 for other keys.
+ * Every message about such a key's value states both ends. */
+int sdnn_config_key_range(size_t i, double *lo, double *hi, int *lo_open, int *hi_open);
 
 /* "key=value ..." of every key of `group`, in table order. */
 void sdnn_config_describe_group(const sdnn_config *cfg, sdnn_key_group group, char *buf,

@@ -1400,11 +1400,16 @@ static const sdnn_comm_ops gc_ops = {
 static sdnn_status open_world(eg_comm *g, sdnn_comm *host, sdnn_dctx *const *ctxs)
 {
     gpu_engine *E = g->E;
-    if (E->one_device)
+    /* One replica on one device is an NCCL rank like any other; only
+     * several replicas of this process on one device (an id repeated in
+     * -gpus, which virtual=1 allows) cannot each be a rank. */
+    if (E->one_device && E->n > 1)
         return SDNN_ERROR(SDNN_ERR_UNSUPPORTED,
-                          "backend=nccl between processes: the %d replicas of this process share "
-                          "one device (virtual=1), and NCCL needs a device per rank; use "
-                          "backend=mpi", E->n);
+                          "backend=nccl between %d processes: the %d replicas of process %d all "
+                          "run on device %d (-gpus repeats the id, which virtual=1 allows), and "
+                          "NCCL needs a device of its own per replica; list distinct devices "
+                          "(e.g. -gpus 0,1) or set backend=mpi",
+                          host->size, E->n, host->rank, sdnn_dctx_device(E->rep[0].vd));
     /* The mean of n and of n*n over the processes: equal counts leave no
      * variance (host scalars, carried by the bootstrap). */
     float cnt[2] = {(float)E->n, (float)E->n * (float)E->n};

@@ -4,6 +4,7 @@
 #include "layerfix.h"
 #include "yolo_dialect.h"
 #include "cfgcheck.h"
+#include "readable.h"
 
 #include <errno.h>
 #include <math.h>
@@ -387,6 +388,7 @@ static sdnn_status add_layer(layer *l, int act)
 
 network *sdnn_parse_network(const char *path)
 {
+    if (sdnn_check_readable(path) != SDNN_OK) return NULL; /* a FIFO or a device: unopened */
     char *text = read_text(path);
     if (!text) {
         SDNN_ERROR(SDNN_ERR_IO, "%s: cannot read the cfg: %s", path, strerror(errno));

@@ -349,24 +349,45 @@ sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len
     return replace_atomic(path, "state", (long long)len, fill_bytes, &b);
 }
 
+const char *sdnn_file_kind(unsigned mode)
+{
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+static sdnn_status not_regular(const char *path, unsigned mode)
+{
+    return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': it is %s, and a regular file is needed",
+                      path, sdnn_file_kind(mode));
+}
+
+/* stat() first, so that a FIFO, a device or a socket is refused before any
+ * open() (opening a FIFO blocks until a writer comes; a device streams
+ * forever).  The open that follows proves the file readable; O_NONBLOCK
+ * keeps it from blocking should the path be swapped for a FIFO in between,
+ * and fstat on the descriptor checks what was actually opened. */
 sdnn_status sdnn_check_readable(const char *path)
 {
     if (!path || !*path)
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read weights: empty file name");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
-                          strerror(errno));
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read a file: empty file name");
     struct stat sb;
+    if (stat(path, &sb) != 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return not_regular(path, (unsigned)sb.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
     int rc = fstat(fd, &sb);
     int e = errno;
     close(fd);
     if (rc != 0)
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
-                          strerror(e));
-    if (S_ISDIR(sb.st_mode))
-        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path,
-                          strerror(EISDIR));
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+    if (!S_ISREG(sb.st_mode)) return not_regular(path, (unsigned)sb.st_mode);
     return SDNN_OK;
 }
 

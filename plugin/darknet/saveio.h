@@ -12,6 +12,7 @@
 #define SDNN_SAVEIO_H
 
 #include "scalednn.h"
+#include "readable.h"
 #include <darknet.h>
 
 #ifdef __cplusplus
@@ -34,10 +35,6 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
  * and `path` is left as it was. */
 sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len);
 
-/* Check a weights file can be opened for reading and is not a directory;
- * SDNN_ERR_IO naming it otherwise.  (Darknet's load_weights ends the process
- * on a missing file, so callers check first.) */
-sdnn_status sdnn_check_readable(const char *path);
 
 /* Check the weights file at `path` fits `net` before Darknet's load_weights
  * (which reads whatever is there and exits on a missing file): the header

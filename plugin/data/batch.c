@@ -5,6 +5,7 @@
  * on libdarknet's float images. */
 #include "batch.h"
 #include "splitmix.h"
+#include "readable.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -415,6 +416,8 @@ sdnn_status sdnn_batch_read_labels(const char *path, sdnn_label_box **boxes, int
     *count = 0;
     if (label_path(path, lbl, sizeof lbl) != 0)
         return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: the label path is too long", path);
+    if (sdnn_check_readable(lbl) != SDNN_OK)
+        return SDNN_ERROR(SDNN_ERR_IO, "the label file of %s: %s", path, sdnn_last_error());
     FILE *f = fopen(lbl, "r");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s (the label file of %s): cannot be read", lbl, path);
     int cap = 0, n = 0, id;
@@ -442,6 +445,7 @@ sdnn_status sdnn_batch_read_labels(const char *path, sdnn_label_box **boxes, int
 sdnn_status sdnn_batch_read_net_keys(const char *cfg, sdnn_batch_net_keys *k)
 {
     *k = (sdnn_batch_net_keys){.mosaic = 0, .mosaic_bound = 0, .letter_box = 0, .flip = 1};
+    SDNN_CHECK(sdnn_check_readable(cfg)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(cfg, "r");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot be read", cfg);
     char raw[4096];
@@ -493,6 +497,7 @@ typedef struct source {
 static sdnn_status load_source(const char *path, source *src)
 {
     memset(src, 0, sizeof *src);
+    SDNN_CHECK(sdnn_check_readable(path)); /* load_image would block on a FIFO */
     SDNN_CHECK(sdnn_batch_read_labels(path, &src->boxes, &src->count));
     src->im = load_image_color((char *)path, 0, 0);
     if (!src->im.data || src->im.w < 1 || src->im.h < 1) {

@@ -4,9 +4,11 @@
  * process (the decoders that could live in libdarknet's OpenCV/stb).
  */
 #include "datacheck.h"
+#include "readable.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define IMG_MAX_BYTES (1LL << 31) /* larger files are refused (stb's limit too) */
 
@@ -23,20 +26,30 @@ static sdnn_status read_image(const char *path, unsigned char **buf, size_t *len
 {
     *buf = NULL;
     *len = 0;
+    /* stat before open: a FIFO would block the open, a device never ends;
+     * the descriptor is opened non-blocking and checked again (the path may
+     * change in between). */
     struct stat sb;
     if (stat(path, &sb) != 0)
         return SDNN_ERROR(SDNN_ERR_IO, "image %s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: is a directory, not an image", path);
     if (!S_ISREG(sb.st_mode))
-        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: not a regular file", path);
-    if (sb.st_size == 0)
-        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: empty file (0 bytes)", path);
-    if ((long long)sb.st_size > IMG_MAX_BYTES)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: is %s, not an image (a regular file is "
+                          "needed)", path, sdnn_file_kind((unsigned)sb.st_mode));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return SDNN_ERROR(SDNN_ERR_IO, "image %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !(f = fdopen(fd, "rb"))) {
+        close(fd);
+        return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: changed while being opened; a regular "
+                          "file is needed", path);
+    }
+    if (sb.st_size == 0 || (long long)sb.st_size > IMG_MAX_BYTES) {
+        fclose(f);
+        if (sb.st_size == 0)
+            return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: empty file (0 bytes)", path);
         return SDNN_ERROR(SDNN_ERR_INVALID, "image %s: %lld bytes, more than an image may have",
                           path, (long long)sb.st_size);
-    FILE *f = fopen(path, "rb");
-    if (!f) return SDNN_ERROR(SDNN_ERR_IO, "image %s: %s", path, strerror(errno));
+    }
     unsigned char *b = malloc((size_t)sb.st_size);
     if (!b) {
         fclose(f);

@@ -8,8 +8,8 @@
  * IEND), JPEG (SOI, every marker segment inside the file, a frame header
  * with a size > 0, the entropy-coded scans up to EOI), BMP (headers, pixel
  * data inside the file for uncompressed rows) and PNM (header, binary
- * raster inside the file).  A directory, an empty file and any other
- * format are refused by name.
+ * raster inside the file).  A directory, a FIFO, a device (stat()ed,
+ * never opened), an empty file and any other format are refused by name.
  *
  * Labels: Darknet reads "class x y w h" per line with fscanf and trains
  * on whatever it gets (a nan coordinate or a class >= classes crashes the

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "hooks.h"
 #include "replicas.h"
+#include "readable.h"
 #include "splitmix.h"
 #include "trainer.h"
 #include "yolo_dialect.h"
@@ -769,6 +770,7 @@ sdnn_status sdnn_gradcheck_file(const char *path, const sdnn_gradcheck_opts *o,
                                 sdnn_gradcheck_report *out)
 {
     memset(out, 0, sizeof *out);
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "rb");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *text = NULL;

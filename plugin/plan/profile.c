@@ -254,6 +254,8 @@ static int is_time(double v) { return v >= 0 && isfinite(v); }
 sdnn_status sdnn_profile_load(const char *path, sdnn_cost_profile *out)
 {
     memset(out, 0, sizeof *out);
+    if (sdnn_check_readable(path) != SDNN_OK)
+        return SDNN_ERROR(SDNN_ERR_IO, "profile: %s", sdnn_last_error());
     FILE *f = fopen(path, "r");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "profile %s: %s", path, strerror(errno));
     char line[512];

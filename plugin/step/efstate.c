@@ -87,6 +87,7 @@ sdnn_status sdnn_ef_save(const sdnn_ef_view *v, const char *path, uint64_t seen)
 
 sdnn_status sdnn_ef_load(const sdnn_ef_view *v, const char *path, uint64_t seen)
 {
+    SDNN_CHECK(sdnn_check_readable(path)); /* a FIFO or a device: refused unopened */
     FILE *f = fopen(path, "rb");
     if (!f) return SDNN_ERROR(SDNN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     ef_header want;

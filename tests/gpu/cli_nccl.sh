@@ -4,6 +4,9 @@
 #   - 2 processes x 2 simulated devices with backend=nccl train and save,
 #     the banner names one NCCL communicator of 4 ranks, Debian's darknet
 #     loads the weights; backend=auto picks nccl there;
+#   - 2 processes x 1 simulated device with backend=nccl train (one rank per
+#     process); 2 processes x 2 replicas on device 0 (virtual=1) are refused
+#     naming -gpus, virtual=1 and what is allowed;
 #   - its mean loss is within LOSS_TOL (relative) of 1 process x 4 devices
 #     (backend=local) and of backend=mpi's 2 x 2 (the hierarchical path).
 #     Darknet's loader draws its augmentations in its threads, so two runs
@@ -100,6 +103,35 @@ for b in nccl auto mpi; do
         bad "$tag: the banner does not say \"$want\" and a world of 4 ($W/$tag.log)"
     fi
 done
+
+# ---- one device per process; replicas sharing a device --------------------------------
+# 2 processes x 1 simulated device: one NCCL rank per process trains (it was refused as
+# if virtual=1 had put replicas on one device).  2 processes x 2 replicas on device 0
+# (virtual=1): refused, the message naming what was set and what is allowed.
+tag=n2x1-nccl
+cfg "$tag" nccl
+(cd "$W" && SDNN_MPI_RUN_TIMEOUT=300 sh "$ROOT/tests/mpi/run.sh" 2 "$BIN" detector train \
+    s.data "$tag.cfg" -gpus 0 -max_batches 4 -seed 1 -csv "$tag.csv") >"$W/$tag.log" 2>&1
+rc=$?
+want="backend nccl: one NCCL communicator of 2 ranks (2 processes x 1 device)"
+if [ $rc -eq 0 ] && grep -qF "$want" "$W/$tag.log" && [ -s "$W/backup/${tag}_final.weights" ]; then
+    say "ok $tag: 2 processes x 1 simulated device trained and saved; banner: $want"
+else
+    tail -5 "$W/$tag.log"
+    bad "$tag: 2 processes x 1 simulated device, backend=nccl, exited $rc, or no \"$want\" ($W/$tag.log)"
+fi
+tag=n2x2-virtual
+cfg "$tag" nccl virtual=1
+(cd "$W" && SDNN_MPI_RUN_TIMEOUT=300 sh "$ROOT/tests/mpi/run.sh" 2 "$BIN" detector train \
+    s.data "$tag.cfg" -gpus 0,0 -max_batches 4 -seed 1 -csv "$tag.csv") >"$W/$tag.log" 2>&1
+rc=$?
+want="backend=nccl between 2 processes: the 2 replicas of process 0 all run on device 0 (-gpus repeats the id, which virtual=1 allows), and NCCL needs a device of its own per replica; list distinct devices (e.g. -gpus 0,1) or set backend=mpi"
+if [ $rc -ne 0 ] && grep -qF "$want" "$W/$tag.log"; then
+    say "ok $tag: -gpus 0,0 with virtual=1 over 2 processes refused, exit $rc, naming -gpus, virtual=1 and backend=mpi"
+else
+    tail -5 "$W/$tag.log"
+    bad "$tag: -gpus 0,0 virtual=1, backend=nccl, 2 processes: exit $rc, message not \"$want\" ($W/$tag.log)"
+fi
 
 tag=n1x4
 cfg "$tag" local

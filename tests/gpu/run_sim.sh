@@ -108,8 +108,8 @@ total_start=$(date +%s)
     # on a failure, and exits non-zero on any):
     #   cli_sim      ./darknet detector train -gpus 0,1 with engine=gpu
     #   cli_nccl     backend=nccl under mpirun: 2 processes x 2 devices on
-    #                one NCCL communicator against 1 x 4 and backend=mpi, a
-    #                killed and a stopped rank
+    #                one NCCL communicator against 1 x 4 and backend=mpi, 2 x 1,
+    #                2 x (0,0) with virtual=1 refused, a killed and a stopped rank
     #   cli_bytes    bytes each replica sends against the simulated NCCL's
     #                counter; {1x4, 2x2} x codecs x {bucket_mb fixed, auto}
     #                x {nccl, auto} (issue 24)
