@@ -60,11 +60,30 @@ static char *lexical(const char *path)
 }
 
 /* The file's path with symbolic links resolved as far as things exist:
- * the file itself, else its folder and its name, else the text folded. */
-static char *normalise(const char *path)
+ * the file itself, else its folder and its name, else the text folded.  A
+ * link to a file not made yet is followed to the name it gives (a write
+ * through it lands there). */
+static char *normalise_at(const char *path, int hops)
 {
     char *r = realpath(path, NULL);
     if (r) return r;
+    char link[PATH_MAX];
+    ssize_t ln = hops < 16 ? readlink(path, link, sizeof link - 1) : -1;
+    if (ln > 0) {
+        link[ln] = '\0';
+        char *target = NULL;
+        const char *slash = strrchr(path, '/');
+        if (link[0] == '/' || !slash) {
+            target = strdup(link);
+        } else {
+            char *dir = strndup(path, (size_t)(slash - path));
+            target = dir ? join(dir, link) : NULL;
+            free(dir);
+        }
+        char *n = target ? normalise_at(target, hops + 1) : NULL;
+        free(target);
+        if (n) return n;
+    }
     char *lx = lexical(path);
     if (!lx) return NULL;
     char *slash = strrchr(lx, '/');
@@ -82,6 +101,11 @@ static char *normalise(const char *path)
         }
     }
     return lx;
+}
+
+static char *normalise(const char *path)
+{
+    return normalise_at(path, 0);
 }
 
 int sdnn_outputs_init(sdnn_outputs *o, const char *backup, const char *base)
