@@ -104,9 +104,19 @@ static int output_command(sdnn_chart *c)
     return 0;
 }
 
-/* A new temporary picture, gnuplot SCRIPT into it, then the picture
- * renamed over png (exit 0) or removed (exit 1); quiet (a CSV without
- * rows yet is no error worth a line per redraw). */
+/* The draw in flight, for sdnn_chart_interrupted (one chart per run). */
+static char g_tmp[1100];
+static volatile sig_atomic_t g_live;
+static volatile pid_t g_pid;
+
+void sdnn_chart_interrupted(void)
+{
+    if (g_pid > 0) kill(g_pid, SIGKILL);
+    if (g_live) unlink(g_tmp);
+}
+
+/* A new temporary picture and gnuplot SCRIPT drawing into it; quiet (a
+ * CSV without rows yet is no error worth a line per redraw). */
 static pid_t draw(sdnn_chart *c)
 {
     int fd = -1;
@@ -115,51 +125,40 @@ static pid_t draw(sdnn_chart *c)
         return 0;
     }
     close(fd);
-    if (output_command(c) != 0) {
+    if (output_command(c) != 0 || strlen(c->tmp) >= sizeof g_tmp) {
         unlink(c->tmp);
         c->tmp[0] = '\0';
         return 0;
     }
+    memcpy(g_tmp, c->tmp, strlen(c->tmp) + 1);
+    g_live = 1;
+    const char *av[] = {"gnuplot", "-e", c->output, c->script, NULL};
     pid_t pid = fork();
     if (pid == 0) {
-        /* Only async-signal-safe calls between fork and exec, and in this
-         * child: the trainer's threads may hold stdio's and malloc's locks. */
-        const char *av[] = {"gnuplot", "-e", c->output, c->script, NULL};
-        pid_t g = fork();
-        if (g == 0) {
-            int nul = open("/dev/null", O_WRONLY);
-            if (nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0) _exit(1);
-            execvp("gnuplot", (char *const *)av);
-            _exit(127);
-        }
-        /* A Ctrl-C ends gnuplot; this child stays to remove its file. */
-        struct sigaction ign;
-        memset(&ign, 0, sizeof ign);
-        ign.sa_handler = SIG_IGN;
-        sigaction(SIGINT, &ign, NULL);
-        sigaction(SIGTERM, &ign, NULL);
-        sigaction(SIGHUP, &ign, NULL);
-        int st = 0;
-        if (g > 0 && waitpid(g, &st, 0) == g && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
-            rename(c->tmp, c->png) == 0)
-            _exit(0);
-        unlink(c->tmp);
-        _exit(1);
+        /* Only async-signal-safe calls between fork and exec: the
+         * trainer's threads may hold stdio's and malloc's locks. */
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0) _exit(1);
+        execvp("gnuplot", (char *const *)av);
+        _exit(127);
     }
     if (pid < 0) {
+        g_live = 0;
         unlink(c->tmp);
         c->tmp[0] = '\0';
         return 0;
     }
+    g_pid = pid;
     return pid;
 }
 
-/* The draw's child ended with status st: where it could not clean up (it
- * was killed), its temporary file is removed here. */
+/* gnuplot ended with status st: its picture renamed over png, or removed. */
 static int reaped(sdnn_chart *c, int st)
 {
-    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (!WIFEXITED(st) && c->tmp[0]) unlink(c->tmp);
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && rename(c->tmp, c->png) == 0;
+    if (!ok) unlink(c->tmp);
+    g_live = 0;
+    g_pid = 0;
     c->tmp[0] = '\0';
     c->pid = 0;
     return ok;
@@ -172,8 +171,7 @@ void sdnn_chart_tick(sdnn_chart *c, double now)
         int st = 0;
         pid_t r = waitpid(c->pid, &st, WNOHANG);
         if (r == 0) return;
-        if (r == c->pid) reaped(c, st);
-        else c->pid = 0;
+        reaped(c, r == c->pid ? st : 1 << 8);
     }
     if (c->last_start > 0 && now - c->last_start < c->period_s) return;
     c->last_start = now;
@@ -184,10 +182,9 @@ void sdnn_chart_finish(sdnn_chart *c)
 {
     if (!c->on) return;
     int st = 0;
-    if (c->pid && waitpid(c->pid, &st, 0) == c->pid) reaped(c, st);
+    if (c->pid) reaped(c, waitpid(c->pid, &st, 0) == c->pid ? st : 1 << 8);
     c->pid = draw(c);
-    int ok = 0;
-    if (c->pid && waitpid(c->pid, &st, 0) == c->pid) ok = reaped(c, st);
+    int ok = c->pid && reaped(c, waitpid(c->pid, &st, 0) == c->pid ? st : 1 << 8);
     if (ok)
         printf("scalednn: chart written to %s\n", c->png);
     else

@@ -6,8 +6,9 @@
  * few seconds have passed), so a step never waits for it; each picture is
  * drawn into a new temporary file beside FILE (sdnn_temp_create: O_EXCL,
  * the pid and a counter in its name, so never a user's file) and renamed
- * over FILE, so a reader never sees half of it; a draw that fails removes
- * its temporary file.
+ * over FILE when gnuplot has ended (at the next tick), so a reader never
+ * sees half of it; a draw that fails, or is interrupted, removes its
+ * temporary file.
  */
 #ifndef SDNN_CHART_H
 #define SDNN_CHART_H
@@ -40,5 +41,9 @@ void sdnn_chart_tick(sdnn_chart *c, double now);
 
 /* Wait for a redraw in flight, draw the final picture, remove the script. */
 void sdnn_chart_finish(sdnn_chart *c);
+
+/* Async-signal-safe, for a SIGINT/SIGTERM handler: end the draw in flight
+ * and remove its temporary file. */
+void sdnn_chart_interrupted(void);
 
 #endif

@@ -150,6 +150,7 @@ int sdnn_outputs_add(sdnn_outputs *o, const char *what, const char *path, int we
         f->exists = 1;
         f->dev = sb.st_dev;
         f->ino = sb.st_ino;
+        f->device = S_ISCHR(sb.st_mode);
     }
     ++o->n;
     return 0;
@@ -183,6 +184,7 @@ int sdnn_outputs_add_periodic(sdnn_outputs *o)
 
 static int same(const sdnn_outfile *a, const sdnn_outfile *b)
 {
+    if (a->device && b->device) return 0;
     if (strcmp(a->norm, b->norm) == 0) return 1;
     return a->exists && b->exists && a->dev == b->dev && a->ino == b->ino;
 }
@@ -234,7 +236,7 @@ int sdnn_outputs_check_input(const sdnn_outputs *o, const char *what, const char
     if (!path || stat(path, &sb) != 0) return 0;   /* its own check names it */
     for (int i = 0; i < o->n; ++i) {
         const sdnn_outfile *f = &o->f[i];
-        if (!f->exists || f->dev != sb.st_dev || f->ino != sb.st_ino) continue;
+        if (!f->exists || f->device || f->dev != sb.st_dev || f->ino != sb.st_ino) continue;
         if (weights_ok && f->weights) continue;
         fprintf(stderr, "error: %s %s is %s %s: a run never writes over its inputs; name "
                 "another file\n", f->what, f->path, what, path);

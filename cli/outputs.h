@@ -23,6 +23,7 @@ typedef struct sdnn_outfile {
     dev_t dev;
     ino_t ino;
     int weights;    /* a weights save (replaced by rename) */
+    int device;     /* a character device (/dev/null): shared by any number */
 } sdnn_outfile;
 
 typedef struct sdnn_outputs {

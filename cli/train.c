@@ -604,14 +604,16 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
 }
 
-/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save in
- * progress leaves no temporary file, then the signal ends the process as
- * it would have. */
+/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save, the
+ * new CSV and the chart in progress leave no temporary file (a trace with
+ * records goes to its path), then the signal ends the process as it
+ * would have. */
 static void on_stop_signal(int sig)
 {
     sdnn_save_interrupted();
     sdnn_csv_interrupted();
     sdnn_timeline_interrupted();
+    sdnn_chart_interrupted();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -823,15 +825,24 @@ static int check_outputs(run *R, const char *csv, const char *csv_what, const ch
                 goto out;
         }
     }
-    /* The files the user may have named, as files to write. */
+    /* The backup folder takes the saves now, not at the first one after
+     * hours of training (a new file written, synced and removed); then the
+     * files the user may have named, as files to write. */
     if (rank == 0) {
+        if (sdnn_prepare_dir(R->backup) != SDNN_OK) {
+            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R->backup,
+                    sdnn_last_error());
+            goto out;
+        }
         if (sdnn_check_overwrite(csv, csv_what, sdnn_csv_prefixes) != SDNN_OK) {
             fprintf(stderr, "error: %s\n", sdnn_last_error());
             goto out;
         }
+        /* A new CSV is made beside its path; a resumed one is appended to. */
         struct stat sb;
-        if ((stat(csv, &sb) != 0 || S_ISREG(sb.st_mode)) &&
-            sdnn_check_dir_writable(csv) != SDNN_OK) {
+        int exists = stat(csv, &sb) == 0;
+        int append = job->weights && !job->clear && exists && sb.st_size > 0;
+        if ((!exists || S_ISREG(sb.st_mode)) && !append && sdnn_check_dir_writable(csv) != SDNN_OK) {
             fprintf(stderr, "error: %s %s: %s\n", csv_what, csv, sdnn_last_error());
             goto out;
         }
@@ -1068,11 +1079,9 @@ int sdnn_train(const sdnn_train_job *job)
             }
         }
     }
-    /* One run per backup folder; it must be writable now, not at the first
-     * save after hours of training.  Past every check: the lock file is the
+    /* One run per backup folder.  Past every check: the lock file is the
      * first file written.  Between processes rank 0 alone writes there. */
-    if (env_rank == 0 &&
-        (sdnn_prepare_dir(R.backup) != SDNN_OK || sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK)) {
+    if (env_rank == 0 && sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK) {
         fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
         goto out;
     }

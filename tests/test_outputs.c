@@ -16,6 +16,8 @@
 
 #include "testutil.h"
 
+#include "saveio.h"
+
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -46,30 +48,9 @@ static const char *P(const char *fmt, ...)
     return out;
 }
 
-static char *slurp_len(const char *path, long *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = '\0';
-    fclose(f);
-    if (len) *len = n;
-    return s;
-}
-
 static void put_file(const char *path, const void *data, size_t len)
 {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
+    assert_int_equal(tu_put_file(path, data, len), 0);
 }
 
 static void put_text(const char *path, const char *text)
@@ -81,7 +62,7 @@ static void put_text(const char *path, const char *text)
 static void assert_holds(const char *path, const char *text, long len)
 {
     long n = -1;
-    char *s = slurp_len(path, &n);
+    char *s = tu_slurp_len(path, &n);
     if (!s) print_error("%s is gone\n", path);
     assert_non_null(s);
     assert_int_equal(n, len);
@@ -155,7 +136,7 @@ static int setup(void **state)
     if (tu_run("%s detector train %s/seed.data cfg/shapes.cfg -max_batches 1 -seed 1 "
                ">%s/seed.log 2>&1", g_bin, g_dir, g_dir) != 0)
         return -1;
-    g_good = slurp_len(P("seed/shapes_final.weights"), &g_good_len);
+    g_good = tu_slurp_len(P("seed/shapes_final.weights"), &g_good_len);
     return g_good && g_good_len > 1000 ? 0 : -1;
 }
 
@@ -337,7 +318,7 @@ static void test_late_refusal_keeps_csv(void **state)
                              data), 0);
     free(out);
     long len = 0;
-    char *csv = slurp_len(P("o4/shapes.csv"), &len);
+    char *csv = tu_slurp_len(P("o4/shapes.csv"), &len);
     assert_non_null(csv);
     assert_true(len > 100);
     put_text(P("o4notes.png"), "my notes");
@@ -435,7 +416,7 @@ static void test_user_files_named_like_temps_survive(void **state)
     }
     /* And the run's own files are whole. */
     long len = 0;
-    char *w = slurp_len(P("o5/shapes_final.weights"), &len);
+    char *w = tu_slurp_len(P("o5/shapes_final.weights"), &len);
     assert_non_null(w);
     assert_int_equal(len, g_good_len);
     free(w);
@@ -598,6 +579,33 @@ static void test_classifier_outputs(void **state)
     free(csv);
 }
 
+/* The stale temporary files of dead saves are recognised under the names
+ * sdnn_temp_create gives when the first is taken (NAME.tmp.PID.HEX); a
+ * user's file of that shape that is not a save's stays. */
+static void test_clean_temps_second_names(void **state)
+{
+    (void)state;
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    mkdir(P("c9"), 0755);
+    const int32_t head[3] = {0, 2, 0};
+    char ours[1024], theirs[1024], odd[1024];
+    snprintf(ours, sizeof ours, "%s", P("c9/shapes_last.weights.tmp.%ld.0123456789abcdef", (long)dead));
+    snprintf(theirs, sizeof theirs, "%s", P("c9/notes.txt.tmp.%ld.0123456789abcdef", (long)dead));
+    snprintf(odd, sizeof odd, "%s", P("c9/shapes_last.weights.tmp.%ld.xyz", (long)dead));
+    put_file(ours, head, sizeof head);
+    put_file(theirs, head, sizeof head);
+    put_file(odd, head, sizeof head);
+    int cleaned = -1;
+    assert_int_equal(sdnn_clean_temps(P("c9"), "shapes", &cleaned), SDNN_OK);
+    assert_int_equal(cleaned, 1);
+    assert_false(exists(ours));
+    assert_true(exists(theirs));
+    assert_true(exists(odd));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_output_folder_refused_at_start),
         cmocka_unit_test(test_iteration_advice_in_flag_range),
         cmocka_unit_test(test_classifier_outputs),
+        cmocka_unit_test(test_clean_temps_second_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

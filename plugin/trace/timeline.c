@@ -458,7 +458,11 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
         /* Beside the file until the close: a run that records nothing (one
          * refused while it starts) leaves the previous trace. */
         int fd = -1;
-        if (sdnn_temp_create(path, tl->tmp, sizeof tl->tmp, &fd) != SDNN_OK) {
+        char *real = NULL;   /* a link: the file it names is replaced, not the link */
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) real = realpath(path, NULL);
+        if (real && strlen(real) < sizeof tl->path) snprintf(tl->path, sizeof tl->path, "%s", real);
+        free(real);
+        if (sdnn_temp_create(tl->path, tl->tmp, sizeof tl->tmp, &fd) != SDNN_OK) {
             snprintf(why, sizeof why, "%s", sdnn_last_error());
             tl->tmp[0] = '\0';
         } else if (!(tl->f = fdopen(fd, "w"))) {

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,9 +41,14 @@ static sdnn_status csv_open(sdnn_csv *c, const char *path, const char *label, in
             return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
     } else {
         /* A new CSV is written beside and takes the path at its first row:
-         * a run that stops before it leaves the previous run's file. */
+         * a run that stops before it leaves the previous run's file.  A
+         * link is followed (the file it names is replaced, not the link). */
+        char *real = NULL;
+        if (exists && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) real = realpath(path, NULL);
+        if (real && strlen(real) < sizeof c->path) snprintf(c->path, sizeof c->path, "%s", real);
+        free(real);
         int fd = -1;
-        if (sdnn_temp_create(path, c->tmp, sizeof c->tmp, &fd) != SDNN_OK)
+        if (sdnn_temp_create(c->path, c->tmp, sizeof c->tmp, &fd) != SDNN_OK)
             return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, sdnn_last_error());
         c->f = fdopen(fd, "w");
         if (!c->f) {
