@@ -619,5 +619,8 @@ int main(void)
         cmocka_unit_test(test_classifier_outputs),
         cmocka_unit_test(test_clean_temps_second_names),
     };
+    /* SDNN_TEST_FILTER=test_clean_temps_second_names runs the tests whose name matches. */
+    const char *filter = getenv("SDNN_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
