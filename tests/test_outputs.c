@@ -104,6 +104,15 @@ static void assert_has(const char *text, const char *want)
     }
 }
 
+/* The file is one of our CSVs. */
+static void assert_is_csv(const char *path)
+{
+    char *csv = tu_slurp(path);
+    assert_non_null(csv);
+    assert_has(csv, "iteration,images");
+    free(csv);
+}
+
 /* Names in DIR other than "." and ".." (0 when DIR is missing). */
 static int entries(const char *dir)
 {
@@ -424,10 +433,7 @@ static void test_user_files_named_like_temps_survive(void **state)
     assert_non_null(png);
     assert_memory_equal(png, "\x89PNG", 4);
     free(png);
-    char *csv = tu_slurp(P("o5/shapes.csv"));
-    assert_non_null(csv);
-    assert_has(csv, "iteration,images");
-    free(csv);
+    assert_is_csv(P("o5/shapes.csv"));
 }
 
 /* ---- output folders checked at start --------------------------------------------- */
@@ -573,10 +579,7 @@ static void test_classifier_outputs(void **state)
     assert_int_equal(rc, 0);
     free(out);
     assert_true(exists(P("c8b/c8.weights")));
-    char *csv = tu_slurp(P("c8.csv"));
-    assert_non_null(csv);
-    assert_has(csv, "iteration,images");
-    free(csv);
+    assert_is_csv(P("c8.csv"));
 }
 
 /* The stale temporary files of dead saves are recognised under the names
@@ -606,6 +609,43 @@ static void test_clean_temps_second_names(void **state)
     assert_true(exists(odd));
 }
 
+/* Under mpirun: rank 1's trace (PATH.rank1) named as rank 0's CSV, and
+ * the chart over the final weights: every rank refuses, nothing written. */
+static void test_mpirun_outputs(void **state)
+{
+    (void)state;
+#if SDNN_MPI
+    int have = tu_run("command -v mpirun >/dev/null 2>&1") == 0;
+#else
+    int have = 0;
+#endif
+    if (!have) {
+        print_message("built without MPI or no mpirun: skipped\n");
+        skip();
+    }
+    mkdir(P("m10cfg"), 0755);
+    assert_int_equal(tu_run("(cat cfg/shapes.cfg; printf '\n[scalednn]\ntimeline=%s/m10t\n') "
+                            "> %s/m10cfg/shapes.cfg", g_dir, g_dir), 0);
+    char data[1024], cfg[1024], log[1024];
+    snprintf(data, sizeof data, "%s", data_file("m10"));
+    snprintf(cfg, sizeof cfg, "%s", P("m10cfg/shapes.cfg"));
+    snprintf(log, sizeof log, "%s", P("m10.log"));
+    const char *const flags[][2] = {{"-csv", "m10t.rank1"}, {"-chart", "m10/shapes_final.weights"}};
+    for (int i = 0; i < 2; ++i) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s", P("%s", flags[i][1]));
+        int rc = tu_run("sh tests/mpi/run.sh 2 %s detector train %s %s -max_batches 1 -seed 1 "
+                        "%s %s >%s 2>&1", g_bin, data, cfg, flags[i][0], path, log);
+        char *out = tu_slurp(log);
+        assert_true(rc != 0);
+        assert_has(out, "are the same file");
+        assert_has(out, flags[i][0]);
+        free(out);
+        assert_int_equal(entries(P("m10")), 0);
+        assert_false(exists(P("m10t.rank1")));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -618,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_iteration_advice_in_flag_range),
         cmocka_unit_test(test_classifier_outputs),
         cmocka_unit_test(test_clean_temps_second_names),
+        cmocka_unit_test(test_mpirun_outputs),
     };
     /* SDNN_TEST_FILTER=test_clean_temps_second_names runs the tests whose name matches. */
     const char *filter = getenv("SDNN_TEST_FILTER");
