@@ -324,8 +324,10 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
     /* A file already under the name is never opened, replaced or removed
      * (it may be a user's): another name is taken. */
     int fd = -1;
-    if (sdnn_temp_create(path, tmp, tlen, &fd) != SDNN_OK) {
-        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': %s", what, path, sdnn_last_error());
+    int e = temp_create(path, tmp, tlen, &fd);
+    if (e) {
+        st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': cannot create '%s': %s", what,
+                        path, tmp, strerror(e));
         goto out;
     }
     created = 1;
