@@ -5,9 +5,11 @@
 #include "saveio.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,22 +27,37 @@ static int have_gnuplot(void)
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
+int sdnn_chart_check(const char *png, const char *what)
+{
+    static const char *const ours[] = {"\x89PNG", NULL};
+    if (sdnn_check_overwrite(png, what, ours) != SDNN_OK) {
+        fprintf(stderr, "error: %s\n", sdnn_last_error());
+        return -1;
+    }
+    struct stat sb;
+    if (stat(png, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* Each picture is renamed over it: a device would be replaced. */
+        fprintf(stderr, "error: %s %s: not a regular file (the chart is renamed over it); name "
+                "a .png file\n", what, png);
+        return -1;
+    }
+    if (sdnn_check_dir_writable(png) != SDNN_OK) {
+        fprintf(stderr, "error: %s %s: %s\n", what, png, sdnn_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 int sdnn_chart_start(sdnn_chart *c, const char *png, const char *csv, const char *title)
 {
     memset(c, 0, sizeof *c);
     c->period_s = 5;
-    static const char *const ours[] = {"\x89PNG", NULL};
-    if (sdnn_check_overwrite(png, "-chart", ours) != 0) {
-        fprintf(stderr, "error: %s\n", sdnn_last_error());
-        return -1;
-    }
     if (!have_gnuplot()) {
         fprintf(stderr, "warning: no chart %s: gnuplot is not installed (scripts/setup.sh "
                 "names the package)\n", png);
         return 0;
     }
     snprintf(c->png, sizeof c->png, "%s", png);
-    snprintf(c->tmp, sizeof c->tmp, "%s.drawing.png", png);
     const char *td = getenv("TMPDIR");
     snprintf(c->script, sizeof c->script, "%s/sdnn-chart-XXXXXX", td && *td ? td : P_tmpdir);
     int fd = mkstemp(c->script);
@@ -54,10 +71,10 @@ int sdnn_chart_start(sdnn_chart *c, const char *png, const char *csv, const char
         unlink(c->script);
         return 0;
     }
-    /* map is column 14 of the CSV (SDNN_CSV_HEADER), empty where not measured. */
-    fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\nset output '");
-    gq(f, c->tmp);
-    fprintf(f, "'\nset datafile separator ','\nset title '");
+    /* The output is each draw's own file (gnuplot -e "set output ..."). map
+     * is column 14 of the CSV (SDNN_CSV_HEADER), empty where not measured. */
+    fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\n"
+               "set datafile separator ','\nset title '");
     gq(f, title);
     fprintf(f, "'\nset key top right\nset grid\nset xlabel 'iteration'\n"
                "set ylabel 'average loss'\nset ytics nomirror\nset y2label 'mAP'\n"
@@ -73,35 +90,88 @@ int sdnn_chart_start(sdnn_chart *c, const char *png, const char *csv, const char
     return 0;
 }
 
-/* gnuplot SCRIPT, then the picture renamed over png; quiet (a CSV without
- * rows yet is no error worth a line per redraw). */
+/* "set output 'TMP'" for gnuplot -e, quoted as gq does; 0 when it fits. */
+static int output_command(sdnn_chart *c)
+{
+    size_t at = (size_t)snprintf(c->output, sizeof c->output, "set output '");
+    for (const char *s = c->tmp; *s; ++s) {
+        if (at + 4 >= sizeof c->output) return -1;
+        if (*s == '\'') c->output[at++] = '\'';
+        c->output[at++] = *s;
+    }
+    c->output[at++] = '\'';
+    c->output[at] = '\0';
+    return 0;
+}
+
+/* The draw in flight, for sdnn_chart_interrupted (one chart per run). */
+static char g_tmp[1100];
+static volatile sig_atomic_t g_live;
+static volatile pid_t g_pid;
+
+void sdnn_chart_interrupted(void)
+{
+    if (g_pid > 0) kill(g_pid, SIGKILL);
+    if (g_live) unlink(g_tmp);
+}
+
+/* A new temporary picture and gnuplot SCRIPT drawing into it; quiet (a
+ * CSV without rows yet is no error worth a line per redraw). */
 static pid_t draw(sdnn_chart *c)
 {
+    int fd = -1;
+    if (sdnn_temp_create(c->png, c->tmp, sizeof c->tmp, &fd) != SDNN_OK) {
+        c->tmp[0] = '\0';
+        return 0;
+    }
+    close(fd);
+    if (output_command(c) != 0 || strlen(c->tmp) >= sizeof g_tmp) {
+        unlink(c->tmp);
+        c->tmp[0] = '\0';
+        return 0;
+    }
+    memcpy(g_tmp, c->tmp, strlen(c->tmp) + 1);
+    g_live = 1;
+    const char *av[] = {"gnuplot", "-e", c->output, c->script, NULL};
     pid_t pid = fork();
     if (pid == 0) {
-        const char *av[] = {"gnuplot", c->script, NULL};
-        pid_t g = fork();
-        if (g == 0) {
-            /* Only async-signal-safe calls between fork and exec: the
-             * trainer's threads may hold stdio's locks. */
-            int nul = open("/dev/null", O_WRONLY);
-            if (nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0) _exit(1);
-            execvp("gnuplot", (char *const *)av);
-            _exit(127);
-        }
-        int st = 0;
-        if (g < 0 || waitpid(g, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) _exit(1);
-        _exit(rename(c->tmp, c->png) == 0 ? 0 : 1);
+        /* Only async-signal-safe calls between fork and exec: the
+         * trainer's threads may hold stdio's and malloc's locks. */
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0) _exit(1);
+        execvp("gnuplot", (char *const *)av);
+        _exit(127);
     }
-    return pid > 0 ? pid : 0;
+    if (pid < 0) {
+        g_live = 0;
+        unlink(c->tmp);
+        c->tmp[0] = '\0';
+        return 0;
+    }
+    g_pid = pid;
+    return pid;
+}
+
+/* gnuplot ended with status st: its picture renamed over png, or removed. */
+static int reaped(sdnn_chart *c, int st)
+{
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && rename(c->tmp, c->png) == 0;
+    if (!ok) unlink(c->tmp);
+    g_live = 0;
+    g_pid = 0;
+    c->tmp[0] = '\0';
+    c->pid = 0;
+    return ok;
 }
 
 void sdnn_chart_tick(sdnn_chart *c, double now)
 {
     if (!c->on) return;
     if (c->pid) {
-        if (waitpid(c->pid, NULL, WNOHANG) == 0) return;
-        c->pid = 0;
+        int st = 0;
+        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        if (r == 0) return;
+        reaped(c, r == c->pid ? st : 1 << 8);
     }
     if (c->last_start > 0 && now - c->last_start < c->period_s) return;
     c->last_start = now;
@@ -111,14 +181,14 @@ void sdnn_chart_tick(sdnn_chart *c, double now)
 void sdnn_chart_finish(sdnn_chart *c)
 {
     if (!c->on) return;
-    if (c->pid) waitpid(c->pid, NULL, 0);
-    pid_t p = draw(c);
     int st = 0;
-    if (p && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    if (c->pid) reaped(c, waitpid(c->pid, &st, 0) == c->pid ? st : 1 << 8);
+    c->pid = draw(c);
+    int ok = c->pid && reaped(c, waitpid(c->pid, &st, 0) == c->pid ? st : 1 << 8);
+    if (ok)
         printf("scalednn: chart written to %s\n", c->png);
     else
         fprintf(stderr, "warning: the chart %s could not be drawn (gnuplot failed)\n", c->png);
-    unlink(c->tmp);
     unlink(c->script);
     c->on = 0;
 }

@@ -23,9 +23,11 @@
 #include "chart.h"
 #include "profile.h"
 #include "conv_dnnl.h"
+#include "outputs.h"
 
 #include <darknet.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,6 +262,8 @@ typedef struct run {
     double best_map;         /* -map: the best so far (NAME_best.weights), -1 before */
     int map_letter_box;      /* -map letterboxes: [net] letter_box=1 or -letter_box, as the fork */
     sdnn_chart chart;        /* chart.png (detector) */
+    char png[2048];          /* the chart's file; "" for none */
+    sdnn_batch_net_keys nk;  /* the loader's [net] keys, -letter_box applied */
 } run;
 
 static int save_to(run *R, const char *fmt, long v)
@@ -444,9 +448,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
      * rank, batch index); a resumed run continues the sequence. */
     const sdnn_yolo_opts *yo =
         R->job->task == SDNN_TASK_DETECTOR ? sdnn_dialect_yolo(net, net->n - 1) : NULL;
-    sdnn_batch_net_keys nk;
-    if (sdnn_batch_read_net_keys(R->job->cfgfile, &nk) != SDNN_OK) return fail_status();
-    if (R->job->letter_box) nk.letter_box = 1;   /* the fork's -letter_box */
+    sdnn_batch_net_keys nk = R->nk;
     /* -map sees the images as training does: letterboxed with [net]
      * letter_box=1 or -letter_box, stretched otherwise (the fork passes its
      * net's letter_box to the mAP of a training run). */
@@ -457,12 +459,6 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
                R->map_letter_box ? "[net] letter_box=1 or -letter_box"
                                  : "no letter_box=1 in [net], no -letter_box");
     int aug = nk.mosaic || nk.letter_box || !nk.flip;
-    if (aug && R->job->task != SDNN_TASK_DETECTOR) {
-        fprintf(stderr, "error: %s: [net] mosaic, letter_box and flip=0 are built for detector "
-                "training only (the fork's detection loader); remove them for a classifier\n",
-                R->job->cfgfile);
-        return 1;
-    }
     float resize = yo ? yo->resize : 1.0f;
     if (R->job->task == SDNN_TASK_DETECTOR && (resize != 1.0f || aug)) {
         uint64_t seed = R->job->seed >= 0 ? (uint64_t)R->job->seed : (uint64_t)time(0);
@@ -608,12 +604,16 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
     return save_to(R, "%s/%s.weights", -1) ? 1 : 0;
 }
 
-/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save in
- * progress leaves no temporary file, then the signal ends the process as
- * it would have. */
+/* SIGINT/SIGTERM (Ctrl-C, mpirun ending the other ranks): the save, the
+ * new CSV and the chart in progress leave no temporary file (a trace with
+ * records goes to its path), then the signal ends the process as it
+ * would have. */
 static void on_stop_signal(int sig)
 {
     sdnn_save_interrupted();
+    sdnn_csv_interrupted();
+    sdnn_timeline_interrupted();
+    sdnn_chart_interrupted();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -708,20 +708,158 @@ static int benchmark_layers(const char *cfgpath, const char *cpu_conv)
 }
 
 /* The fork's chart.png (detector train): -chart FILE, else chart.png in
- * the backup folder (not under mpirun without -chart). */
+ * the backup folder (not under mpirun without -chart: Open MPI warns
+ * against fork() in its processes, memory registered with RDMA
+ * transports). */
+static void chart_path(run *R)
+{
+    R->png[0] = '\0';
+    if (R->job->task != SDNN_TASK_DETECTOR) return;
+    if (!R->job->chart && getenv("OMPI_COMM_WORLD_SIZE")) return;
+    if (R->job->chart) snprintf(R->png, sizeof R->png, "%s", R->job->chart);
+    else snprintf(R->png, sizeof R->png, "%s/chart.png", R->backup);
+}
+
 static int start_chart(run *R, const char *csv)
 {
-    if (R->job->task != SDNN_TASK_DETECTOR) return 0;
-    /* Under mpirun only when asked for: Open MPI warns against fork() in
-     * its processes (memory registered with RDMA transports). */
-    if (!R->job->chart && getenv("OMPI_COMM_WORLD_SIZE")) return 0;
-    char png[2048];
-    if (R->job->chart) snprintf(png, sizeof png, "%s", R->job->chart);
-    else snprintf(png, sizeof png, "%s/chart.png", R->backup);
+    if (!R->png[0]) return 0;
     char title[256];
     snprintf(title, sizeof title, "%s: average loss%s", R->base,
              R->job->map_every > 0 ? " and mAP (-map)" : "");
-    return sdnn_chart_start(&R->chart, png, csv, title);
+    return sdnn_chart_start(&R->chart, R->png, csv, title);
+}
+
+/* The loader's [net] keys with -letter_box, refused here (before anything
+ * is written) where the batch builder would refuse its first batch. */
+static int read_loader_keys(run *R)
+{
+    const sdnn_train_job *job = R->job;
+    if (sdnn_batch_read_net_keys(job->cfgfile, &R->nk) != SDNN_OK) return fail_status();
+    if (R->nk.mosaic && (R->nk.letter_box || job->letter_box)) {
+        fprintf(stderr, "error: %s: [net] mosaic=1 with %s: mosaic and letter_box cannot be "
+                "combined (the fork refuses it too); drop one of them\n", job->cfgfile,
+                job->letter_box ? "-letter_box" : "letter_box=1");
+        return 1;
+    }
+    if (job->letter_box) R->nk.letter_box = 1;   /* the fork's -letter_box */
+    if ((R->nk.mosaic || R->nk.letter_box || !R->nk.flip) && job->task != SDNN_TASK_DETECTOR) {
+        fprintf(stderr, "error: %s: [net] mosaic, letter_box and flip=0 are built for detector "
+                "training only (the fork's detection loader); remove them for a classifier\n",
+                job->cfgfile);
+        return 1;
+    }
+    return 0;
+}
+
+/* Every file the run writes, collected (outputs.h) and checked against
+ * each other and against every input, then the ones the user named
+ * checked as files to write (never over a file that is not ours; the
+ * folder takes a new file).  rank and np: the process's (mpirun's
+ * environment; 0 and 1 alone): rank 0 writes everything but the other
+ * ranks' traces. */
+static int check_outputs(run *R, const char *csv, const char *csv_what, const char *train_list,
+                         const char *valid, const char *label_file, char **paths, int npaths,
+                         int rank, int np)
+{
+    const sdnn_train_job *job = R->job;
+    const int det = job->task == SDNN_TASK_DETECTOR;
+    static const char *const det_saves[][2] = {{"the final weights", "_final.weights"},
+                                               {"the .backup weights", ".backup"},
+                                               {"the _last weights", "_last.weights"},
+                                               {"the _best weights (-map)", "_best.weights"}};
+    static const char *const cls_saves[][2] = {{"the final weights", ".weights"},
+                                               {"the .backup weights", ".backup"}};
+    sdnn_outputs o;
+    int rc = -1;
+    char p[2400], what[160];
+    if (sdnn_outputs_init(&o, R->backup, R->base) != 0) goto out;
+    int nsaves = det ? (job->map_every > 0 ? 4 : 3) : 2;
+    for (int k = 0; k < nsaves; ++k) {
+        const char *const *sv = det ? det_saves[k] : cls_saves[k];
+        snprintf(p, sizeof p, "%s/%s%s", R->backup, R->base, sv[1]);
+        if (sdnn_outputs_add(&o, sv[0], p, 1) != 0) goto out;
+        snprintf(what, sizeof what, "%s' error-feedback state", sv[0]);
+        snprintf(p, sizeof p, "%s/%s%s.ef", R->backup, R->base, sv[1]);
+        if (sdnn_outputs_add(&o, what, p, 1) != 0) goto out;
+    }
+    if (sdnn_outputs_add_periodic(&o) != 0) goto out;
+    snprintf(p, sizeof p, "%s/%s", R->backup, SDNN_LOCK_NAME);
+    if (sdnn_outputs_add(&o, "the backup folder's lock file", p, 0) != 0) goto out;
+    if (sdnn_outputs_add(&o, csv_what, csv, 0) != 0) goto out;
+    const char *png_what = job->chart ? "-chart" : "the chart";
+    if (R->png[0] && sdnn_outputs_add(&o, png_what, R->png, 0) != 0) goto out;
+    const char *tl = R->cfg.timeline;
+    if (tl[0]) {
+        if (sdnn_outputs_add(&o, "[scalednn] timeline=", tl, 0) != 0) goto out;
+        for (int r = 1; r < np && r < 4096; ++r) {
+            snprintf(p, sizeof p, "%s.rank%d", tl, r);
+            snprintf(what, sizeof what, "[scalednn] timeline= (rank %d's)", r);
+            if (sdnn_outputs_add(&o, what, p, 0) != 0) goto out;
+        }
+    }
+    if (sdnn_outputs_check(&o) != 0) goto out;
+    /* The inputs: the weights to start from may be a weights save. */
+    const char *const inputs[][2] = {{"the data file", job->datacfg},
+                                     {"the cfg file", job->cfgfile},
+                                     {"the train list", train_list},
+                                     {"the valid list", valid},
+                                     {"the labels file", det ? NULL : label_file}};
+    for (size_t k = 0; k < sizeof inputs / sizeof inputs[0]; ++k)
+        if (sdnn_outputs_check_input(&o, inputs[k][0], inputs[k][1], 0) != 0) goto out;
+    if (sdnn_outputs_check_input(&o, "the weights file to start from", job->weights, 1) != 0)
+        goto out;
+    if (sdnn_outputs_any_exist(&o)) {
+        char lbl[4096];
+        for (int i = 0; i < npaths; ++i) {
+            if (sdnn_outputs_check_input(&o, "an image of the train list", paths[i], 0) != 0)
+                goto out;
+            if (det && sdnn_label_path(paths[i], lbl, sizeof lbl) == 0 &&
+                sdnn_outputs_check_input(&o, "a label file of the train list", lbl, 0) != 0)
+                goto out;
+        }
+        for (int i = 0; i < R->nvalid; ++i) {
+            if (sdnn_outputs_check_input(&o, "an image of the valid list", R->valid[i], 0) != 0)
+                goto out;
+            if (det && sdnn_label_path(R->valid[i], lbl, sizeof lbl) == 0 &&
+                sdnn_outputs_check_input(&o, "a label file of the valid list", lbl, 0) != 0)
+                goto out;
+        }
+    }
+    /* The backup folder takes the saves now, not at the first one after
+     * hours of training (a new file written, synced and removed); then the
+     * files the user may have named, as files to write. */
+    if (rank == 0) {
+        if (sdnn_prepare_dir(R->backup) != SDNN_OK) {
+            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R->backup,
+                    sdnn_last_error());
+            goto out;
+        }
+        if (sdnn_check_overwrite(csv, csv_what, sdnn_csv_prefixes) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            goto out;
+        }
+        /* A new CSV is made beside its path; a resumed one is appended to. */
+        struct stat sb;
+        int exists = stat(csv, &sb) == 0;
+        int append = job->weights && !job->clear && exists && sb.st_size > 0;
+        if ((!exists || S_ISREG(sb.st_mode)) && !append && sdnn_check_dir_writable(csv) != SDNN_OK) {
+            fprintf(stderr, "error: %s %s: %s\n", csv_what, csv, sdnn_last_error());
+            goto out;
+        }
+        if (R->png[0] && sdnn_chart_check(R->png, png_what) != 0) goto out;
+    }
+    if (tl[0]) {
+        if (rank > 0) snprintf(p, sizeof p, "%s.rank%d", tl, rank);
+        else snprintf(p, sizeof p, "%s", tl);
+        if (sdnn_timeline_check(p) != SDNN_OK) {
+            fprintf(stderr, "error: %s\n", sdnn_last_error());
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    sdnn_outputs_free(&o);
+    return rc;
 }
 
 int sdnn_train(const sdnn_train_job *job)
@@ -814,29 +952,12 @@ int sdnn_train(const sdnn_train_job *job)
         goto out;
     }
     snprintf(R.backup, sizeof R.backup, "%s", backup);
-    if (sdnn_mkdirs(R.backup) != SDNN_OK) {
-        fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
-        goto out;
-    }
-    {
-        /* One run per backup folder; it must be writable now, not at the
-         * first save after hours of training; temp files of saves whose
-         * process died are removed.  Before anything is built or opened (a
-         * trace, the CSV).  Between processes rank 0 alone writes there:
-         * mpirun tells each process its rank. */
-        const char *wr = getenv("OMPI_COMM_WORLD_RANK");
-        if ((!wr || atoi(wr) == 0) &&
-            (sdnn_prepare_dir(R.backup) != SDNN_OK ||
-             sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK)) {
-            fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
-            goto out;
-        }
-    }
     /* Every run writes its CSV: -csv, csv=, or BACKUP/CFGBASE.csv. */
     R.base = basecfg((char *)job->cfgfile);
     char csv_default[2048];
     snprintf(csv_default, sizeof csv_default, "%s/%s.csv", R.backup, R.base);
     const char *csv = job->csv ? job->csv : (R.cfg.csv[0] ? R.cfg.csv : csv_default);
+    const char *csv_what = job->csv ? "-csv" : R.cfg.csv[0] ? "[scalednn] csv=" : "the CSV";
     char label[128];
     snprintf(label, sizeof label, "%s%s%s, %d replica%s",
              R.cfg.mode == SDNN_MODE_STOCK ? "stock" : "scalednn",
@@ -848,8 +969,9 @@ int sdnn_train(const sdnn_train_job *job)
                 job->target);
         goto out;
     }
+    char *valid = NULL;
     if (job->map_every > 0) {
-        char *valid = option_find_str(options, "valid", NULL);
+        valid = option_find_str(options, "valid", NULL);
         if (!valid || sdnn_check_readable(valid) != SDNN_OK) {
             fprintf(stderr, "error: %s: -map needs a readable valid= list%s%s\n", job->datacfg,
                     valid ? ": " : " (the key is missing)", valid ? sdnn_last_error() : "");
@@ -863,6 +985,20 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
     }
+    if (read_loader_keys(&R) != 0) goto out;
+    /* mpirun tells each process its rank and the world's size; the
+     * trainer's comm is opened only once every check has passed. */
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK"), *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    const int env_rank = wr ? atoi(wr) : 0, env_np = ws && atoi(ws) > 1 ? atoi(ws) : 1;
+    /* The folder (no file yet) so that the outputs' paths resolve. */
+    if (sdnn_mkdirs(R.backup) != SDNN_OK) {
+        fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, backup, sdnn_last_error());
+        goto out;
+    }
+    chart_path(&R);
+    if (check_outputs(&R, csv, csv_what, train_list, valid, label_file, paths, R.train_count,
+                      env_rank, env_np) != 0)
+        goto out;
     if (job->benchmark_layers && benchmark_layers(stripped.path, R.cfg.cpu_conv) != 0) goto out;
     srand(job->seed >= 0 ? (unsigned)job->seed : (unsigned)time(0));
     if (sdnn_replicas_create(stripped.path, job->weights, job->clear, job->nreplicas, &nets) !=
@@ -872,37 +1008,19 @@ int sdnn_train(const sdnn_train_job *job)
     }
     if (job->max_batches > 0)
         for (int r = 0; r < job->nreplicas; ++r) nets[r]->max_batches = job->max_batches;
+    network *n0 = nets[0];
     if (job->task == SDNN_TASK_DETECTOR) {
         /* The classes a box may have are the network's (its [yolo]/[region]). */
-        int net_classes = sdnn_detector_classes(nets[0]);
+        int net_classes = sdnn_detector_classes(n0);
         check_t0 = what_time_is_it_now();
-        if (net_classes >= 1 && check_labels(job, paths, R.train_count, net_classes, &sh) != 0) {
-            sdnn_replicas_free(nets, job->nreplicas);
+        if (net_classes >= 1 && check_labels(job, paths, R.train_count, net_classes, &sh) != 0)
             goto out;
-        }
         check_s += what_time_is_it_now() - check_t0;
     }
-    printf("scalednn: checked %d images%s in %.3f s\n", R.train_count,
-           job->task == SDNN_TASK_DETECTOR ? " and their label files" : "", check_s);
-    sdnn_trainer_opts topts = SDNN_TRAINER_OPTS_INIT;
-    topts.devices = job->devices;
-    if (sdnn_trainer_create_opts(nets, job->nreplicas, &R.cfg, &topts, 1, &R.t) != SDNN_OK) {
-        /* The engine's copies are made here: a layer it does not run is
-         * named (layer, type, what it runs). */
-        fprintf(stderr, "error: %s (engine=%s, -gpus %s): %s\n", job->cfgfile, R.cfg.engine,
-                job->gpus ? job->gpus : "0", sdnn_last_error());
-        sdnn_replicas_free(nets, job->nreplicas);
-        goto out;
-    }
-    /* Between processes: rank 0 alone prints the progress on stdout and
-     * writes the CSV (errors still go to stderr on every rank), and each
-     * rank draws its own images (Darknet's loader uses rand()). */
-    R.rank = sdnn_trainer_rank(R.t);
     {
         /* Degenerate runs would save an untrained (or unchanged) network
          * over the existing final weights: say so and stop. */
-        network *n0 = sdnn_trainer_net(R.t, 0);
-        size_t it0 = sdnn_trainer_iteration(R.t);
+        size_t it0 = (size_t)get_current_batch(n0);
         int has_cost = 0;
         for (int i = 0; i < n0->n; ++i) has_cost |= n0->layers[i].cost != NULL;
         if (!has_cost) {
@@ -918,10 +1036,18 @@ int sdnn_train(const sdnn_train_job *job)
             goto out;
         }
         if (it0 >= (size_t)n0->max_batches) {
-            fprintf(stderr, "error: %s is at iteration %zu, and max_batches is %d: nothing to "
-                    "train; pass -max_batches N with N > %zu to continue (or -clear to start "
-                    "again); the existing weights are kept\n", job->weights ? job->weights : "the network",
-                    it0, n0->max_batches, it0);
+            const char *w = job->weights ? job->weights : "the network";
+            /* -max_batches takes an int (the flag's bound, and [net]'s). */
+            if (it0 < (size_t)INT_MAX)
+                fprintf(stderr, "error: %s is at iteration %zu, and max_batches is %d: nothing to "
+                        "train; pass -max_batches N with N from %zu to %d to continue (or -clear "
+                        "to start again from iteration 0); the existing weights are kept\n", w,
+                        it0, n0->max_batches, it0 + 1, INT_MAX);
+            else
+                fprintf(stderr, "error: %s is at iteration %zu, and max_batches is %d: nothing to "
+                        "train, and no -max_batches reaches past it (at most %d); pass -clear "
+                        "to train these weights from iteration 0; the existing weights are "
+                        "kept\n", w, it0, n0->max_batches, INT_MAX);
             goto out;
         }
         if (job->task == SDNN_TASK_CLASSIFIER) {
@@ -953,6 +1079,28 @@ int sdnn_train(const sdnn_train_job *job)
             }
         }
     }
+    /* One run per backup folder.  Past every check: the lock file is the
+     * first file written.  Between processes rank 0 alone writes there. */
+    if (env_rank == 0 && sdnn_lock_dir(R.backup, &lock_fd) != SDNN_OK) {
+        fprintf(stderr, "error: %s: backup=%s: %s\n", job->datacfg, R.backup, sdnn_last_error());
+        goto out;
+    }
+    printf("scalednn: checked %d images%s in %.3f s\n", R.train_count,
+           job->task == SDNN_TASK_DETECTOR ? " and their label files" : "", check_s);
+    sdnn_trainer_opts topts = SDNN_TRAINER_OPTS_INIT;
+    topts.devices = job->devices;
+    if (sdnn_trainer_create_opts(nets, job->nreplicas, &R.cfg, &topts, 1, &R.t) != SDNN_OK) {
+        /* The engine's copies are made here: a layer it does not run is
+         * named (layer, type, what it runs).  The timeline it may have
+         * started recorded nothing: the previous one stays. */
+        fprintf(stderr, "error: %s (engine=%s, -gpus %s): %s\n", job->cfgfile, R.cfg.engine,
+                job->gpus ? job->gpus : "0", sdnn_last_error());
+        goto out;
+    }
+    /* Between processes: rank 0 alone prints the progress on stdout and
+     * writes the CSV (errors still go to stderr on every rank), and each
+     * rank draws its own images (Darknet's loader uses rand()). */
+    R.rank = sdnn_trainer_rank(R.t);
     if (R.rank == 0) {
         /* Past every refusal: the temp files of this cfg's saves whose
          * process died, recognised by name and first bytes (saveio.h). */
@@ -981,7 +1129,8 @@ int sdnn_train(const sdnn_train_job *job)
                     R.rank, job->nreplicas, cores, cores > 1 ? "s" : "", job->nreplicas);
     }
     if (R.rank == 0) {
-        /* A resumed run appends to the previous run's CSV. */
+        /* A resumed run appends to the previous run's CSV; a new one takes
+         * the path with its first row (trace.h). */
         sdnn_status cs = job->weights && !job->clear ? sdnn_csv_open_append(&R.csv, csv, label)
                                                      : sdnn_csv_open(&R.csv, csv, label);
         if (cs != SDNN_OK) {
@@ -1059,6 +1208,7 @@ out:
     if (lock_fd >= 0) close(lock_fd);
     sdnn_csv_close(&R.csv);
     if (R.t) sdnn_trainer_destroy(R.t);
+    else if (nets) sdnn_replicas_free(nets, job->nreplicas);
     free(R.base);
     if (llist) {
         free_ptrs((void **)labels, llist->size);

@@ -359,7 +359,8 @@ static void test_roundtrip_bit_exact(void **state)
     sdnn_network_free(net);
 }
 
-/* A leftover temporary file of a crashed process with our pid is replaced. */
+/* A file already under the temporary name (a crashed process's with our
+ * pid, or a user's) is kept as it was: the save takes another name. */
 static void test_stale_tmp_replaced(void **state)
 {
     const char *dir = *state;
@@ -371,7 +372,13 @@ static void test_stale_tmp_replaced(void **state)
     network *net = parse_cfg_text(dir, g_small_cfg);
     randomise(net);
     assert_int_equal(sdnn_save_weights_atomic(net, path), SDNN_OK);
-    assert_int_equal(count_tmp_files(dir), 0);
+    assert_int_equal(count_tmp_files(dir), 1);
+    size_t klen = 0;
+    char *kept = slurp_file(tmp, &klen);
+    assert_int_equal(klen, 4);
+    assert_memory_equal(kept, "junk", 4);
+    free(kept);
+    assert_int_equal(unlink(tmp), 0);
     network *back = parse_cfg_text(dir, g_small_cfg);
     poison(back);
     load_into(back, path);

@@ -132,8 +132,9 @@ static inline int tu_run(const char *fmt, ...)
     return WEXITSTATUS(st);
 }
 
-/* The whole of a file as a malloc'd NUL-terminated string, or NULL. */
-static inline char *tu_slurp(const char *path)
+/* The whole of a file as a malloc'd NUL-terminated string, or NULL; *len
+ * (may be NULL) gets its size in bytes (it may hold NULs). */
+static inline char *tu_slurp_len(const char *path, long *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -148,7 +149,22 @@ static inline char *tu_slurp(const char *path)
     size_t got = fread(s, 1, (size_t)n, f);
     s[got] = '\0';
     fclose(f);
+    if (len) *len = (long)got;
     return s;
+}
+
+static inline char *tu_slurp(const char *path)
+{
+    return tu_slurp_len(path, NULL);
+}
+
+/* Write len bytes to path (created or truncated); 0, or -1. */
+static inline int tu_put_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t put = fwrite(data, 1, len, f);
+    return fclose(f) == 0 && put == len ? 0 : -1;
 }
 
 /* 1 when every parameter tensor and update buffer is equal bit for bit

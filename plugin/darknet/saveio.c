@@ -28,14 +28,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
-/* One save at a time per process: the temporary name carries only the pid. */
+/* One save at a time per process (the signal handler knows one temporary
+ * file). */
 static pthread_mutex_t g_save_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The temporary file of the save in progress, for sdnn_save_interrupted. */
@@ -192,6 +195,82 @@ static char *dir_of(const char *path)
     return dir;
 }
 
+/* sdnn_temp_create's work: 0, or the errno of the last try (ENAMETOOLONG
+ * when the name does not fit out). */
+static int temp_create(const char *dest, char *out, size_t len, int *fd_out)
+{
+    *fd_out = -1;
+    static _Atomic unsigned long counter;
+    int e = EEXIST;
+    /* DEST.tmp.PID first (what a reader of an interrupted save looks for),
+     * then DEST.tmp.PID.HEX with a counter and the clock mixed in. */
+    for (int attempt = 0; attempt < 64 && e == EEXIST; ++attempt) {
+        int n;
+        if (attempt == 0) {
+            n = snprintf(out, len, "%s.tmp.%ld", dest, (long)getpid());
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t x = (uint64_t)++counter * 0x9E3779B97F4A7C15ull ^
+                         (uint64_t)ts.tv_nsec * 0xBF58476D1CE4E5B9ull ^ (uint64_t)ts.tv_sec;
+            x ^= x >> 31;
+            n = snprintf(out, len, "%s.tmp.%ld.%016llx", dest, (long)getpid(),
+                         (unsigned long long)x);
+        }
+        if (n < 0 || (size_t)n >= len) return ENAMETOOLONG;
+        int fd = open(out, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return 0;
+        }
+        e = errno;
+    }
+    return e;
+}
+
+sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd_out)
+{
+    int e = temp_create(dest, out, len, fd_out);
+    if (e == ENAMETOOLONG)
+        return SDNN_ERROR(SDNN_ERR_INVALID, "cannot create a temporary file for '%s': name too "
+                          "long", dest);
+    if (e)
+        return SDNN_ERROR(SDNN_ERR_IO, "cannot create a temporary file '%s' beside it: %s", out,
+                          strerror(e));
+    return SDNN_OK;
+}
+
+sdnn_status sdnn_check_dir_writable(const char *path)
+{
+    char *dir = dir_of(path ? path : "");
+    if (!dir) return SDNN_ERROR(SDNN_ERR_NOMEM, "out of memory");
+    struct stat sb;
+    int rc = stat(dir, &sb);
+    if (rc != 0 || !S_ISDIR(sb.st_mode)) {
+        sdnn_status st = SDNN_ERROR(SDNN_ERR_IO, "its folder %s: %s", dir,
+                                    rc != 0 ? strerror(errno) : "not a folder");
+        free(dir);
+        return st;
+    }
+    /* access(W_OK) says yes to root on a read-only folder; a file made and
+     * removed says what a save will meet. */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.scalednn-probe", dir);
+    char tmp[4300];
+    int fd = -1;
+    sdnn_status st = SDNN_OK;
+    int e = temp_create(probe, tmp, sizeof tmp, &fd);
+    if (e) {
+        st = SDNN_ERROR(SDNN_ERR_IO, "its folder %s does not take a new file: %s", dir,
+                        strerror(e));
+    } else {
+        close(fd);
+        unlink(tmp);
+    }
+    free(dir);
+    return st;
+}
+
 /* Make the directory entry of a completed rename durable.  Filesystems that
  * cannot sync directories answer EINVAL; the rename stands there anyway. */
 static sdnn_status sync_dir(const char *dir, const char *path)
@@ -231,7 +310,7 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
                           path);
 
     sdnn_status st = SDNN_OK;
-    size_t tlen = plen + 32;
+    size_t tlen = plen + 48;
     char *tmp = malloc(tlen);
     char *dir = dir_of(path);
     if (!tmp || !dir) {
@@ -239,28 +318,24 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
         free(dir);
         return SDNN_ERROR(SDNN_ERR_NOMEM, "cannot save %s to '%s': out of memory", what, path);
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
 
     pthread_mutex_lock(&g_save_lock);
     int created = 0;
-    if (strlen(tmp) < sizeof g_tmp_path) {
-        g_tmp_live = 0;
-        memcpy(g_tmp_path, tmp, strlen(tmp) + 1);
-        g_tmp_live = 1;
-    }
-    int fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST) {
-        /* Saves in this process are serialised, so a file with our pid is the
-         * leftover of a crashed process that had the same pid. */
-        if (unlink(tmp) == 0 || errno == ENOENT)
-            fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    }
-    if (fd < 0) {
+    /* A file already under the name is never opened, replaced or removed
+     * (it may be a user's): another name is taken. */
+    int fd = -1;
+    int e = temp_create(path, tmp, tlen, &fd);
+    if (e) {
         st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': cannot create '%s': %s", what,
-                        path, tmp, strerror(errno));
+                        path, tmp, strerror(e));
         goto out;
     }
     created = 1;
+    /* Known to the signal handler only once it is ours. */
+    if (strlen(tmp) < sizeof g_tmp_path) {
+        memcpy(g_tmp_path, tmp, strlen(tmp) + 1);
+        g_tmp_live = 1;
+    }
 
     st = fill(fd, tmp, ctx);
     if (st != SDNN_OK) goto out;
@@ -520,8 +595,8 @@ sdnn_status sdnn_lock_dir(const char *dir, int *fd_out)
     return SDNN_OK;
 }
 
-/* NAME.tmp.PID: the pid, or -1 when the name has no such tail; *stem_len
- * gets the length of NAME. */
+/* NAME.tmp.PID or NAME.tmp.PID.HEX (sdnn_temp_create): the pid, or -1
+ * when the name has no such tail; *stem_len gets the length of NAME. */
 static long temp_pid(const char *name, size_t *stem_len)
 {
     const char *t = strstr(name, ".tmp.");
@@ -531,6 +606,8 @@ static long temp_pid(const char *name, size_t *stem_len)
     char *end;
     errno = 0;
     long pid = strtol(t + 5, &end, 10);
+    if (*end == '.' && strlen(end + 1) == 16 && strspn(end + 1, "0123456789abcdef") == 16)
+        end += 17;
     if (end == t + 5 || *end != '\0' || errno || pid <= 0 || t[5] < '0' || t[5] > '9') return -1;
     *stem_len = (size_t)(t - name);
     return pid;
@@ -584,12 +661,12 @@ static int starts_like_ours(const char *path, int ef)
 
 sdnn_status sdnn_prepare_dir(const char *dir)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.scalednn-write-test.%ld", dir, (long)getpid());
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    char stem[4200], path[4300];
+    snprintf(stem, sizeof stem, "%s/.scalednn-write-test", dir);
+    int fd = -1;
+    if (sdnn_temp_create(stem, path, sizeof path, &fd) != SDNN_OK)
         return SDNN_ERROR(SDNN_ERR_IO, "backup folder %s is not writable: %s (checked at start, "
-                          "before training, by creating %s)", dir, strerror(errno), path);
+                          "before training)", dir, sdnn_last_error());
     static const char probe[4096];
     ssize_t n = write(fd, probe, sizeof probe);
     int e = n < 0 ? errno : ENOSPC;

@@ -20,14 +20,14 @@ extern "C" {
 #endif
 
 /* Save net's weights in Darknet's format to `path` atomically: write to a
- * temporary file in the same directory (path + ".tmp.<pid>"), fsync it, rename
+ * temporary file in the same directory (sdnn_temp_create), fsync it, rename
  * it over `path`, fsync the directory.  A crash at any moment leaves either the
  * old complete file or the new complete file at `path`.  Errors (directory
  * missing, not writable, disk full: the file written is shorter than the
  * network's weights) return SDNN_ERR_IO naming the path and strerror, remove
  * the temporary file, and leave `path` untouched.  Saves within one process
- * are serialised; a stale temporary file left by a crashed process that had
- * the same pid is replaced. */
+ * are serialised; a file already under a temporary name (a user's, or a
+ * crashed process's that had the same pid) is left alone. */
 sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
 
 /* Write len bytes of buf to `path` the same crash-safe way (temporary file,
@@ -35,6 +35,19 @@ sdnn_status sdnn_save_weights_atomic(network *net, const char *path);
  * and `path` is left as it was. */
 sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len);
 
+/* A new temporary file for `dest`, in dest's folder (so a rename over
+ * dest is atomic): DEST.tmp.PID, or DEST.tmp.PID.HEX (16 hex digits of a
+ * counter and the clock) when that name is taken, created with
+ * O_CREAT|O_EXCL so it is never a file that existed (a user's, another
+ * process's).  The name goes to out (len bytes), the descriptor (write
+ * only) to *fd.  SDNN_ERR_IO naming the file otherwise. */
+sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd);
+
+/* The folder `path` would be written in exists and takes a new file now
+ * (one is created with sdnn_temp_create and removed: access(W_OK) answers
+ * yes to root on a read-only folder).  SDNN_ERR_IO "its folder DIR ..."
+ * otherwise, for the caller to prefix with the flag or key. */
+sdnn_status sdnn_check_dir_writable(const char *path);
 
 /* Check the weights file at `path` fits `net` before Darknet's load_weights
  * (which reads whatever is there and exits on a missing file): the header
@@ -62,13 +75,13 @@ sdnn_status sdnn_check_overwrite(const char *path, const char *what, const char 
 #define SDNN_LOCK_NAME ".scalednn.lock"
 sdnn_status sdnn_lock_dir(const char *dir, int *fd);
 
-/* The backup folder is writable now (a file created, written, synced and
- * removed in it).  Nothing in it is removed. */
+/* The backup folder is writable now (a new file, sdnn_temp_create,
+ * written, synced and removed in it).  Nothing else in it is removed. */
 sdnn_status sdnn_prepare_dir(const char *dir);
 
 /* Remove the temporary files that saves of the cfg BASE left in DIR when
  * their process died: only names BASE{.backup,_final.weights,_N.weights,
- * _last.weights,_best.weights}[.ef].tmp.PID whose pid no longer runs, and
+ * _last.weights,_best.weights}[.ef].tmp.PID[.HEX] whose pid no longer runs, and
  * only when the content is what such a save writes first (empty, or the
  * start of a Darknet weights header, or of the .ef magic).  Any other file,
  * a user's report.tmp.2024 included, is left alone.  Call it once the run

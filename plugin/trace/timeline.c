@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +45,7 @@ struct sdnn_timeline {
     FILE *f;
     char *iobuf;
     char path[1024];
+    char tmp[1100];        /* where the trace is written until the close; "" in place */
     double t0;
     int pid;
     int ntracks;
@@ -61,6 +64,20 @@ struct sdnn_timeline {
     size_t written;        /* records formatted */
     size_t dropped_total;
 };
+
+/* The open trace's files, for sdnn_timeline_interrupted (one per process
+ * in a run). */
+static sdnn_timeline *g_live;
+static char g_live_tmp[1100], g_live_path[1024];
+static volatile sig_atomic_t g_live_on, g_recorded;
+
+void sdnn_timeline_interrupted(void)
+{
+    /* A trace without its end is still read by Perfetto and
+     * chrome://tracing: kept where it was asked for if it holds records. */
+    if (g_live_on && g_recorded) rename(g_live_tmp, g_live_path);
+    else if (g_live_on) unlink(g_live_tmp);
+}
 
 typedef struct kind_info {
     const char *name;
@@ -286,6 +303,7 @@ static void put_record(sdnn_timeline *tl, int tr, const rec *r)
     lput(&L, "}}");
     lwrite(tl, &L);
     tl->written++;
+    if (g_live == tl) g_recorded = 1;
 }
 
 static void drain(sdnn_timeline *tl)
@@ -372,10 +390,25 @@ static void free_timeline(sdnn_timeline *tl)
     if (tl->tracks)
         for (int i = 0; i < tl->ntracks; ++i) free(tl->tracks[i].ring);
     free(tl->tracks);
+    if (tl->f) {
+        fclose(tl->f);   /* an open that failed after the file was made */
+        if (tl->tmp[0]) unlink(tl->tmp);
+    }
     pthread_mutex_destroy(&tl->mu);
     pthread_cond_destroy(&tl->cv);
     free(tl->iobuf);
     free(tl);
+}
+
+sdnn_status sdnn_timeline_check(const char *path)
+{
+    /* Never over a file that is not a trace of ours (a weights file...). */
+    static const char *const ours[] = {"{\"traceEvents\":[", NULL};
+    SDNN_CHECK(sdnn_check_overwrite(path, "[scalednn] timeline=", ours));
+    struct stat sb;
+    if ((stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) && sdnn_check_dir_writable(path) != SDNN_OK)
+        return SDNN_ERROR(SDNN_ERR_IO, "[scalednn] timeline=%s: %s", path, sdnn_last_error());
+    return SDNN_OK;
 }
 
 sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timeline_opts *opts,
@@ -389,9 +422,7 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
                           "period %d ms)", nreplicas, o.capacity, o.period_ms);
     if (strlen(path) >= sizeof ((sdnn_timeline *)0)->path)
         return SDNN_ERROR(SDNN_ERR_INVALID, "[scalednn] timeline=%s: path too long", path);
-    /* Never over a file that is not a trace of ours (a weights file...). */
-    static const char *const ours[] = {"{\"traceEvents\":[", NULL};
-    SDNN_CHECK(sdnn_check_overwrite(path, "[scalednn] timeline=", ours));
+    SDNN_CHECK(sdnn_timeline_check(path));
     uint64_t cap = 2;
     while (cap < o.capacity) cap <<= 1;
 
@@ -418,13 +449,34 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
     tl->iobuf = malloc(1u << 20);
     if (!tl->iobuf) goto nomem;
 
-    tl->f = fopen(path, "w");
+    struct stat sb;
+    char why[1200] = "";
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        tl->f = fopen(path, "w");   /* a device or a pipe: in place */
+        if (!tl->f) snprintf(why, sizeof why, "%s", strerror(errno));
+    } else {
+        /* Beside the file until the close: a run that records nothing (one
+         * refused while it starts) leaves the previous trace. */
+        int fd = -1;
+        char *real = NULL;   /* a link: the file it names is replaced, not the link */
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) real = realpath(path, NULL);
+        if (real && strlen(real) < sizeof tl->path) snprintf(tl->path, sizeof tl->path, "%s", real);
+        free(real);
+        if (sdnn_temp_create(tl->path, tl->tmp, sizeof tl->tmp, &fd) != SDNN_OK) {
+            snprintf(why, sizeof why, "%s", sdnn_last_error());
+            tl->tmp[0] = '\0';
+        } else if (!(tl->f = fdopen(fd, "w"))) {
+            snprintf(why, sizeof why, "%s", strerror(errno));
+            close(fd);
+            unlink(tl->tmp);
+            tl->tmp[0] = '\0';
+        }
+    }
     if (!tl->f) {
-        int e = errno;
         free_timeline(tl);
         return SDNN_ERROR(SDNN_ERR_IO, "[scalednn] timeline=%s: cannot open the trace file for "
                           "writing: %s (the directory must exist and be writable)",
-                          path, strerror(e));
+                          path, why);
     }
     setvbuf(tl->f, tl->iobuf, _IOFBF, 1u << 20);
     tl->t0 = sdnn_now_s();
@@ -446,19 +498,22 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
     }
     if (fflush(tl->f) != 0) {
         int e = errno;
-        fclose(tl->f);
-        tl->f = NULL;
         free_timeline(tl);
         return SDNN_ERROR(SDNN_ERR_IO, "[scalednn] timeline=%s: cannot write: %s", path,
                           strerror(e));
     }
     if (pthread_create(&tl->writer, NULL, writer_main, tl) != 0) {
-        fclose(tl->f);
-        tl->f = NULL;
         free_timeline(tl);
         return SDNN_ERROR(SDNN_ERR_SYSTEM, "timeline %s: cannot start the writer thread", path);
     }
     tl->writer_started = 1;
+    if (!g_live && tl->tmp[0] && strlen(tl->tmp) < sizeof g_live_tmp) {
+        memcpy(g_live_tmp, tl->tmp, strlen(tl->tmp) + 1);
+        memcpy(g_live_path, tl->path, strlen(tl->path) + 1);
+        g_recorded = 0;
+        g_live = tl;
+        g_live_on = 1;
+    }
     *out = tl;
     return SDNN_OK;
 nomem:
@@ -485,8 +540,22 @@ sdnn_status sdnn_timeline_close(sdnn_timeline *tl)
     if (fflush(tl->f) != 0 && !e) e = errno ? errno : EIO;
     if (ferror(tl->f) && !e) e = EIO;
     if (fclose(tl->f) != 0 && !e) e = errno ? errno : EIO;
+    tl->f = NULL;
+    if (g_live == tl) {
+        g_live_on = 0;
+        g_live = NULL;
+    }
     char path[sizeof tl->path];
     memcpy(path, tl->path, sizeof path);
+    if (tl->tmp[0]) {
+        struct stat sb;
+        if (tl->written == 0 && tl->dropped_total == 0 && stat(path, &sb) == 0) {
+            unlink(tl->tmp);   /* nothing recorded: the previous trace stays */
+        } else if (rename(tl->tmp, path) != 0) {
+            if (!e) e = errno;
+            unlink(tl->tmp);
+        }
+    }
     free_timeline(tl);
     if (e)
         return SDNN_ERROR(SDNN_ERR_IO, "[scalednn] timeline=%s: writing the trace failed: %s; "

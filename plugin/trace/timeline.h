@@ -77,15 +77,31 @@ typedef struct sdnn_timeline_opts {
 
 #define SDNN_TIMELINE_OPTS_INIT { .capacity = (size_t)1 << 15, .period_ms = 100, .rank = 0 }
 
-/* Create `path` and start the writer.  nreplicas sets the tracks; opts may
- * be NULL (defaults).  SDNN_ERR_IO names the file and the timeline= key. */
+/* What the open checks first, for callers that check before they start
+ * anything: `path` is not a file other than a trace of ours, and its
+ * folder takes a new file.  SDNN_ERR_INVALID / SDNN_ERR_IO naming the
+ * timeline= key and the file or folder. */
+sdnn_status sdnn_timeline_check(const char *path);
+
+/* Start a trace for `path` and its writer.  The trace is written beside
+ * `path` (sdnn_temp_create) and renamed over it at the close, so a run
+ * that records nothing (refused as it starts) leaves the previous trace;
+ * a device or pipe is written in place.  nreplicas sets the tracks; opts
+ * may be NULL (defaults).  SDNN_ERR_IO names the file and the timeline=
+ * key. */
 sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timeline_opts *opts,
                                sdnn_timeline **out);
 
 /* Stop the writer, write what is left and the end of the document, close
- * the file and free tl (NULL is fine).  SDNN_ERR_IO when a write failed;
- * the file is then incomplete. */
+ * the file, rename it over the path (unless it holds no record and the
+ * path exists: then it is removed) and free tl (NULL is fine).
+ * SDNN_ERR_IO when a write failed; the file is then incomplete. */
 sdnn_status sdnn_timeline_close(sdnn_timeline *tl);
+
+/* Async-signal-safe, for a SIGINT/SIGTERM handler: the open trace goes to
+ * its path as it is (without its end, which Perfetto and chrome://tracing
+ * tolerate) if it holds records, else its file is removed. */
+void sdnn_timeline_interrupted(void);
 
 /* A span [t0, t1] (sdnn_now_s readings) on `track`.  a0..a2 are the kind's
  * numeric arguments, s its string argument (a static string or NULL);

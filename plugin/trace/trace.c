@@ -1,31 +1,75 @@
 /*
  * trace: see trace.h.  Rows are flushed as they are written so a run that is
- * stopped still leaves a readable CSV.
+ * stopped still leaves a readable CSV; a new CSV takes its path only with
+ * its first row.
  */
 #include "trace.h"
 #include "saveio.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *const sdnn_csv_prefixes[] = {"# label: ", SDNN_CSV_HEADER, NULL};
+
+/* The new CSV not yet renamed into place, for sdnn_csv_interrupted. */
+static char g_pending[1100];
+static volatile sig_atomic_t g_pending_live;
+
+void sdnn_csv_interrupted(void)
+{
+    if (g_pending_live) unlink(g_pending);
+}
 
 static sdnn_status csv_open(sdnn_csv *c, const char *path, const char *label, int append)
 {
     c->f = NULL;
+    c->tmp[0] = '\0';
     snprintf(c->path, sizeof c->path, "%s", path);
     SDNN_CHECK(sdnn_check_overwrite(path, "csv", sdnn_csv_prefixes));
     struct stat sb;
-    int keep = append && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
-    c->f = fopen(path, keep ? "a" : "w");
-    if (!c->f) return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
-    if (!keep && label && *label) fprintf(c->f, "# label: %s\n", label);
-    if (!keep) fprintf(c->f, SDNN_CSV_HEADER "\n");
+    int exists = stat(path, &sb) == 0;
+    int keep = append && exists && S_ISREG(sb.st_mode) && sb.st_size > 0;
+    if (keep || (exists && !S_ISREG(sb.st_mode))) {
+        /* Appended to, or a device or pipe (/dev/null): written in place,
+         * never renamed over. */
+        c->f = fopen(path, keep ? "a" : "w");
+        if (!c->f)
+            return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(errno));
+    } else {
+        /* A new CSV is written beside and takes the path at its first row:
+         * a run that stops before it leaves the previous run's file.  A
+         * link is followed (the file it names is replaced, not the link). */
+        char *real = NULL;
+        if (exists && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) real = realpath(path, NULL);
+        if (real && strlen(real) < sizeof c->path) snprintf(c->path, sizeof c->path, "%s", real);
+        free(real);
+        int fd = -1;
+        if (sdnn_temp_create(c->path, c->tmp, sizeof c->tmp, &fd) != SDNN_OK)
+            return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, sdnn_last_error());
+        c->f = fdopen(fd, "w");
+        if (!c->f) {
+            int e = errno;
+            close(fd);
+            unlink(c->tmp);
+            c->tmp[0] = '\0';
+            return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(e));
+        }
+        if (strlen(c->tmp) < sizeof g_pending) {
+            memcpy(g_pending, c->tmp, strlen(c->tmp) + 1);
+            g_pending_live = 1;
+        }
+    }
+    if (!keep) {
+        if (label && *label) fprintf(c->f, "# label: %s\n", label);
+        fprintf(c->f, SDNN_CSV_HEADER "\n");
+    }
     if (fflush(c->f) != 0) {
         int e = errno;
-        fclose(c->f);
-        c->f = NULL;
+        sdnn_csv_close(c);
         return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(e));
     }
     return SDNN_OK;
@@ -53,6 +97,13 @@ sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)
                     w->data_wait_s, w->sync_wait_s, map, w->host_loss_bytes, w->host_loss_wait_s);
     if (n < 0 || fflush(c->f) != 0)
         return SDNN_ERROR(SDNN_ERR_IO, "cannot write a row to csv %s: %s", c->path, strerror(errno));
+    if (c->tmp[0]) {
+        if (rename(c->tmp, c->path) != 0)
+            return SDNN_ERROR(SDNN_ERR_IO, "cannot move csv %s into place from %s: %s", c->path,
+                              c->tmp, strerror(errno));
+        g_pending_live = 0;
+        c->tmp[0] = '\0';
+    }
     return SDNN_OK;
 }
 
@@ -60,4 +111,10 @@ void sdnn_csv_close(sdnn_csv *c)
 {
     if (c->f) fclose(c->f);
     c->f = NULL;
+    if (c->tmp[0]) {
+        /* No row was written: the previous file stays. */
+        g_pending_live = 0;
+        unlink(c->tmp);
+        c->tmp[0] = '\0';
+    }
 }

@@ -15,6 +15,7 @@
 typedef struct sdnn_csv {
     FILE *f;
     char path[1024];
+    char tmp[1100];     /* a new CSV before its first row: where it is written */
 } sdnn_csv;
 
 typedef struct sdnn_csv_row {
@@ -44,7 +45,11 @@ typedef struct sdnn_csv_row {
 
 /* label may be NULL (no label line).  A file that exists and is not one of
  * ours (it starts neither with "# label: " nor with the header) is never
- * overwritten: SDNN_ERR_INVALID naming it (sdnn_check_overwrite). */
+ * overwritten: SDNN_ERR_INVALID naming it (sdnn_check_overwrite).  The new
+ * file is written beside `path` (sdnn_temp_create) and renamed over it by
+ * the first sdnn_csv_write: a run that ends before its first row (a
+ * refusal, a crash) leaves the previous run's CSV as it was, and
+ * sdnn_csv_close removes the unused file. */
 sdnn_status sdnn_csv_open(sdnn_csv *c, const char *path, const char *label);
 
 /* As sdnn_csv_open, but a CSV of ours that exists is kept and the new rows
@@ -55,5 +60,9 @@ sdnn_status sdnn_csv_open_append(sdnn_csv *c, const char *path, const char *labe
 extern const char *const sdnn_csv_prefixes[];
 sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *row);
 void sdnn_csv_close(sdnn_csv *c);
+
+/* Async-signal-safe: remove a new CSV that has no row yet (a SIGINT or
+ * SIGTERM handler calls it). */
+void sdnn_csv_interrupted(void);
 
 #endif
