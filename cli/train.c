@@ -24,6 +24,8 @@
 #include "profile.h"
 #include "conv_dnnl.h"
 #include "outputs.h"
+#include "flags.h"
+#include "readable.h"
 
 #include <darknet.h>
 #include <errno.h>
@@ -85,8 +87,11 @@ static int check_train_list(const sdnn_train_job *job, const char *list, char **
             struct stat sb;
             errno = 0;
             if (access(lbl, R_OK) != 0 || stat(lbl, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+                char kind[96];
+                snprintf(kind, sizeof kind, "it is %s, and a regular file is needed",
+                         sdnn_file_kind((unsigned)sb.st_mode));
                 snprintf(lbl + strlen(lbl), sizeof lbl - strlen(lbl), " (the label file of %s): %s",
-                         paths[i], errno ? strerror(errno) : "not a file");
+                         paths[i], errno ? strerror(errno) : kind);
                 why = lbl;
             }
         }
@@ -349,19 +354,21 @@ static int evaluate_map(run *R, double *map)
         o.iou = R->job->iou_thresh > 0 ? R->job->iou_thresh : o.iou;
         o.letter_box = R->map_letter_box;
         sdnn_map_result res;
-        sdnn_map_pr pr = {.conf = R->job->conf_thresh > 0 ? R->job->conf_thresh : .25f};
+        sdnn_map_pr pr = {.conf = R->job->conf_thresh};
         if (sdnn_detector_map_eval_pr(net, R->valid, R->nvalid, &o, NULL, &res, &pr) != SDNN_OK) {
             fprintf(stderr, "error: -map: %s\n", sdnn_last_error());
             return 1;
         }
         R->last_eval_s = what_time_is_it_now() - t0;
         *map = sdnn_map_at_points(&res, R->job->points);
-        printf("mAP@%.2f at iteration %zu: all-point %.4f, 11-point %.4f, 101-point %.4f over %d "
+        char iou[SDNN_FMT_FLOAT_LEN], conf[SDNN_FMT_FLOAT_LEN];
+        printf("mAP@%s at iteration %zu: all-point %.4f, 11-point %.4f, 101-point %.4f over %d "
                "images (%.1f s)\n",
-               (double)o.iou, it, res.map_all, res.map11, res.map101, res.images, R->last_eval_s);
-        printf(" for conf_thresh = %.2f, precision = %.2f, recall = %.2f, F1-score = %.2f "
-               "(TP %d, FP %d, FN %d)\n", (double)pr.conf, pr.precision, pr.recall, pr.f1, pr.tp,
-               pr.fp, pr.fn);
+               sdnn_fmt_float(iou, o.iou, 2), it, res.map_all, res.map11, res.map101, res.images,
+               R->last_eval_s);
+        printf(" for conf_thresh = %s, precision = %.2f, recall = %.2f, F1-score = %.2f "
+               "(TP %d, FP %d, FN %d)\n", sdnn_fmt_float(conf, pr.conf, 2), pr.precision,
+               pr.recall, pr.f1, pr.tp, pr.fp, pr.fn);
     } else {
         sdnn_cls_result res;
         int k = R->classes < 5 ? R->classes : 5;
@@ -1054,8 +1061,8 @@ int sdnn_train(const sdnn_train_job *job)
             /* Darknet's loader reads labels[0 .. classes) and gives an image
              * the label whose name is in its path; the network's output must
              * hold one value per class. */
-            llist = get_paths(label_file);
-            labels = (char **)list_to_array(llist);
+            labels = sdnn_read_class_names(job->datacfg, "labels", label_file, NULL, &llist);
+            if (!labels) goto out;
             int outputs = n0->layers[n0->n - 1].outputs;
             if (llist->size < classes) {
                 fprintf(stderr, "error: %s: classes=%d but labels=%s names %d\n", job->datacfg,

@@ -512,6 +512,42 @@ static void test_thresholds_printed(void **state)
     free(out);
 }
 
+/* Training's -map prints its thresholds as given too, and -thresh 0 is a
+ * threshold of 0 (it was turned into the default 0.25). */
+static void test_train_map_thresholds(void **state)
+{
+    (void)state;
+    char *out;
+    int rc = run2(&out, NULL, "detector train %s/shapes.data cfg/shapes.cfg -max_batches 1 -map "
+                  "-map_every 1 -iou_thresh 0.999 -thresh 0 -seed 1 -csv %s/t.csv", g_dir, g_dir);
+    if (rc != 0) printf("%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_has(out, "mAP@0.999 at iteration ");
+    assert_has(out, " for conf_thresh = 0.00, ");
+    free(out);
+}
+
+/* classifier train: a labels file naming a class twice is refused (the
+ * loader gives an image the first name found in its path, so the second
+ * class would never be trained), naming both lines. */
+static void test_classifier_duplicate_labels(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_run("printf 'circle\\nsquare\\ncircle\\n' >%s/dup.labels && "
+                            "printf 'classes=3\\ntrain=%s/shapes/train.txt\\nlabels=%s/dup.labels\\n"
+                            "backup=%s/cbackup\\n' >%s/cls.data && mkdir -p %s/cbackup",
+                            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir),
+                     0);
+    char *out;
+    int rc = run2(&out, NULL, "classifier train %s/cls.data cfg/fmnist.cfg -max_batches 1", g_dir);
+    assert_int_equal(rc, 1);
+    assert_has(out, "dup.labels:1 and line 3: class name \"circle\" twice");
+    free(out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/cbackup/fmnist.csv", g_dir);
+    assert_int_not_equal(access(path, F_OK), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +559,8 @@ int main(void)
         cmocka_unit_test(test_read_class_names),
         cmocka_unit_test(test_fmt_float),
         cmocka_unit_test(test_thresholds_printed),
+        cmocka_unit_test(test_train_map_thresholds),
+        cmocka_unit_test(test_classifier_duplicate_labels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
