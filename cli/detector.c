@@ -204,6 +204,18 @@ static int test_detector(int argc, char **argv)
             fprintf(stderr, "error: %s: %s\n", files[i][0], sdnn_last_error());
             return 1;
         }
+    /* What it writes, before the network runs: libdarknet's save_image
+     * would block on a FIFO named NAME.jpg. */
+    char picture[300];
+    snprintf(picture, sizeof picture, "%s.jpg", outname);
+    if (sdnn_check_output_file(picture) != SDNN_OK) {
+        fprintf(stderr, "error: -out %s: %s\n", outname, sdnn_last_error());
+        return 1;
+    }
+    if (label_out[0] && sdnn_check_output_file(label_out) != SDNN_OK) {
+        fprintf(stderr, "error: -save_labels: %s\n", sdnn_last_error());
+        return 1;
+    }
     sdnn_config cfg;
     sdnn_stripped_cfg stripped = {-1, ""};
     if (sdnn_config_load(cfgfile, &cfg, &stripped) != SDNN_OK) {

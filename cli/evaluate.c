@@ -928,6 +928,17 @@ int sdnn_cmd_detector_valid(int argc, char **argv)
     }
     files = calloc((size_t)classes, sizeof *files);
     if (!files) goto out;
+    /* Every result file before the first prediction: one that is a FIFO
+     * would block its write, a directory fail it after the whole set ran. */
+    for (int j = 0; j < classes; ++j) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s%s.txt", dir, prefix, cnames[j]);
+        if (sdnn_check_output_file(path) != SDNN_OK) {
+            fprintf(stderr, "error: detector valid: the result file of class %d: %s\n", j,
+                    sdnn_last_error());
+            goto out;
+        }
+    }
     set_batch_network(L.net, 1);
     double t0 = what_time_is_it_now();
     long written = 0;

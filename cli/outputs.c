@@ -2,6 +2,7 @@
  * outputs: see outputs.h.
  */
 #include "outputs.h"
+#include "readable.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -151,6 +152,7 @@ int sdnn_outputs_add(sdnn_outputs *o, const char *what, const char *path, int we
         f->dev = sb.st_dev;
         f->ino = sb.st_ino;
         f->device = S_ISCHR(sb.st_mode);
+        f->mode = (unsigned)sb.st_mode;
     }
     ++o->n;
     return 0;
@@ -204,6 +206,12 @@ int sdnn_outputs_check(const sdnn_outputs *o)
 {
     for (int i = 0; i < o->n; ++i) {
         const sdnn_outfile *a = &o->f[i];
+        if (a->exists && !S_ISREG(a->mode) && (a->weights || !a->device)) {
+            fprintf(stderr, "error: %s %s is %s: an output of a run is a regular file%s; remove "
+                    "it or name another file\n", a->what, a->path, sdnn_file_kind(a->mode),
+                    a->weights ? "" : " (or a character device such as /dev/null)");
+            return -1;
+        }
         if (!a->weights && is_periodic(o, a)) {
             fprintf(stderr, "error: %s %s is the name of the weights saved during training "
                     "(%s/%s_N.weights): no output of a run may be another; name another file\n",

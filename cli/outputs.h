@@ -24,6 +24,7 @@ typedef struct sdnn_outfile {
     ino_t ino;
     int weights;    /* a weights save (replaced by rename) */
     int device;     /* a character device (/dev/null): shared by any number */
+    unsigned mode;  /* st_mode where it exists */
 } sdnn_outfile;
 
 typedef struct sdnn_outputs {
@@ -45,8 +46,12 @@ int sdnn_outputs_add(sdnn_outputs *o, const char *what, const char *path, int we
  * pattern). */
 int sdnn_outputs_add_periodic(sdnn_outputs *o);
 
-/* No two outputs are the same file and none is a periodic save's name.
- * 0, or -1 after a message naming both flags or roles and both paths. */
+/* No two outputs are the same file, none is a periodic save's name, and
+ * each one that exists is a regular file (a FIFO would block the run at
+ * its first write and a directory fail it at its last; a character device
+ * such as /dev/null may take a CSV or a trace, never a weights save, whose
+ * rename would replace it).  0, or -1 after a message naming both flags or
+ * roles and both paths, or the output and what it is. */
 int sdnn_outputs_check(const sdnn_outputs *o);
 
 /* Whether any output exists now (else no input can be one of them). */

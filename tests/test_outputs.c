@@ -646,6 +646,95 @@ static void test_mpirun_outputs(void **state)
     }
 }
 
+/* ---- an output that exists and is not a regular file -------------------------------- */
+
+/* `timeout` keeps a regression (a write blocking on a FIFO) from hanging
+ * the suite: 124 is then the exit code. */
+static int run_deadline(char **out, const char *args)
+{
+    int rc = tu_run("timeout 60 %s %s >%s/run.log 2>&1", g_bin, args, g_dir);
+    *out = tu_slurp(P("run.log"));
+    return rc;
+}
+
+/* A FIFO or a folder where a run writes (the CSV, a weights save, valid's
+ * result file, test's picture) is refused at start by name and kind; the
+ * folder holds only what was put there.  A character device may take the
+ * CSV (/dev/null). */
+static void test_outputs_not_regular(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;   /* made in the backup folder o7 */
+        int fifo;
+        const char *extra;  /* more train flags; %s: g_dir */
+        const char *want;
+    } cases[] = {
+        {"x.csv", 1, "-csv %s/o7/x.csv", "-csv "},
+        {"shapes_final.weights", 1, "", "the final weights "},
+        {"shapes_final.weights", 0, "", "is a directory"},
+        {"shapes_last.weights", 0, "", "the _last weights "},
+        {"shapes.backup", 1, "", "the .backup weights "},
+        {".scalednn.lock", 1, "", "lock file "},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        tu_run("rm -rf %s/o7 && mkdir -p %s/o7", g_dir, g_dir);
+        const char *path = P("o7/%s", cases[i].name);
+        assert_int_equal(cases[i].fifo ? mkfifo(path, 0644) : mkdir(path, 0755), 0);
+        char extra[600], args[2000];
+        snprintf(extra, sizeof extra, cases[i].extra, g_dir);
+        snprintf(args, sizeof args, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1 %s",
+                 data_file("o7"), extra);
+        char *out;
+        int rc = run_deadline(&out, args);
+        printf("%s (%s): rc %d\n", cases[i].name, cases[i].fifo ? "FIFO" : "folder", rc);
+        if (rc != 1) print_error("%s\n", out);
+        assert_int_equal(rc, 1);
+        assert_has(out, cases[i].fifo ? "is a named pipe (FIFO)" : "is a directory");
+        assert_has(out, cases[i].want);
+        assert_has(out, "an output of a run is a regular file");
+        assert_int_equal(entries(P("o7")), 1);
+        free(out);
+    }
+    char args[2000], *out;
+    tu_run("rm -rf %s/o7 && mkdir -p %s/o7", g_dir, g_dir);
+    snprintf(args, sizeof args, "detector train %s cfg/shapes.cfg -max_batches 1 -seed 1 -csv "
+             "/dev/null", data_file("o7"));
+    assert_int_equal(run_deadline(&out, args), 0);
+    free(out);
+    /* detector valid's result files and detector test's picture. */
+    tu_run("rm -rf %s/o7r && mkdir -p %s/o7r", g_dir, g_dir);
+    put_text(P("o7r.data"), "");
+    char text[2048];
+    snprintf(text, sizeof text, "classes=4\nvalid=%s/shapes/valid.txt\nnames=%s/shapes/shapes.names\n"
+             "results=%s/o7r\nbackup=%s/o7/\n", g_dir, g_dir, g_dir, g_dir);
+    put_text(P("o7r.data"), text);
+    char *names = tu_slurp(P("shapes/shapes.names"));
+    assert_non_null(names);
+    names[strcspn(names, "\n")] = '\0';
+    assert_int_equal(mkfifo(P("o7r/comp4_det_test_%s.txt", names), 0644), 0);
+    free(names);
+    snprintf(args, sizeof args, "detector valid %s cfg/shapes.cfg %s", P("o7r.data"),
+             P("seed/shapes_final.weights"));
+    int rc = run_deadline(&out, args);
+    assert_int_equal(rc, 1);
+    assert_has(out, "the result file of class 0");
+    assert_has(out, "is a named pipe (FIFO)");
+    free(out);
+    char *list = tu_slurp(P("shapes/valid.txt"));
+    assert_non_null(list);
+    list[strcspn(list, "\n")] = '\0';
+    assert_int_equal(mkfifo(P("o7r/pic.jpg"), 0644), 0);
+    snprintf(args, sizeof args, "detector test %s cfg/shapes.cfg %s %s -out %s", P("o7r.data"),
+             P("seed/shapes_final.weights"), list, P("o7r/pic"));
+    free(list);
+    rc = run_deadline(&out, args);
+    assert_int_equal(rc, 1);
+    assert_has(out, "-out ");
+    assert_has(out, "pic.jpg is a named pipe (FIFO)");
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_classifier_outputs),
         cmocka_unit_test(test_clean_temps_second_names),
         cmocka_unit_test(test_mpirun_outputs),
+        cmocka_unit_test(test_outputs_not_regular),
     };
     /* SDNN_TEST_FILTER=test_clean_temps_second_names runs the tests whose name matches. */
     const char *filter = getenv("SDNN_TEST_FILTER");

@@ -240,6 +240,15 @@ sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd_ou
     return SDNN_OK;
 }
 
+sdnn_status sdnn_check_output_file(const char *path)
+{
+    struct stat sb;
+    if (path && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return SDNN_ERROR(SDNN_ERR_IO, "%s is %s, and a regular file (or a new name) is needed",
+                          path, sdnn_file_kind((unsigned)sb.st_mode));
+    return sdnn_check_dir_writable(path);
+}
+
 sdnn_status sdnn_check_dir_writable(const char *path)
 {
     char *dir = dir_of(path ? path : "");

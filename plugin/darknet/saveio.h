@@ -49,6 +49,14 @@ sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd);
  * otherwise, for the caller to prefix with the flag or key. */
 sdnn_status sdnn_check_dir_writable(const char *path);
 
+/* An output file the command is about to write: `path` either does not
+ * exist or is a regular file (a FIFO would block the write until something
+ * reads it, a directory or a device would fail it or be replaced); and its
+ * folder takes a new file (sdnn_check_dir_writable).  SDNN_ERR_IO naming
+ * the file and what it is otherwise, for the caller to prefix with the flag
+ * or role. */
+sdnn_status sdnn_check_output_file(const char *path);
+
 /* Check the weights file at `path` fits `net` before Darknet's load_weights
  * (which reads whatever is there and exits on a missing file): the header
  * must be readable and the size must end exactly at a layer boundary of
