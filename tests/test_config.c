@@ -86,7 +86,7 @@ static void assert_defaults(const sdnn_config *cfg)
 {
     assert_int_equal(cfg->present, 1);
     assert_int_equal(cfg->mode, SDNN_MODE_SCALEDNN);
-    /* The defaults are the product (issue 29): the backend and the codecs
+    /* The defaults are the product: the backend and the codecs
      * chosen where the run starts, top-k among what the planner may pick. */
     assert_string_equal(cfg->backend, "auto");
     assert_true(cfg->bucket_mb == 0.0);   /* auto */

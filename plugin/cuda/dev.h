@@ -188,8 +188,8 @@ typedef struct sdnn_dlayer {
     int nroute;
     int route_from[SDNN_DL_MAX_ROUTE], route_size[SDNN_DL_MAX_ROUTE];
     /* per image, where input j's run of route_size[j] floats starts in its
-     * source's output (0 for Darknet's route; the fork's grouped route,
-     * issue 18: group_id x the slice), the source's pitch its outputs */
+     * source's output (0 for Darknet's route; the fork's grouped route:
+     * group_id x the slice), the source's pitch its outputs */
     int route_off[SDNN_DL_MAX_ROUTE];
     int coords, classes, anchors, background;   /* region */
     uint64_t seed;          /* dropout: counter-based generator */

@@ -45,7 +45,7 @@
  *              to pinned host memory, the host backend's collective runs
  *              on them as the cpu engine's would, and the result comes
  *              back to every replica's device (until NCCL between
- *              processes, issue 14).
+ *              processes).
  *   timeline   with set_timeline, timing events on the compute stream
  *              (forward and backward of each subdivision) and on the comm
  *              stream (each bucket's exchange, from ready_wait to the end
@@ -1576,7 +1576,7 @@ const sdnn_engine_ops sdnn_engine_gpu = {
     .feed = eg_feed,
 };
 
-/* ---- what a replica holds and moves (issue 14: memory, host loss) ---------------- */
+/* ---- what a replica holds and moves (memory, host loss) --------------------------- */
 
 sdnn_status sdnn_gpu_engine_replica_stats(sdnn_engine *e, int r, sdnn_gpu_engine_stats *s)
 {

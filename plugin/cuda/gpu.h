@@ -139,7 +139,7 @@ void sdnn_gpu_net_set_bn_exact(sdnn_gpu_net *g, int on);
 /* Seconds spent in host-side losses (YOLO, region: device output to the
  * host, libdarknet's CPU layer, delta back), since creation. */
 double sdnn_gpu_net_host_loss_seconds(const sdnn_gpu_net *g);
-/* What the host-side losses moved and cost since creation (issue 14; net.c
+/* What the host-side losses moved and cost since creation (net.c
  * describes the round trip).  Per pass of a YOLO/region layer (the fork's
  * yolo included): its input, batch x inputs floats, device -> host; its
  * delta, batch x outputs floats, host -> device when training; its output

@@ -281,7 +281,7 @@ static sdnn_status translate_type(const network *net, int i, sdnn_dlayer *d)
     }
 }
 
-/* translate_type, then what the fork's dialect (issue 18, dialect.h) made
+/* translate_type, then what the fork's dialect (dialect.h) made
  * of the layer: libdarknet's type alone would run it wrong. */
 static sdnn_status translate(const network *net, int i, sdnn_dlayer *d)
 {
@@ -670,7 +670,7 @@ static sdnn_dstate state_for(sdnn_gpu_net *g, int i, int train)
  * cost is the sum of the parts' costs (equal up to rounding).  Each part
  * prints Darknet's own status line.
  *
- * The round trip (issue 14) moves only the layer's own tensors and never
+ * The round trip moves only the layer's own tensors and never
  * stops the device's other streams:
  *   compute stream   record hl_ready after the layers before it
  *   copy stream      wait hl_ready; input -> pinned host_in; record hl_copied

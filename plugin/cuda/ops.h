@@ -60,7 +60,7 @@ enum sdnn_act {
     SDNN_ACT_HARDTAN,
     SDNN_ACT_LHTAN,
     SDNN_ACT_SELU,
-    SDNN_ACT_MISH,      /* the fork's dialect (issue 18): act_ops.h's formulas; the */
+    SDNN_ACT_MISH,      /* the fork's dialect: act_ops.h's formulas; the */
     SDNN_ACT_SWISH,     /* gradient takes the activation's input x (sdnn_dlayer.act_x) */
     SDNN_ACT_COUNT
 };

@@ -1,5 +1,5 @@
 /*
- * autoplan_gpu: bucket_mb=auto on the gpu engine (issue 13).  The planner's
+ * autoplan_gpu: bucket_mb=auto on the gpu engine.  The planner's
  * profile comes from the engine's per-layer device events (forward and
  * backward of every layer, read after the step's sync into the replica
  * thread's accumulator, as the cpu engine's hooks fill it):

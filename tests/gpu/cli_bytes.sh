@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/gpu/cli_bytes.sh — bytes on the wire and the configuration matrix of
-# issue 24, through ./darknet detector train on simulated devices (make
+# the exchange, through ./darknet detector train on simulated devices (make
 # GPU=sim):
 #
 #   {1 process x 4 devices, 2 processes x 2 devices} x {none, fp16, bf16,
@@ -174,7 +174,7 @@ loss_check() {
         else printf "ok %.3g of it, bound %.3g", d / r[2], t / r[2]
     }'
 }
-# banner_check LOG CODEC BUCKETS: "" unless the start banner (issue 24: the
+# banner_check LOG CODEC BUCKETS: "" unless the start banner (the
 # gpu engine's comm told the buckets by the exchange) is there before the
 # first step's progress line ("MB exchanged"): a header per layout (1 for
 # fixed buckets; auto: the first layout's and the plan's), then one line per
@@ -306,7 +306,7 @@ for lay in $LAYOUTS; do
                         msg="$msg, $(awk -v a="$by" -v n="$none" 'BEGIN { printf "%.3f", a / n }') x none's (<= $lim)"
                     else
                         bad "$cell: $(mb "$by") MB a step, none's $(mb "$none") MB: ratio above $lim" \
-                            "(on nccl fp16/bf16 still coded, or a collective that costs more: step 3 of issue 24)"
+                            "(on nccl fp16/bf16 still coded, or a collective that costs more than the ring)"
                         ok=0
                     fi
                 fi

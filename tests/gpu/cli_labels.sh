@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/gpu/cli_labels.sh BUILD — the label files libdarknet would mark or
-# misread, on the gpu engine (issue 28): `./darknet detector train` with
+# misread, on the gpu engine: `./darknet detector train` with
 # engine=gpu on 2 simulated devices (a make GPU=sim build in BUILD), called
 # by tests/gpu/run_sim.sh.  A train list of 3 shapes images, one of whose
 # label files gets the case's lines:

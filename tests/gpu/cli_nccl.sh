@@ -16,7 +16,7 @@
 #   - bucket_mb left out (auto), as users write it: backend=nccl in 1
 #     process x 4 devices and over 2 x 2, backend=auto over 2 x 2, train and
 #     plan from the link the step measured through the engine's device
-#     buffers ("link probed nccl" in the plan; issue 24: the planner probed
+#     buffers ("link probed nccl" in the plan; the planner once probed
 #     it on host buffers, which the nccl bootstrap refuses);
 #   - compress=fp16 and int8, 1 process x 4 devices: the banner names each
 #     bucket's collective (coded ring, NCCL's native half allreduce or the
@@ -164,7 +164,7 @@ if [ -s "$W/n2x2-nccl.csv" ]; then
     esac
 fi
 
-# ---- the collective per bucket (issue 24 step 3) ----------------------------------------
+# ---- the collective per bucket -------------------------------------------------------
 # 1 process x 4 devices with compress=fp16 and int8: the banner lists each bucket's
 # collective as the cost model chose it ("scalednn:   bucket K (SIZE): CODEC via
 # PATH: T ms predicted vs ALT T2 ms"); the chosen one is never the dearer of those

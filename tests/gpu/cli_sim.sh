@@ -50,7 +50,7 @@ for mode in scalednn stock; do
         wts=$W/backup/${tag}_final.weights
         if [ ! -s "$wts" ]; then bad "$tag: no $wts"; continue; fi
         say "ok $tag: trained $ITERS iterations on 2 simulated devices, mean loss $(mean_loss "$W/$tag.csv")"
-        # The CSV's host_loss_bytes (issue 14): per step, each of the 2
+        # The CSV's host_loss_bytes: per step, each of the 2
         # replicas' 8 images of shapes.cfg's two [yolo] heads at 64x64
         # (432 and 1728 inputs an image, each followed by no device reader
         # of its output) go to the host and their deltas come back:

@@ -1,5 +1,5 @@
 /*
- * devices: `-gpus` ids through the engine table (issue 14) on the gpu
+ * devices: `-gpus` ids through the engine table on the gpu
  * engine, with no ./darknet in between (tests/gpu/cli_devices.sh drives the
  * command line):
  *

@@ -1,5 +1,5 @@
 /*
- * dialect: the maintained fork's cfg dialect (issue 18) on the gpu engine's
+ * dialect: the maintained fork's cfg dialect on the gpu engine's
  * device network, layer by layer against the CPU network (libdarknet's
  * layers with plugin/darknet/dialect.c's wrappers) on the same weights and
  * batch: the grouped route (slice copy forward, delta added into the

@@ -772,7 +772,7 @@ static void registry(int ndev)
                 sdnn_last_error());
 }
 
-/* The fork's dialect (issue 18): grouped routes and the fork's [yolo] keys
+/* The fork's dialect: grouped routes and the fork's [yolo] keys
  * (v4tiny: CIoU, scale_x_y; v7tiny: new_coords, no logistic) on the
  * device, 2 replicas, the tolerances above; one cfg a process. */
 static int dialect_case(const char *cfg)

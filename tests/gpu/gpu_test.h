@@ -195,8 +195,8 @@ GT_FN network *gt_parse_text(const char *text, const char *set)
     }
     if (in_net && set) fputs(set, f);
     fclose(f);
-    /* the project's parser: a cfg in the fork's dialect builds its network
-     * (issue 18); one in Debian's goes to parse_network_cfg untouched */
+    /* the project's parser: a cfg in the fork's dialect builds its network;
+     * one in Debian's goes to parse_network_cfg untouched */
     network *net = sdnn_parse_network(path);
     unlink(path);
     return net;

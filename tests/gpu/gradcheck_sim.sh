@@ -11,7 +11,7 @@
 # same cfg runs with -engine cpu too, and both engines must flag the same
 # layers.
 # Batch norm: where the tree's [scalednn] section knows fix_bn_delta (the
-# exact batch-norm backward, issue 25 part B) each check must pass ("0 of N
+# exact batch-norm backward) each check must pass ("0 of N
 # layers above their threshold", exit 0).  Without that key the engines run
 # Darknet's backward (variance over N, the forward's over N-1) and every
 # layer whose gradient passes a batch norm is flagged: then each check must

@@ -1,7 +1,7 @@
 /*
  * hostloss: what the gpu engine moves between device and host for the
- * losses it computes on the host, for stock mode, and the memory it holds
- * (issue 14).  On simulated devices (make GPU=sim) the runtime counts every
+ * losses it computes on the host, for stock mode, and the memory it
+ * holds.  On simulated devices (make GPU=sim) the runtime counts every
  * copy by kind and every allocation, so the figures are measured as well
  * as counted; on a CUDA device the runtime keeps no such counters and only
  * the engine's own counters are checked against the formulas.
@@ -424,7 +424,7 @@ static void check_stock(void)
          * the comparison measures one step's float reassociation (measured
          * <= 1e-6) and not a free-running trajectory: this net's loss is
          * discontinuous (yolo's ignore_thresh, maxpool choices), so two
-         * trajectories 1e-7 apart can part at any step (issue 25: 8 free
+         * trajectories 1e-7 apart can part at any step (8 free
          * steps gave up to 1.4e-2 with fix_bn_delta=1 on these batches and
          * 8.3e-3 with 0 on others). Before the copy counters: not a sync. */
         for (int r = 0; r < n; ++r) gt_copy_net(dev[r], cpu[r]);

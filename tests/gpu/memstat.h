@@ -1,6 +1,6 @@
 /*
  * memstat: what tests/gpu/hostloss.c and bench/gpu/bench_memory.c share to
- * measure the gpu engine's memory (issue 14): n replicas of a cfg trained
+ * measure the gpu engine's memory: n replicas of a cfg trained
  * for a few steps through the trainer (engine=gpu, scalednn or stock mode)
  * in a child process of its own, so that every figure starts from nothing:
  *

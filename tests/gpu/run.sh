@@ -62,7 +62,7 @@
 #             none/fp16/int8/topk with error feedback, bucket_mb auto,
 #             stock mode, .ef across engines, timeline, a NaN's message;
 #             shapes-v4tiny/v7tiny (fork dialect), 2 replicas
-#   dialect   the fork's dialect (issue 18) on the device, layer by layer
+#   dialect   the fork's dialect on the device, layer by layer
 #             vs the CPU: grouped routes, mish, swish (fwd + bwd)
 #   autoplan_gpu bucket_mb=auto on the gpu engine: the profile from the
 #             layers' device events, the plan's buckets = the exchange's

@@ -112,13 +112,13 @@ total_start=$(date +%s)
     #                2 x (0,0) with virtual=1 refused, a killed and a stopped rank
     #   cli_bytes    bytes each replica sends against the simulated NCCL's
     #                counter; {1x4, 2x2} x codecs x {bucket_mb fixed, auto}
-    #                x {nccl, auto} (issue 24)
+    #                x {nccl, auto}
     #   cli_engine   the loader -> preload ring path end to end: engine=gpu
     #                against engine=cpu per iteration
     #   cli_devices  -gpus names devices: ids past the count, virtual=1, the
     #                banner, a layer the engine does not run
     #   gradcheck_sim scalednn gradcheck -engine gpu
-    #   cli_labels   label files libdarknet would mark or misread (issue 28)
+    #   cli_labels   label files libdarknet would mark or misread
     for s in cli_sim cli_nccl cli_bytes cli_engine cli_devices gradcheck_sim cli_labels; do
         echo "script $s"
     done

@@ -18,7 +18,7 @@
  *                    one gemm and differ in the last bit in another (edge
  *                    tiles), and a maxpool takes the other input: 4.7e-4
  *                    at one step under OPENBLAS_CORETYPE=Sandybridge,
- *                    against ~1e-6 held (issue 25); they are printed
+ *                    against ~1e-6 held; they are printed
  *   fmnist           10 steps of the classifier: the same
  *   world of one     the trainer with 1 replica on the gpu engine
  *                    (scalednn mode, batches fed 2 ahead into the preload

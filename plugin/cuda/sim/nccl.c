@@ -306,7 +306,7 @@ static void count_op(sdnn_dnccl *c, const dop *o)
     switch (o->kind) {
     case NOP_SEND: c->counted.send += (double)o->bytes; break;
     case NOP_ALLREDUCE:
-        /* the element type's size (half / bfloat16: 2 bytes, issue 24) */
+        /* the element type's size (half / bfloat16: 2 bytes) */
         c->counted.allreduce += sdnn_wire_bytes(
             SDNN_WIRE_ALLREDUCE, W,
             (double)(o->n * sdnn_dnccl_type_bytes((sdnn_dnccl_type)o->dtype)));
