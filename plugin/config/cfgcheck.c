@@ -1068,13 +1068,20 @@ static sdnn_status check_layers(checker *c)
             if ((st = int_key(c, s, "stride", 1, 1, 64, &stride, NULL)) != SDNN_OK) break;
             long rev;
             if ((st = int_key(c, s, "reverse", 0, 0, 1, &rev, NULL)) != SDNN_OK) break;
+            long s2 = stride * stride;
+            chan[L] = prev < 0 ? -1 : (rev ? prev / s2 : prev * s2);
+            W[L] = pw < 0 ? -1 : (rev ? pw * stride : pw / stride);
+            H[L] = ph < 0 ? -1 : (rev ? ph * stride : ph / stride);
+            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) || chan[L] == 0) {
+                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
+                break;
+            }
             /* libdarknet's reorg_cpu moves every input value to an index
              * it computes with channels / stride^2 as a divisor and the
              * output as width/stride x height/stride: channels that stride^2
              * does not divide are a division by zero (fewer) or writes past
              * the output (more), and so is a width or height that stride
              * does not divide. */
-            long s2 = stride * stride;
             if (prev > 0 && prev % s2 != 0) {
                 char what[240];
                 snprintf(what, sizeof what, "its input has %ld channels, which stride^2 = %ld "
@@ -1089,13 +1096,6 @@ static sdnn_status check_layers(checker *c)
                          "divide: libdarknet's reorg needs a width and height that are "
                          "multiples of stride", pw, ph, stride);
                 st = key_error(c, s, find(c, s, "stride"), what);
-                break;
-            }
-            chan[L] = prev < 0 ? -1 : (rev ? prev / s2 : prev * s2);
-            W[L] = pw < 0 ? -1 : (rev ? pw * stride : pw / stride);
-            H[L] = ph < 0 ? -1 : (rev ? ph * stride : ph / stride);
-            if ((W[L] >= 0 && W[L] < 1) || (H[L] >= 0 && H[L] < 1) || chan[L] == 0) {
-                st = shrink_error(c, s, find(c, s, "stride"), pw, ph);
                 break;
             }
         } else if (is_type(t, "detection", NULL)) {
