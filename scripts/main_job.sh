@@ -32,7 +32,7 @@
 #   RATES=LIST     part 1's links (default "100mbit"; tc units)
 #   LAB_TARGET=T   part 1's target mAP@0.5 (default 0.05)
 #   LAB_EVERY=N    part 1's iterations between evaluations (default 25)
-#   LAB_CAP_S=S    part 1's wall-clock cap of a run (default 300): a run cut
+#   LAB_CAP_S=S    part 1's wall-clock cap of a run (default 480): a run cut
 #                  there is "not reached" with the training time it had
 #   TARGET=T MAX=N EVERY=N   part 2's target (0.95), iteration cap (2000) and
 #                  evaluation interval (100)
@@ -45,7 +45,7 @@ SEED=${SEED:-1}
 RATES=${RATES:-100mbit}
 LAB_TARGET=${LAB_TARGET:-0.05}
 LAB_EVERY=${LAB_EVERY:-25}
-LAB_CAP_S=${LAB_CAP_S:-300}
+LAB_CAP_S=${LAB_CAP_S:-480}
 LAB_MAX=${LAB_MAX:-3000}
 TARGET=${TARGET:-0.95}
 MAX=${MAX:-2000}
