@@ -108,9 +108,9 @@ tta() {
         $c["map"] != "" {
             m = $c["map"] + 0
             if (m > best) best = m
-            if (m >= target) { printf "yes %.1f %d %.4f\n", $c["elapsed_s"], it, m; done = 1; exit }
+            if (m >= target) { printf "yes %.3f %d %.4f\n", $c["elapsed_s"], it, m; done = 1; exit }
         }
-        END { if (!done) printf "no %.1f %d %.4f\n", last + 0, it + 0, best + 0 }' "$1"
+        END { if (!done) printf "no %.3f %d %.4f\n", last + 0, it + 0, best + 0 }' "$1"
 }
 
 # verdict WHERE BASE_LABEL BASE_CSV NEW_LABEL NEW_CSV TARGET: one sentence,
@@ -125,11 +125,11 @@ verdict() {
                 printf "%s: %s took %.1f s against %s'"'"'s %.1f s to mAP@0.5 %s: a saving of %.1f%%\n",
                     where, nl, N[2], bl, B[2], t, s
             else
-                printf "%s: %s were SLOWER than %s by %.1f%%: %.1f s against %.1f s to mAP@0.5 %s\n",
-                    where, nl, bl, -s, N[2], B[2], t
+                printf "%s: %s took %.1f s against %s'"'"'s %.1f s to mAP@0.5 %s: SLOWER by %.1f%%\n",
+                    where, nl, N[2], bl, B[2], t, -s
         } else if (B[1] == "yes")
-            printf "%s: %s did NOT reach mAP@0.5 %s in %.1f s (best %.4f); %s did in %.1f s: %s were SLOWER\n",
-                where, nl, t, N[2], N[4], bl, B[2], nl
+            printf "%s: %s did NOT reach mAP@0.5 %s in %.1f s (best %.4f); %s did in %.1f s: SLOWER\n",
+                where, nl, t, N[2], N[4], bl, B[2]
         else if (N[1] == "yes")
             printf "%s: %s did not reach mAP@0.5 %s in %.1f s (best %.4f); %s did in %.1f s: a saving of more than %.1f%%\n",
                 where, bl, t, B[2], B[4], nl, N[2], 100 * (1 - N[2] / B[2])
