@@ -1,13 +1,16 @@
 #!/bin/sh
-# Scaling chart of a `./darknet scalednn simulate ... -csv FILE` CSV:
+# Scaling chart of `./darknet scalednn simulate ... -csv FILE` CSVs:
 # scaling efficiency (single-GPU step / step) against the number of GPUs,
 # one line per variant (stock, no-overlap, overlap, overlap+CODEC, planned).
 #
-#   sh scripts/plot_scaling.sh [-o OUT.png] [-t TITLE] SIM.csv
+#   sh scripts/plot_scaling.sh [-o OUT.png] [-t TITLE] [-v LIST] SIM.csv [SIM.csv ...]
 #
-# Writes OUT.png (default: SIM.csv with .png in place of .csv) and prints
-# its path.  Columns are found by their header names (variant, world,
-# efficiency; topology for the default title).
+#   -v LIST  only these variants (comma-separated, e.g. stock,planned)
+#
+# Writes OUT.png (default: the first SIM.csv with .png in place of .csv)
+# and prints its path.  Columns are found by their header names (variant,
+# world, efficiency; topology for the default title and, when the CSVs
+# hold more than one topology, for each line's name: "pcie planned").
 #
 # Exit status: 0 chart written; 2 usage error or a CSV that does not
 # exist; 1 a CSV without those columns or rows, gnuplot missing or failing,
@@ -15,7 +18,7 @@
 set -u
 
 usage() {
-    echo "usage: sh scripts/plot_scaling.sh [-o OUT.png] [-t TITLE] SIM.csv" >&2
+    echo "usage: sh scripts/plot_scaling.sh [-o OUT.png] [-t TITLE] [-v LIST] SIM.csv [SIM.csv ...]" >&2
     exit 2
 }
 
@@ -28,54 +31,65 @@ die() {
 
 out=""
 title=""
+only=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
         -t) [ $# -ge 2 ] || usage; title=$2; shift 2 ;;
+        -v) [ $# -ge 2 ] || usage; only=$2; shift 2 ;;
         -h) usage ;;
         -*) usage ;;
         *) break ;;
     esac
 done
-[ $# -eq 1 ] || usage
-csv=$1
-[ -f "$csv" ] || die 2 "$csv: no such file"
-[ -n "$out" ] || out="${csv%.csv}.png"
+[ $# -ge 1 ] || usage
+for csv in "$@"; do
+    [ -f "$csv" ] || die 2 "$csv: no such file"
+done
+[ -n "$out" ] || out="${1%.csv}.png"
 command -v gnuplot >/dev/null 2>&1 || die 1 "gnuplot is not installed (apt-get install gnuplot-nox)"
 
 tmp=$(mktemp -d) || die 1 "cannot make a temporary directory"
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-# One data file per variant ("world efficiency" rows, in CSV order), the
-# variants in order of first appearance, and the topology.
-awk -F, -v dir="$tmp" '
-NR == 1 {
-    for (i = 1; i <= NF; ++i) col[$i] = i
-    if (!("variant" in col) || !("world" in col) || !("efficiency" in col)) {
-        print "missing column (need variant, world, efficiency)" > "/dev/stderr"
-        bad = 1
-        exit 1
+# One data file per (topology, variant) ("world efficiency" rows, in CSV
+# order), the lines in order of first appearance, and the topologies.
+for csv in "$@"; do
+    awk -F, -v only="$only" '
+    FNR == 1 {
+        delete col
+        for (i = 1; i <= NF; ++i) col[$i] = i
+        if (!("variant" in col) || !("world" in col) || !("efficiency" in col)) {
+            print FILENAME ": missing column (need variant, world, efficiency)" > "/dev/stderr"
+            exit 1
+        }
+        next
     }
-    next
-}
+    only == "" || index("," only ",", "," $col["variant"] ",") {
+        print ("topology" in col ? $col["topology"] : "-"), $col["variant"], $col["world"],
+              $col["efficiency"]
+    }' "$csv" || die 1 "$csv: not a simulate CSV"
+done >"$tmp/rows"
+awk -v dir="$tmp" '
 {
-    v = $col["variant"]
-    if (!(v in seen)) {
-        seen[v] = ++nv
-        print v > (dir "/variants")
+    k = $1 " " $2
+    if (!(k in seen)) {
+        seen[k] = ++nv
+        name[nv] = k
+        vname[nv] = $2
     }
-    print $col["world"], $col["efficiency"] > (dir "/v" seen[v] ".dat")
-    if ("topology" in col) topo = $col["topology"]
+    if (!($1 in topos)) { topos[$1] = 1; ntopo++; tlist = tlist (tlist ? ", " : "") $1 }
+    print $3, $4 > (dir "/v" seen[k] ".dat")
     ++rows
 }
 END {
-    if (bad) exit 1
     if (rows == 0) {
         print "no rows" > "/dev/stderr"
         exit 1
     }
-    print topo > (dir "/topology")
-}' "$csv" || die 1 "$csv: not a simulate CSV"
+    for (i = 1; i <= nv; ++i) print (ntopo > 1 ? name[i] : vname[i]) > (dir "/variants")
+    print tlist > (dir "/topology")
+}' "$tmp/rows" || die 1 "no rows to plot in $*"
 
 [ -n "$title" ] || title="scaling efficiency, topology $(cat "$tmp/topology")"
 
