@@ -225,7 +225,7 @@ else
 endif
 
 # The headers each object and test read, from the last build (-MMD).
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)
 
 clean:
 	rm -rf build build-asan build-noblas build-sim build-sim-asan build-fuzz darknet libscalednn.a libscalednn.so
