@@ -7,6 +7,8 @@
  * take a user's file; an output folder that is missing or does not take a
  * file is refused at start, naming the flag and the folder; and the
  * advice for weights past max_batches stays within -max_batches' range.
+ *
+ * tier: full (runs in `make test`, not in `make check`: many trainings).
  */
 #include <setjmp.h>
 #include <stdarg.h>
