@@ -105,14 +105,14 @@ static int output_command(sdnn_chart *c)
 }
 
 /* The draw in flight, for sdnn_chart_interrupted (one chart per run). */
-static char g_tmp[1100];
-static volatile sig_atomic_t g_live;
+static sdnn_temp_guard g_tmp;
 static volatile pid_t g_pid;
 
 void sdnn_chart_interrupted(void)
 {
     if (g_pid > 0) kill(g_pid, SIGKILL);
-    if (g_live) unlink(g_tmp);
+    const char *t = sdnn_temp_guard_owned(&g_tmp);
+    if (t) unlink(t);
 }
 
 /* A new temporary picture and gnuplot SCRIPT drawing into it; quiet (a
@@ -120,18 +120,17 @@ void sdnn_chart_interrupted(void)
 static pid_t draw(sdnn_chart *c)
 {
     int fd = -1;
-    if (sdnn_temp_create(c->png, c->tmp, sizeof c->tmp, &fd) != SDNN_OK) {
+    if (sdnn_temp_create_guarded(&g_tmp, c->png, c->tmp, sizeof c->tmp, &fd) != SDNN_OK) {
         c->tmp[0] = '\0';
         return 0;
     }
     close(fd);
-    if (output_command(c) != 0 || strlen(c->tmp) >= sizeof g_tmp) {
+    if (output_command(c) != 0) {
         unlink(c->tmp);
+        sdnn_temp_guard_release(&g_tmp);
         c->tmp[0] = '\0';
         return 0;
     }
-    memcpy(g_tmp, c->tmp, strlen(c->tmp) + 1);
-    g_live = 1;
     const char *av[] = {"gnuplot", "-e", c->output, c->script, NULL};
     pid_t pid = fork();
     if (pid == 0) {
@@ -143,8 +142,8 @@ static pid_t draw(sdnn_chart *c)
         _exit(127);
     }
     if (pid < 0) {
-        g_live = 0;
         unlink(c->tmp);
+        sdnn_temp_guard_release(&g_tmp);
         c->tmp[0] = '\0';
         return 0;
     }
@@ -157,7 +156,7 @@ static int reaped(sdnn_chart *c, int st)
 {
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && rename(c->tmp, c->png) == 0;
     if (!ok) unlink(c->tmp);
-    g_live = 0;
+    sdnn_temp_guard_release(&g_tmp);
     g_pid = 0;
     c->tmp[0] = '\0';
     c->pid = 0;

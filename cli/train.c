@@ -617,7 +617,7 @@ static int train_loop(run *R, char **paths, char **labels, int classes)
  * would have. */
 static void on_stop_signal(int sig)
 {
-    sdnn_save_interrupted();
+    if (sdnn_save_interrupted(sig)) return;   /* handed to the saving thread */
     sdnn_csv_interrupted();
     sdnn_timeline_interrupted();
     sdnn_chart_interrupted();

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,12 +43,14 @@
 static pthread_mutex_t g_save_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The temporary file of the save in progress, for sdnn_save_interrupted. */
-static char g_tmp_path[4200];
-static volatile sig_atomic_t g_tmp_live;
+static sdnn_temp_guard g_save_tmp;
 
-void sdnn_save_interrupted(void)
+int sdnn_save_interrupted(int sig)
 {
-    if (g_tmp_live) unlink(g_tmp_path);
+    if (sdnn_temp_guard_forward(&g_save_tmp, sig)) return 1;
+    const char *t = sdnn_temp_guard_owned(&g_save_tmp);
+    if (t) unlink(t);
+    return 0;
 }
 
 /* ---- size of a Darknet weights file ---------------------------------------
@@ -228,9 +231,8 @@ static int temp_create(const char *dest, char *out, size_t len, int *fd_out)
     return e;
 }
 
-sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd_out)
+static sdnn_status temp_status(int e, const char *dest, const char *out)
 {
-    int e = temp_create(dest, out, len, fd_out);
     if (e == ENAMETOOLONG)
         return SDNN_ERROR(SDNN_ERR_INVALID, "cannot create a temporary file for '%s': name too "
                           "long", dest);
@@ -238,6 +240,74 @@ sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd_ou
         return SDNN_ERROR(SDNN_ERR_IO, "cannot create a temporary file '%s' beside it: %s", out,
                           strerror(e));
     return SDNN_OK;
+}
+
+sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd_out)
+{
+    return temp_status(temp_create(dest, out, len, fd_out), dest, out);
+}
+
+/* A handler that runs while the file is being made is in another thread
+ * (the maker blocks the two signals), so the maker goes on and the wait
+ * ends within one open(). */
+static int guarded_create(sdnn_temp_guard *g, const char *dest, char *out, size_t len, int *fd)
+{
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+    atomic_store(&g->state, 2);
+    int e = temp_create(dest, g->path, sizeof g->path, fd);
+    if (!e && strlen(g->path) >= len) {
+        close(*fd);
+        unlink(g->path);
+        *fd = -1;
+        e = ENAMETOOLONG;
+    }
+    if (!e) memcpy(out, g->path, strlen(g->path) + 1);
+    else snprintf(out, len, "%s", g->path);
+    atomic_store(&g->state, e ? 0 : 1);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return e;
+}
+
+sdnn_status sdnn_temp_create_guarded(sdnn_temp_guard *g, const char *dest, char *out, size_t len,
+                                     int *fd)
+{
+    return temp_status(guarded_create(g, dest, out, len, fd), dest, out);
+}
+
+void sdnn_temp_guard_by_name(sdnn_temp_guard *g, int on)
+{
+    atomic_store(&g->opener, (long)syscall(SYS_gettid));
+    atomic_store(&g->state, on ? 3 : 1);
+}
+
+int sdnn_temp_guard_forward(sdnn_temp_guard *g, int sig)
+{
+    long me = (long)syscall(SYS_gettid);
+    long opener = atomic_load(&g->opener);
+    if (atomic_load(&g->state) != 3 || opener == me) return 0;
+    /* The opener's handler runs once the signal reaches it: inside the
+     * open it runs after the open returns, so the file it removes is not
+     * made again. */
+    return syscall(SYS_tgkill, (long)getpid(), opener, sig) == 0;
+}
+
+void sdnn_temp_guard_release(sdnn_temp_guard *g)
+{
+    atomic_store(&g->state, 0);
+}
+
+const char *sdnn_temp_guard_owned(sdnn_temp_guard *g)
+{
+    int s;
+    while ((s = atomic_load(&g->state)) == 2) {
+        struct timespec nap = {0, 100000};
+        nanosleep(&nap, NULL);
+    }
+    return s == 1 || s == 3 ? g->path : NULL;
 }
 
 sdnn_status sdnn_check_output_file(const char *path)
@@ -333,20 +403,17 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
     /* A file already under the name is never opened, replaced or removed
      * (it may be a user's): another name is taken. */
     int fd = -1;
-    int e = temp_create(path, tmp, tlen, &fd);
+    int e = guarded_create(&g_save_tmp, path, tmp, tlen, &fd);
     if (e) {
         st = SDNN_ERROR(SDNN_ERR_IO, "cannot save %s to '%s': cannot create '%s': %s", what,
                         path, tmp, strerror(e));
         goto out;
     }
     created = 1;
-    /* Known to the signal handler only once it is ours. */
-    if (strlen(tmp) < sizeof g_tmp_path) {
-        memcpy(g_tmp_path, tmp, strlen(tmp) + 1);
-        g_tmp_live = 1;
-    }
 
+    sdnn_temp_guard_by_name(&g_save_tmp, 1);
     st = fill(fd, tmp, ctx);
+    sdnn_temp_guard_by_name(&g_save_tmp, 0);
     if (st != SDNN_OK) goto out;
 
     struct stat sb;
@@ -380,12 +447,13 @@ static sdnn_status replace_atomic(const char *path, const char *what, long long 
         goto out;
     }
     created = 0;
+    sdnn_temp_guard_release(&g_save_tmp);
     st = sync_dir(dir, path);
 
 out:
     if (fd >= 0) close(fd);
     if (created) unlink(tmp);
-    g_tmp_live = 0;
+    sdnn_temp_guard_release(&g_save_tmp);
     pthread_mutex_unlock(&g_save_lock);
     free(tmp);
     free(dir);

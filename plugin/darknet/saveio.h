@@ -15,6 +15,8 @@
 #include "readable.h"
 #include <darknet.h>
 
+#include <stdatomic.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,6 +44,40 @@ sdnn_status sdnn_write_file_atomic(const char *path, const void *buf, size_t len
  * process's).  The name goes to out (len bytes), the descriptor (write
  * only) to *fd.  SDNN_ERR_IO naming the file otherwise. */
 sdnn_status sdnn_temp_create(const char *dest, char *out, size_t len, int *fd);
+
+/* A temporary file that a SIGINT/SIGTERM handler may have to remove.
+ * sdnn_temp_create_guarded makes it (as sdnn_temp_create) with those two
+ * signals blocked in the calling thread and the guard marked "being
+ * made", so there is no moment when the file exists and a handler cannot
+ * know it: a handler in another thread waits that moment out in
+ * sdnn_temp_guard_owned.  Static storage (zero: no file); one file at a
+ * time per guard. */
+typedef struct sdnn_temp_guard {
+    char path[4200];
+    atomic_int state;   /* 0 no file, 1 path is ours, 2 being made, 3 opened by name */
+    atomic_long opener; /* the thread id of the opener in state 3 */
+} sdnn_temp_guard;
+
+sdnn_status sdnn_temp_create_guarded(sdnn_temp_guard *g, const char *dest, char *out, size_t len,
+                                     int *fd);
+
+/* on: the calling thread is about to open the guarded file by name (a
+ * library that takes a file name); off: it has it open.  Meanwhile only
+ * that thread may remove it (sdnn_temp_guard_forward). */
+void sdnn_temp_guard_by_name(sdnn_temp_guard *g, int on);
+
+/* For a signal handler: 1 when the guarded file is being opened by name by
+ * another thread, after handing that thread the signal `sig` (its handler
+ * removes the file; the calling one returns); 0 otherwise. */
+int sdnn_temp_guard_forward(sdnn_temp_guard *g, int sig);
+
+/* The guarded file was renamed into place or removed: the handler leaves
+ * it alone from now on. */
+void sdnn_temp_guard_release(sdnn_temp_guard *g);
+
+/* For a signal handler (async-signal-safe): the guarded file's name when
+ * it exists and is ours, else NULL. */
+const char *sdnn_temp_guard_owned(sdnn_temp_guard *g);
 
 /* The folder `path` would be written in exists and takes a new file now
  * (one is created with sdnn_temp_create and removed: access(W_OK) answers
@@ -96,10 +132,13 @@ sdnn_status sdnn_prepare_dir(const char *dir);
  * is past its refusals.  *cleaned (may be NULL) gets how many. */
 sdnn_status sdnn_clean_temps(const char *dir, const char *base, int *cleaned);
 
-/* Async-signal-safe: remove the temporary file of the save in progress,
- * if any (a SIGINT/SIGTERM handler calls it before the process ends, so no
- * NAME.tmp.PID is left behind). */
-void sdnn_save_interrupted(void);
+/* Async-signal-safe, for a SIGINT/SIGTERM handler: remove the temporary
+ * file of the save in progress, if any, so no NAME.tmp.PID is left behind;
+ * 0.  While Darknet's save_weights opens that file by name, removing it from
+ * another thread would let the open make it again: then the signal `sig` is
+ * handed to the saving thread, whose handler does the work, and 1 says the
+ * calling handler should return and do nothing else. */
+int sdnn_save_interrupted(int sig);
 
 sdnn_status sdnn_mkdirs(const char *dir);
 

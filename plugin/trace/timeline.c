@@ -46,6 +46,7 @@ struct sdnn_timeline {
     char *iobuf;
     char path[1024];
     char tmp[1100];        /* where the trace is written until the close; "" in place */
+    int guarded;           /* tmp is g_live_tmp's file (the signal handler knows it) */
     double t0;
     int pid;
     int ntracks;
@@ -68,15 +69,17 @@ struct sdnn_timeline {
 /* The open trace's files, for sdnn_timeline_interrupted (one per process
  * in a run). */
 static sdnn_timeline *g_live;
-static char g_live_tmp[1100], g_live_path[1024];
-static volatile sig_atomic_t g_live_on, g_recorded;
+static sdnn_temp_guard g_live_tmp;
+static char g_live_path[1024];
+static volatile sig_atomic_t g_recorded;
 
 void sdnn_timeline_interrupted(void)
 {
     /* A trace without its end is still read by Perfetto and
      * chrome://tracing: kept where it was asked for if it holds records. */
-    if (g_live_on && g_recorded) rename(g_live_tmp, g_live_path);
-    else if (g_live_on) unlink(g_live_tmp);
+    const char *t = sdnn_temp_guard_owned(&g_live_tmp);
+    if (t && g_recorded) rename(t, g_live_path);
+    else if (t) unlink(t);
 }
 
 typedef struct kind_info {
@@ -394,6 +397,10 @@ static void free_timeline(sdnn_timeline *tl)
         fclose(tl->f);   /* an open that failed after the file was made */
         if (tl->tmp[0]) unlink(tl->tmp);
     }
+    if (tl->guarded) {
+        sdnn_temp_guard_release(&g_live_tmp);
+        g_live = NULL;
+    }
     pthread_mutex_destroy(&tl->mu);
     pthread_cond_destroy(&tl->cv);
     free(tl->iobuf);
@@ -462,7 +469,21 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
         if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) real = realpath(path, NULL);
         if (real && strlen(real) < sizeof tl->path) snprintf(tl->path, sizeof tl->path, "%s", real);
         free(real);
-        if (sdnn_temp_create(tl->path, tl->tmp, sizeof tl->tmp, &fd) != SDNN_OK) {
+        /* The first timeline of the process is the one the signal
+         * handler keeps or removes. */
+        sdnn_status made;
+        if (!g_live) {
+            memcpy(g_live_path, tl->path, sizeof g_live_path);
+            g_recorded = 0;
+            made = sdnn_temp_create_guarded(&g_live_tmp, tl->path, tl->tmp, sizeof tl->tmp, &fd);
+            if (made == SDNN_OK) {
+                tl->guarded = 1;
+                g_live = tl;
+            }
+        } else {
+            made = sdnn_temp_create(tl->path, tl->tmp, sizeof tl->tmp, &fd);
+        }
+        if (made != SDNN_OK) {
             snprintf(why, sizeof why, "%s", sdnn_last_error());
             tl->tmp[0] = '\0';
         } else if (!(tl->f = fdopen(fd, "w"))) {
@@ -507,13 +528,6 @@ sdnn_status sdnn_timeline_open(const char *path, int nreplicas, const sdnn_timel
         return SDNN_ERROR(SDNN_ERR_SYSTEM, "timeline %s: cannot start the writer thread", path);
     }
     tl->writer_started = 1;
-    if (!g_live && tl->tmp[0] && strlen(tl->tmp) < sizeof g_live_tmp) {
-        memcpy(g_live_tmp, tl->tmp, strlen(tl->tmp) + 1);
-        memcpy(g_live_path, tl->path, strlen(tl->path) + 1);
-        g_recorded = 0;
-        g_live = tl;
-        g_live_on = 1;
-    }
     *out = tl;
     return SDNN_OK;
 nomem:
@@ -541,10 +555,6 @@ sdnn_status sdnn_timeline_close(sdnn_timeline *tl)
     if (ferror(tl->f) && !e) e = EIO;
     if (fclose(tl->f) != 0 && !e) e = errno ? errno : EIO;
     tl->f = NULL;
-    if (g_live == tl) {
-        g_live_on = 0;
-        g_live = NULL;
-    }
     char path[sizeof tl->path];
     memcpy(path, tl->path, sizeof path);
     if (tl->tmp[0]) {

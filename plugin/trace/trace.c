@@ -16,12 +16,12 @@
 const char *const sdnn_csv_prefixes[] = {"# label: ", SDNN_CSV_HEADER, NULL};
 
 /* The new CSV not yet renamed into place, for sdnn_csv_interrupted. */
-static char g_pending[1100];
-static volatile sig_atomic_t g_pending_live;
+static sdnn_temp_guard g_pending;
 
 void sdnn_csv_interrupted(void)
 {
-    if (g_pending_live) unlink(g_pending);
+    const char *t = sdnn_temp_guard_owned(&g_pending);
+    if (t) unlink(t);
 }
 
 static sdnn_status csv_open(sdnn_csv *c, const char *path, const char *label, int append)
@@ -48,19 +48,16 @@ static sdnn_status csv_open(sdnn_csv *c, const char *path, const char *label, in
         if (real && strlen(real) < sizeof c->path) snprintf(c->path, sizeof c->path, "%s", real);
         free(real);
         int fd = -1;
-        if (sdnn_temp_create(c->path, c->tmp, sizeof c->tmp, &fd) != SDNN_OK)
+        if (sdnn_temp_create_guarded(&g_pending, c->path, c->tmp, sizeof c->tmp, &fd) != SDNN_OK)
             return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, sdnn_last_error());
         c->f = fdopen(fd, "w");
         if (!c->f) {
             int e = errno;
             close(fd);
             unlink(c->tmp);
+            sdnn_temp_guard_release(&g_pending);
             c->tmp[0] = '\0';
             return SDNN_ERROR(SDNN_ERR_IO, "cannot write csv %s: %s", path, strerror(e));
-        }
-        if (strlen(c->tmp) < sizeof g_pending) {
-            memcpy(g_pending, c->tmp, strlen(c->tmp) + 1);
-            g_pending_live = 1;
         }
     }
     if (!keep) {
@@ -101,7 +98,7 @@ sdnn_status sdnn_csv_write(sdnn_csv *c, const sdnn_csv_row *w)
         if (rename(c->tmp, c->path) != 0)
             return SDNN_ERROR(SDNN_ERR_IO, "cannot move csv %s into place from %s: %s", c->path,
                               c->tmp, strerror(errno));
-        g_pending_live = 0;
+        sdnn_temp_guard_release(&g_pending);
         c->tmp[0] = '\0';
     }
     return SDNN_OK;
@@ -113,8 +110,8 @@ void sdnn_csv_close(sdnn_csv *c)
     c->f = NULL;
     if (c->tmp[0]) {
         /* No row was written: the previous file stays. */
-        g_pending_live = 0;
         unlink(c->tmp);
+        sdnn_temp_guard_release(&g_pending);
         c->tmp[0] = '\0';
     }
 }
